@@ -1,0 +1,186 @@
+// Command mountkeeper makes container volume mounts correct and durable. It wires command-line
+// flags to the packages that do the work; see README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/nri"
+)
+
+// version is set at build time by the Makefile (git describe).
+var version = "dev"
+
+const usage = `usage: mountkeeper <command> [flags]
+
+commands:
+  nri       run the NRI plugin (containerd, CRI-O)
+  render    print a config.json with the class mounts of a runtime class added (dry run)
+  validate  check a config file
+  version   print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "nri":
+		err = runNRI(args[1:], stderr)
+	case "render":
+		err = runRender(args[1:], stdin, stdout, stderr)
+	case "validate":
+		err = runValidate(args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "mountkeeper", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "mountkeeper: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case err != nil:
+		fmt.Fprintln(stderr, "mountkeeper:", err)
+		return 1
+	}
+	return 0
+}
+
+var errUsage = errors.New("usage")
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("mountkeeper "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return errUsage
+	}
+	return nil
+}
+
+func runNRI(args []string, stderr io.Writer) error {
+	fs := newFlags("nri", stderr)
+	cfgPath := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
+	name := fs.String("name", "", "plugin name (default mountkeeper)")
+	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	format := fs.String("log-format", "text", "log format: text or json")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*level, *format, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, from, err := configs.LoadOrDefault(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
+	pinned := flagSet(fs, "config")
+	plugin := nri.NewPlugin(cfg, pinned, hostmount.NewChecker(hostmount.Live{}), log)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
+}
+
+func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("render", stderr)
+	cfgPath := fs.String("config", configs.DefaultPath, "config file")
+	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"\" or default: the default class)")
+	container := fs.String("container", "", "container name, for messages")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, _, err := configs.LoadOrDefault(*cfgPath)
+	if err != nil {
+		return err
+	}
+	doc, err := io.ReadAll(stdin)
+	if err != nil {
+		return fmt.Errorf("read config.json from stdin: %w", err)
+	}
+	out, err := nri.RenderSpec(cfg, hostmount.NewChecker(hostmount.Live{}), *class, *container, doc)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(append(out, '\n'))
+	return err
+}
+
+func runValidate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("validate", stderr)
+	cfgPath := fs.String("config", configs.DefaultPath, "config file")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, from, err := configs.LoadOrDefault(*cfgPath)
+	if err != nil {
+		return err
+	}
+	mounts := 0
+	for _, rc := range cfg.RuntimeClasses {
+		mounts += len(rc.Mounts)
+	}
+	fmt.Fprintf(stdout, "%s: OK: %d runtime classes (%s), %d mounts\n", from, len(cfg.RuntimeClasses), strings.Join(cfg.ClassNames(), ", "), mounts)
+	return nil
+}
+
+func newLogger(level, format string, w io.Writer) (*logrus.Logger, error) {
+	log := logrus.New()
+	log.SetOutput(w)
+	lvl, err := logrus.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	log.SetLevel(lvl)
+	switch format {
+	case "text":
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	case "json":
+		log.SetFormatter(&logrus.JSONFormatter{})
+	default:
+		return nil, fmt.Errorf("--log-format %q: use text or json", format)
+	}
+	return log, nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

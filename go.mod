@@ -1,0 +1,24 @@
+module github.com/mountkeeper/mountkeeper
+
+go 1.26.8
+
+require (
+	github.com/containerd/nri v0.12.5
+	github.com/moby/sys/mountinfo v0.7.2
+	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116
+	github.com/sirupsen/logrus v1.10.2
+	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/sys v0.49.0
+)
+
+require (
+	github.com/containerd/log v0.1.0 // indirect
+	github.com/containerd/ttrpc v1.2.7 // indirect
+	github.com/knqyf263/go-plugin v0.9.0 // indirect
+	github.com/moby/sys/capability v0.4.0 // indirect
+	github.com/tetratelabs/wazero v1.11.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20240528184218-531527333157 // indirect
+	google.golang.org/grpc v1.65.1 // indirect
+	google.golang.org/protobuf v1.34.1 // indirect
+)

@@ -1,0 +1,77 @@
+package hostmount
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/mountkeeper/mountkeeper/specmod"
+)
+
+// Checker checks the host side of class mounts. It implements specmod.Host.
+type Checker struct {
+	in Inspector
+}
+
+// NewChecker returns a Checker that reads the host through in.
+func NewChecker(in Inspector) *Checker { return &Checker{in: in} }
+
+var _ specmod.Host = (*Checker)(nil)
+
+// CheckSources returns one MountError per mount whose source is missing or whose host mount
+// point does not propagate as the mount's propagation needs; each says how to fix it.
+func (c *Checker) CheckSources(mounts []specmod.Mount) error {
+	var errs []error
+	var propagating []specmod.Mount
+	for _, m := range mounts {
+		if err := c.checkExists(m.Source); err != nil {
+			errs = append(errs, &specmod.MountError{Mount: m, Err: err})
+			continue
+		}
+		if m.Propagation == specmod.Slave || m.Propagation == specmod.Shared {
+			propagating = append(propagating, m)
+		}
+	}
+	if len(propagating) == 0 {
+		return errors.Join(errs...)
+	}
+	paths := make([]string, len(propagating))
+	for i, m := range propagating {
+		paths[i] = m.Source
+	}
+	mps, err := c.in.MountPoints(paths)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("find the host mount points of %v: %w", paths, err))...)
+	}
+	for i, m := range propagating {
+		if err := checkPropagation(m.Propagation, mps[i]); err != nil {
+			errs = append(errs, &specmod.MountError{Mount: m, Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Checker) checkExists(src string) error {
+	_, err := c.in.Stat(src)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("source %s does not exist on the host: create it, or correct source in the runtime class", src)
+	}
+	return fmt.Errorf("source %s cannot be checked: %w", src, err)
+}
+
+// checkPropagation applies the kernel's rule: a mount propagates to a container's rslave copy
+// only if it is shared or slave itself, and both ways (rshared) only if it is shared.
+func checkPropagation(p specmod.Propagation, mp MountPoint) error {
+	switch {
+	case p == specmod.Slave && !mp.Shared && !mp.Slave:
+		return fmt.Errorf("host mount point %s holding the source is private, but %s (%s) needs it shared or slave: run \"mount --make-rshared %s\" on the host (or make it rslave)",
+			mp.Path, p, p.KubernetesName(), mp.Path)
+	case p == specmod.Shared && !mp.Shared:
+		return fmt.Errorf("host mount point %s holding the source is %s, but %s (%s) needs it shared: run \"mount --make-rshared %s\" on the host",
+			mp.Path, mp.Propagation(), p, p.KubernetesName(), mp.Path)
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+package hostmount
+
+import (
+	"io/fs"
+	"strings"
+)
+
+// MountPoint is the host mount that holds a path.
+type MountPoint struct {
+	ID     int
+	Path   string
+	Shared bool // in a peer group: "shared:N" in mountinfo
+	Slave  bool // receives from a master: "master:N" in mountinfo
+}
+
+// Propagation names the mount point's propagation the way findmnt does.
+func (mp MountPoint) Propagation() string {
+	switch {
+	case mp.Shared && mp.Slave:
+		return "shared,slave"
+	case mp.Shared:
+		return "shared"
+	case mp.Slave:
+		return "slave"
+	}
+	return "private"
+}
+
+// Inspector reads the host state that Checker's rules depend on.
+type Inspector interface {
+	Stat(path string) (fs.FileInfo, error)
+	// MountPoints returns the mount point holding each path, in order. One call serves all
+	// mounts of a container so the mount table is read at most once.
+	MountPoints(paths []string) ([]MountPoint, error)
+}
+
+// parseOptional reads the propagation out of mountinfo's optional fields ("shared:1 master:2").
+func parseOptional(optional string) (shared, slave bool) {
+	for _, f := range strings.Fields(optional) {
+		shared = shared || strings.HasPrefix(f, "shared:")
+		slave = slave || strings.HasPrefix(f, "master:")
+	}
+	return shared, slave
+}

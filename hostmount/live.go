@@ -1,0 +1,106 @@
+package hostmount
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultTimeout bounds each look at the host. A source on a dead network server makes stat
+// hang in the kernel; the request must fail in time instead (the NRI runtime drops a plugin's
+// changes when it answers late), so the look runs aside and is abandoned after the timeout.
+const DefaultTimeout = time.Second
+
+// Live reads the running host.
+type Live struct {
+	Timeout time.Duration // 0 means DefaultTimeout
+}
+
+var _ Inspector = Live{}
+
+// Stat stats path, giving up after the timeout.
+func (l Live) Stat(path string) (fs.FileInfo, error) {
+	return bounded(l.timeout(), "stat "+path, func() (fs.FileInfo, error) { return os.Stat(path) })
+}
+
+// MountPoints finds each path's mount by its mount ID (statx STATX_MNT_ID, Linux >= 5.8), which
+// is exact even where mounts are stacked on one path, and reads mountinfo once for all of them.
+func (l Live) MountPoints(paths []string) ([]MountPoint, error) {
+	return bounded(l.timeout(), "read the mount table", func() ([]MountPoint, error) {
+		ids := make([]int, len(paths))
+		want := make(map[int]bool, len(paths))
+		for i, p := range paths {
+			id, err := mountID(p)
+			if err != nil {
+				return nil, err
+			}
+			ids[i] = id
+			want[id] = true
+		}
+		infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
+			return !want[i.ID], false
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read mountinfo: %w", err)
+		}
+		byID := make(map[int]MountPoint, len(infos))
+		for _, in := range infos {
+			shared, slave := parseOptional(in.Optional)
+			byID[in.ID] = MountPoint{ID: in.ID, Path: in.Mountpoint, Shared: shared, Slave: slave}
+		}
+		mps := make([]MountPoint, len(paths))
+		for i, id := range ids {
+			mp, ok := byID[id]
+			if !ok {
+				return nil, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, paths[i])
+			}
+			mps[i] = mp
+		}
+		return mps, nil
+	})
+}
+
+func mountID(path string) (int, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, &fs.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return 0, fmt.Errorf("statx %s: the kernel reports no mount ID (Linux 5.8 or newer is needed)", path)
+	}
+	return int(stx.Mnt_id), nil
+}
+
+func (l Live) timeout() time.Duration {
+	if l.Timeout > 0 {
+		return l.Timeout
+	}
+	return DefaultTimeout
+}
+
+// bounded runs f and waits at most d for it. A call that overruns is left to finish on its own
+// goroutine (a hung stat cannot be cancelled) and its result is dropped.
+func bounded[T any](d time.Duration, what string, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-timer.C:
+		var zero T
+		return zero, fmt.Errorf("%s: no answer within %s (is a network filesystem on the path dead?)", what, d)
+	}
+}

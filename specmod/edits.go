@@ -1,0 +1,112 @@
+package specmod
+
+import (
+	"errors"
+	"fmt"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-tools/generate"
+)
+
+// Edits is everything mountkeeper changes in one container's spec.
+type Edits struct {
+	Mounts []Mount
+}
+
+// Host answers the questions about the host that decide whether a mount can be made as asked:
+// does the source exist, is the mount it lies on shared or slave. hostmount.Checker is the real
+// one; tests pass a table.
+type Host interface {
+	// CheckSources returns an error per mount that cannot be made, each wrapped in a MountError.
+	CheckSources(mounts []Mount) error
+}
+
+// Verify refuses edits that cannot be made exactly as asked: an invalid mount, two mounts on one
+// destination, a destination the container already has a mount on (mountkeeper never replaces
+// a mount silently: the runtime would drop the pod's own volume), or a host side that is
+// missing or does not propagate as asked. It reports every problem, not just the first.
+func (e Edits) Verify(existing []oci.Mount, host Host) error {
+	var errs []error
+	have := make(map[string]string, len(existing))
+	for _, m := range existing {
+		have[m.Destination] = m.Source
+	}
+	seen := make(map[string]bool, len(e.Mounts))
+	valid := make([]Mount, 0, len(e.Mounts))
+	for _, m := range e.Mounts {
+		err := m.Validate()
+		src, taken := have[m.Destination]
+		switch {
+		case err != nil:
+		case seen[m.Destination]:
+			err = errors.New("another class mount already uses this destination")
+		case taken:
+			err = fmt.Errorf("the container already has a mount at %s (source %q): remove it from the pod spec or choose another destination for the class mount", m.Destination, src)
+		}
+		seen[m.Destination] = true
+		if err != nil {
+			errs = append(errs, &MountError{Mount: m, Err: err})
+			continue
+		}
+		valid = append(valid, m)
+	}
+	if host != nil && len(valid) > 0 {
+		errs = append(errs, host.CheckSources(valid))
+	}
+	return errors.Join(errs...)
+}
+
+func hasDestination(mounts []oci.Mount, dst string) bool {
+	for _, m := range mounts {
+		if m.Destination == dst {
+			return true
+		}
+	}
+	return false
+}
+
+// RootfsPropagation is the rootfs propagation a container needs for mounts to propagate as
+// asked, given what the spec already has: rshared mounts need an rshared rootfs, rslave mounts
+// at least rslave. It mirrors what the runtimes do for Kubernetes mount propagation, so a spec
+// edited by `render` or the precreate hook behaves like one edited through NRI.
+func RootfsPropagation(current string, mounts []Mount) string {
+	want := current
+	for _, m := range mounts {
+		switch {
+		case m.Propagation == Shared:
+			want = string(Shared)
+		case m.Propagation == Slave && want != string(Shared) && want != string(Slave):
+			want = string(Slave)
+		}
+	}
+	return want
+}
+
+// Apply adds the mounts to spec, orders all mounts so a parent is mounted before what lies
+// below it, and raises the rootfs propagation where a mount needs it. It does not check the
+// host: call Verify first. It refuses a destination the spec already has.
+func (e Edits) Apply(spec *oci.Spec) error {
+	for _, m := range e.Mounts {
+		if hasDestination(spec.Mounts, m.Destination) {
+			return &MountError{Mount: m, Err: fmt.Errorf("the spec already has a mount at %s", m.Destination)}
+		}
+	}
+	if len(e.Mounts) == 0 {
+		return nil
+	}
+	g := generate.NewFromSpec(spec)
+	for _, m := range e.Mounts {
+		g.AddMount(m.OCI())
+	}
+	sortMounts(spec.Mounts)
+	current := ""
+	if spec.Linux != nil {
+		current = spec.Linux.RootfsPropagation
+	}
+	if want := RootfsPropagation(current, e.Mounts); want != current {
+		if err := g.SetLinuxRootPropagation(want); err != nil {
+			return fmt.Errorf("set rootfs propagation %s: %w", want, err)
+		}
+	}
+	return nil
+}
