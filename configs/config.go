@@ -115,8 +115,10 @@ func validateClass(name string, rc RuntimeClass) error {
 	seen := map[string]int{}
 	for i, m := range rc.Mounts {
 		where := fmt.Sprintf("runtime class %q, mount %d (destination %q)", name, i+1, m.Destination)
-		if err := validateMount(m); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		if merrs := validateMount(m); len(merrs) > 0 {
+			for _, err := range merrs {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			}
 			continue
 		}
 		if j, dup := seen[m.Destination]; dup {
@@ -127,13 +129,35 @@ func validateClass(name string, rc RuntimeClass) error {
 	return errors.Join(errs...)
 }
 
-func validateMount(m Mount) error {
+// validateMount returns every problem of one mount, so that the caller can name the class and
+// the mount in each.
+func validateMount(m Mount) []error {
+	var errs []error
 	if m.Type != "" && m.Type != "bind" {
-		return fmt.Errorf("type %q is not supported: this version mounts bind only", m.Type)
+		errs = append(errs, fmt.Errorf("type %q is not supported: this version mounts bind only", m.Type))
 	}
 	sm, err := m.specMount()
 	if err != nil {
-		return err
+		// Validate the mount as written: specmod reports the unknown propagation itself,
+		// together with the mount's other problems instead of hiding them.
+		sm = specmod.Mount{Source: m.Source, Destination: m.Destination,
+			Propagation: specmod.Propagation(m.Propagation), ReadOnly: m.ReadOnly, Options: m.Options}
 	}
-	return sm.Validate()
+	if err := sm.Validate(); err != nil {
+		errs = append(errs, flatten(err)...)
+	}
+	return errs
+}
+
+// flatten lists the errors joined (errors.Join) in err, at any depth.
+func flatten(err error) []error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var errs []error
+	for _, e := range joined.Unwrap() {
+		errs = append(errs, flatten(e)...)
+	}
+	return errs
 }

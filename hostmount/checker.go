@@ -4,23 +4,52 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
+	"time"
 
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
+// DefaultTimeout bounds one CheckSources. A source on a dead network server makes stat hang in
+// the kernel; the request must fail in time instead (the NRI runtime drops a plugin's changes
+// when it answers late), so the checks run aside and are abandoned after the timeout.
+const DefaultTimeout = time.Second
+
 // Checker checks the host side of class mounts. It implements specmod.Host.
 type Checker struct {
-	in Inspector
+	in      Inspector
+	timeout time.Duration
 }
 
-// NewChecker returns a Checker that reads the host through in.
-func NewChecker(in Inspector) *Checker { return &Checker{in: in} }
+// NewChecker returns a Checker that reads the host through in, giving up after DefaultTimeout.
+func NewChecker(in Inspector) *Checker { return &Checker{in: in, timeout: DefaultTimeout} }
+
+// WithTimeout returns a copy of c that gives up after d.
+func (c *Checker) WithTimeout(d time.Duration) *Checker { return &Checker{in: c.in, timeout: d} }
 
 var _ specmod.Host = (*Checker)(nil)
 
 // CheckSources returns one MountError per mount whose source is missing or whose host mount
 // point does not propagate as the mount's propagation needs; each says how to fix it.
 func (c *Checker) CheckSources(mounts []specmod.Mount) error {
+	_, err := bounded(c.timeout, "check the host side of "+describeMounts(mounts), func() (struct{}, error) {
+		return struct{}{}, c.checkSources(mounts)
+	})
+	return err
+}
+
+func describeMounts(mounts []specmod.Mount) string {
+	var b strings.Builder
+	for i, m := range mounts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(m.Source)
+	}
+	return b.String()
+}
+
+func (c *Checker) checkSources(mounts []specmod.Mount) error {
 	var errs []error
 	var propagating []specmod.Mount
 	for _, m := range mounts {

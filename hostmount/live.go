@@ -1,6 +1,7 @@
 package hostmount
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -10,58 +11,64 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultTimeout bounds each look at the host. A source on a dead network server makes stat
-// hang in the kernel; the request must fail in time instead (the NRI runtime drops a plugin's
-// changes when it answers late), so the look runs aside and is abandoned after the timeout.
-const DefaultTimeout = time.Second
-
-// Live reads the running host.
-type Live struct {
-	Timeout time.Duration // 0 means DefaultTimeout
-}
+// Live reads the running host. Its calls can hang on a dead network filesystem; Checker
+// bounds them.
+type Live struct{}
 
 var _ Inspector = Live{}
 
-// Stat stats path, giving up after the timeout.
-func (l Live) Stat(path string) (fs.FileInfo, error) {
-	return bounded(l.timeout(), "stat "+path, func() (fs.FileInfo, error) { return os.Stat(path) })
+// Stat stats path, following symlinks as the runtime's bind mount will.
+func (Live) Stat(path string) (fs.FileInfo, error) { return os.Stat(path) }
+
+// MountPoints finds the mount holding each path by its mount ID, which is exact even where
+// mounts are stacked on one path: with statmount(2) where the kernel has it (Linux >= 6.8),
+// else from one read of mountinfo for all paths (mount IDs from statx, Linux >= 5.8).
+func (Live) MountPoints(paths []string) ([]MountPoint, error) {
+	mps := make([]MountPoint, len(paths))
+	for i, p := range paths {
+		mp, err := statmountOf(p)
+		if errors.Is(err, errNoStatmount) {
+			return mountPointsFromMountinfo(paths)
+		}
+		if err != nil {
+			return nil, err
+		}
+		mps[i] = mp
+	}
+	return mps, nil
 }
 
-// MountPoints finds each path's mount by its mount ID (statx STATX_MNT_ID, Linux >= 5.8), which
-// is exact even where mounts are stacked on one path, and reads mountinfo once for all of them.
-func (l Live) MountPoints(paths []string) ([]MountPoint, error) {
-	return bounded(l.timeout(), "read the mount table", func() ([]MountPoint, error) {
-		ids := make([]int, len(paths))
-		want := make(map[int]bool, len(paths))
-		for i, p := range paths {
-			id, err := mountID(p)
-			if err != nil {
-				return nil, err
-			}
-			ids[i] = id
-			want[id] = true
-		}
-		infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
-			return !want[i.ID], false
-		})
+func mountPointsFromMountinfo(paths []string) ([]MountPoint, error) {
+	ids := make([]int, len(paths))
+	want := make(map[int]bool, len(paths))
+	for i, p := range paths {
+		id, err := mountID(p)
 		if err != nil {
-			return nil, fmt.Errorf("read mountinfo: %w", err)
+			return nil, err
 		}
-		byID := make(map[int]MountPoint, len(infos))
-		for _, in := range infos {
-			shared, slave := parseOptional(in.Optional)
-			byID[in.ID] = MountPoint{ID: in.ID, Path: in.Mountpoint, Shared: shared, Slave: slave}
-		}
-		mps := make([]MountPoint, len(paths))
-		for i, id := range ids {
-			mp, ok := byID[id]
-			if !ok {
-				return nil, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, paths[i])
-			}
-			mps[i] = mp
-		}
-		return mps, nil
+		ids[i] = id
+		want[id] = true
+	}
+	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
+		return !want[i.ID], false
 	})
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	byID := make(map[int]MountPoint, len(infos))
+	for _, in := range infos {
+		shared, slave := parseOptional(in.Optional)
+		byID[in.ID] = MountPoint{ID: in.ID, Path: in.Mountpoint, Shared: shared, Slave: slave}
+	}
+	mps := make([]MountPoint, len(paths))
+	for i, id := range ids {
+		mp, ok := byID[id]
+		if !ok {
+			return nil, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, paths[i])
+		}
+		mps[i] = mp
+	}
+	return mps, nil
 }
 
 func mountID(path string) (int, error) {
@@ -73,13 +80,6 @@ func mountID(path string) (int, error) {
 		return 0, fmt.Errorf("statx %s: the kernel reports no mount ID (Linux 5.8 or newer is needed)", path)
 	}
 	return int(stx.Mnt_id), nil
-}
-
-func (l Live) timeout() time.Duration {
-	if l.Timeout > 0 {
-		return l.Timeout
-	}
-	return DefaultTimeout
 }
 
 // bounded runs f and waits at most d for it. A call that overruns is left to finish on its own

@@ -87,10 +87,12 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, err
 	}
 	adjust := &api.ContainerAdjustment{}
-	for _, m := range edits.Mounts {
+	added := make([]string, len(edits.Mounts))
+	for i, m := range edits.Mounts {
 		adjust.AddMount(nriMount(m))
-		log.WithField("class", class).Infof("adding mount %s", m)
+		added[i] = m.String()
 	}
+	log.WithField("class", class).Infof("adding %d class mounts: %s", len(added), strings.Join(added, ", "))
 	return adjust, nil, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -20,6 +21,9 @@ type RunOptions struct {
 	Log        *logrus.Logger
 	MinBackoff time.Duration // first wait before reconnecting; 0 means 250ms
 	MaxBackoff time.Duration // longest wait; 0 means 5s
+	// Dial connects to the socket; nil means a plain unix socket. Tests use it to cut the
+	// connection as a runtime restart does.
+	Dial func(socket string) (net.Conn, error)
 }
 
 // Run serves p until ctx ends. When the runtime goes away (a containerd restart) an external
@@ -33,6 +37,9 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 		opts = append(opts, stub.WithPluginName(or(o.Name, "mountkeeper")), stub.WithPluginIdx(or(o.Index, "10")))
 		if o.SocketPath != "" {
 			opts = append(opts, stub.WithSocketPath(o.SocketPath))
+		}
+		if o.Dial != nil {
+			opts = append(opts, stub.WithDialer(o.Dial))
 		}
 	}
 	backoff := newBackoff(o.MinBackoff, o.MaxBackoff)

@@ -23,8 +23,13 @@ func ApplyJSON(doc []byte, e Edits) ([]byte, error) {
 	if err := json.Unmarshal(doc, &top); err != nil {
 		return nil, fmt.Errorf("parse OCI spec: %w", err)
 	}
-	if err := setJSON(top, "mounts", spec.Mounts); err != nil {
-		return nil, err
+	if top == nil {
+		return nil, fmt.Errorf("parse OCI spec: the document is null, not an object")
+	}
+	if len(spec.Mounts) > 0 {
+		if err := setJSON(top, "mounts", spec.Mounts); err != nil {
+			return nil, err
+		}
 	}
 	if spec.Linux != nil && spec.Linux.RootfsPropagation != "" {
 		linux := map[string]json.RawMessage{}
@@ -32,6 +37,9 @@ func ApplyJSON(doc []byte, e Edits) ([]byte, error) {
 			if err := json.Unmarshal(raw, &linux); err != nil {
 				return nil, fmt.Errorf("parse OCI spec linux: %w", err)
 			}
+		}
+		if linux == nil { // "linux": null
+			linux = map[string]json.RawMessage{}
 		}
 		if err := setJSON(linux, "rootfsPropagation", spec.Linux.RootfsPropagation); err != nil {
 			return nil, err

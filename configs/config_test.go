@@ -1,0 +1,491 @@
+package configs_test
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/specmod"
+)
+
+// oneMount is a config with class "fast" holding one mount given as a YAML flow mapping.
+func oneMount(mount string) string {
+	return "runtimeClasses:\n  fast:\n    mounts:\n      - " + mount + "\n"
+}
+
+func TestParseInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings the error must contain, each
+	}{
+		{
+			name: "unknown top-level key",
+			yaml: "kubeletRot: /var/lib/kubelet\n" + oneMount("{source: /srv/a, destination: /a}"),
+			want: []string{"field kubeletRot not found in type configs.Config"},
+		},
+		{
+			name: "unknown mount key",
+			yaml: oneMount("{source: /srv/a, destination: /a, propagaton: rslave}"),
+			want: []string{"line 4: field propagaton not found in type configs.Mount"},
+		},
+		{
+			name: "unknown class key",
+			yaml: "runtimeClasses:\n  fast:\n    mount:\n      - {source: /srv/a, destination: /a}\n",
+			want: []string{"field mount not found in type configs.RuntimeClass"},
+		},
+		{
+			name: "empty file",
+			yaml: "",
+			want: []string{"config is empty"},
+		},
+		{
+			name: "comments only",
+			yaml: "# nothing here yet\n",
+			want: []string{"config is empty"},
+		},
+		{
+			name: "two YAML documents",
+			yaml: oneMount("{source: /srv/a, destination: /a}") + "---\n" + oneMount("{source: /srv/b, destination: /b}"),
+			want: []string{"config has more than one YAML document: keep one"},
+		},
+		{
+			name: "duplicate class key",
+			yaml: oneMount("{source: /srv/a, destination: /a}") + "  fast:\n    mounts:\n      - {source: /srv/b, destination: /b}\n",
+			want: []string{`line 5: mapping key "fast" already defined at line 2`},
+		},
+		{
+			name: "duplicate mount key",
+			yaml: oneMount("{source: /srv/a, destination: /a, source: /srv/b}"),
+			want: []string{`mapping key "source" already defined`},
+		},
+		{
+			name: "YAML syntax error",
+			yaml: oneMount("{source: /srv/a, destination: /a"),
+			want: []string{"yaml: line", "did not find expected ',' or '}'"},
+		},
+		{
+			name: "propagation as a list",
+			yaml: oneMount("{source: /srv/a, destination: /a, propagation: [rslave]}"),
+			want: []string{"line 4: cannot unmarshal !!seq into string"},
+		},
+		{
+			name: "readOnly not a bool",
+			yaml: oneMount("{source: /srv/a, destination: /a, readOnly: sometimes}"),
+			want: []string{"cannot unmarshal !!str `sometimes` into bool"},
+		},
+		{
+			name: "runtimeClasses empty map",
+			yaml: "runtimeClasses: {}\n",
+			want: []string{"runtimeClasses is empty: with no class mountkeeper would change no container"},
+		},
+		{
+			name: "runtimeClasses null",
+			yaml: "runtimeClasses:\n",
+			want: []string{"runtimeClasses is empty"},
+		},
+		{
+			name: "class with empty name",
+			yaml: "runtimeClasses:\n  \"\":\n    mounts:\n      - {source: /srv/a, destination: /a}\n",
+			want: []string{`runtime class "": name the CRI runtime handler, or "default" for pods on the runtime's default handler`},
+		},
+		{
+			name: "class with empty mounts list",
+			yaml: "runtimeClasses:\n  fast:\n    mounts: []\n",
+			want: []string{`runtime class "fast" has no mounts`},
+		},
+		{
+			name: "class without mounts key",
+			yaml: "runtimeClasses:\n  fast: {}\n",
+			want: []string{`runtime class "fast" has no mounts`},
+		},
+		{
+			name: "missing source",
+			yaml: oneMount("{destination: /a}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): source is empty: name a host path`},
+		},
+		{
+			name: "relative source",
+			yaml: oneMount("{source: srv/a, destination: /a}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): source "srv/a" is not an absolute path`},
+		},
+		{
+			name: "unclean source",
+			yaml: oneMount("{source: /srv//a/, destination: /a}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): source "/srv//a/" is not clean: write "/srv/a"`},
+		},
+		{
+			name: "source with dot-dot",
+			yaml: oneMount("{source: /srv/../etc, destination: /a}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): source "/srv/../etc" contains ".."`},
+		},
+		{
+			name: "missing destination",
+			yaml: oneMount("{source: /srv/a}"),
+			want: []string{`runtime class "fast", mount 1 (destination ""): destination is empty: name an absolute path in the container`},
+		},
+		{
+			name: "relative destination",
+			yaml: oneMount("{source: /srv/a, destination: data}"),
+			want: []string{`runtime class "fast", mount 1 (destination "data"): destination "data" is relative`},
+		},
+		{
+			name: "destination with dot-dot",
+			yaml: oneMount("{source: /srv/a, destination: /data/../../etc}"),
+			want: []string{`destination "/data/../../etc" contains "..": it could leave the container's root`},
+		},
+		{
+			name: "destination root",
+			yaml: oneMount("{source: /srv/a, destination: /}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/"): destination "/" would hide the container's root filesystem`},
+		},
+		{
+			name: "destination under /proc",
+			yaml: oneMount("{source: /srv/a, destination: /proc/sys}"),
+			want: []string{`destination "/proc/sys" is inside /proc or /sys, which the runtime mounts`},
+		},
+		{
+			name: "destination /sys itself",
+			yaml: oneMount("{source: /srv/a, destination: /sys}"),
+			want: []string{`destination "/sys" is inside /proc or /sys`},
+		},
+		{
+			name: "destination with trailing slash",
+			yaml: oneMount("{source: /srv/a, destination: /data/}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/data/"): destination "/data/" is not clean: write "/data"`},
+		},
+		{
+			name: "duplicate destination in a class",
+			yaml: "runtimeClasses:\n  fast:\n    mounts:\n" +
+				"      - {source: /srv/a, destination: /data}\n" +
+				"      - {source: /srv/b, destination: /other}\n" +
+				"      - {source: /srv/c, destination: /data}\n",
+			want: []string{`runtime class "fast", mount 3 (destination "/data"): destination already used by mount 1`},
+		},
+		{
+			name: "unknown propagation",
+			yaml: oneMount("{source: /srv/a, destination: /a, propagation: shared}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): unknown propagation "shared": use rprivate (None), rslave (HostToContainer) or rshared (Bidirectional)`},
+		},
+		{
+			name: "propagation in options",
+			yaml: oneMount("{source: /srv/a, destination: /a, options: [rshared]}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): option "rshared" sets propagation: use the propagation key instead`},
+		},
+		{
+			name: "ro in options",
+			yaml: oneMount("{source: /srv/a, destination: /a, options: [ro]}"),
+			want: []string{`option "ro": use readOnly: true or false instead`},
+		},
+		{
+			name: "bind in options",
+			yaml: oneMount("{source: /srv/a, destination: /a, options: [bind]}"),
+			want: []string{`option "bind" is implied: every class mount is a recursive bind`},
+		},
+		{
+			name: "unknown option",
+			yaml: oneMount("{source: /srv/a, destination: /a, options: [nosuid, size=1m]}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): option "size=1m" is not a bind mount option`},
+		},
+		{
+			name: "unsupported type",
+			yaml: oneMount("{source: /srv/a, destination: /a, type: nfs}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): type "nfs" is not supported: this version mounts bind only`},
+		},
+		{
+			name: "several errors across classes all reported",
+			yaml: "runtimeClasses:\n" +
+				"  b-class:\n    mounts:\n" +
+				"      - {source: relative, destination: /ok}\n" +
+				"      - {source: /srv/x, destination: /proc/x}\n" +
+				"  a-class:\n    mounts: []\n" +
+				"  c-class:\n    mounts:\n" +
+				"      - {source: /srv/y, destination: /y, propagation: sideways}\n",
+			want: []string{
+				`runtime class "a-class" has no mounts`,
+				`runtime class "b-class", mount 1 (destination "/ok"): source "relative" is not an absolute path`,
+				`runtime class "b-class", mount 2 (destination "/proc/x"): destination "/proc/x" is inside /proc or /sys`,
+				`runtime class "c-class", mount 1 (destination "/y"): unknown propagation "sideways"`,
+			},
+		},
+		{
+			// Every problem of one mount is reported, each naming the class and the mount,
+			// even when the propagation or the type is wrong too.
+			name: "several errors in one mount all reported",
+			yaml: oneMount("{source: srv, destination: data/, propagation: shared, type: nfs, options: [ro, bind, rshared, bogus]}"),
+			want: []string{
+				`runtime class "fast", mount 1 (destination "data/"): type "nfs" is not supported`,
+				`runtime class "fast", mount 1 (destination "data/"): source "srv" is not an absolute path`,
+				`runtime class "fast", mount 1 (destination "data/"): destination "data/" is relative`,
+				`runtime class "fast", mount 1 (destination "data/"): unknown propagation "shared"`,
+				`runtime class "fast", mount 1 (destination "data/"): option "ro": use readOnly`,
+				`runtime class "fast", mount 1 (destination "data/"): option "bind" is implied`,
+				`runtime class "fast", mount 1 (destination "data/"): option "rshared" sets propagation`,
+				`runtime class "fast", mount 1 (destination "data/"): option "bogus" is not a bind mount option`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := configs.Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted an invalid config:\n%s\ngot config %+v", tt.yaml, c)
+			}
+			if c != nil {
+				t.Errorf("Parse returned a config together with error %q", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Parse error does not name the problem\ngot:  %s\nwant it to contain: %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c := configs.Default()
+	if got, want := c.ClassNames(), []string{"mountkeeper-demo"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("default ClassNames() = %q, want %q", got, want)
+	}
+	_, rc, ok := c.Class("mountkeeper-demo")
+	if !ok {
+		t.Fatal(`default config has no class "mountkeeper-demo"`)
+	}
+	want := specmod.Edits{Mounts: []specmod.Mount{
+		{Source: "/run/mountkeeper-demo/private", Destination: "/demo/private", Propagation: specmod.Private},
+		{Source: "/run/mountkeeper-demo/slave", Destination: "/demo/slave", Propagation: specmod.Slave, ReadOnly: true},
+		{Source: "/run/mountkeeper-demo/shared", Destination: "/demo/shared", Propagation: specmod.Shared},
+	}}
+	if got := rc.Edits(); !reflect.DeepEqual(got, want) {
+		t.Errorf("default class edits\ngot:  %+v\nwant: %+v", got, want)
+	}
+	if _, _, ok := c.Class(""); ok {
+		t.Errorf("default config has a class for the default handler; it must only touch mountkeeper-demo pods")
+	}
+}
+
+func TestDefaultYAML(t *testing.T) {
+	y := configs.DefaultYAML()
+	c, err := configs.Parse(y)
+	if err != nil {
+		t.Fatalf("Parse(DefaultYAML()): %v", err)
+	}
+	if !reflect.DeepEqual(c, configs.Default()) {
+		t.Errorf("Parse(DefaultYAML()) = %+v, want Default() = %+v", c, configs.Default())
+	}
+	// DefaultYAML hands out a copy: scribbling on it must not change the embedded default.
+	for i := range y {
+		y[i] = '!'
+	}
+	if bytes.Contains(configs.DefaultYAML(), []byte("!!!!")) {
+		t.Errorf("DefaultYAML returned the embedded bytes, not a copy: a caller changed the default")
+	}
+}
+
+func TestPropagationNames(t *testing.T) {
+	tests := []struct {
+		name        string
+		propagation string // as written in the config; "" leaves the key out
+		want        specmod.Propagation
+	}{
+		{name: "missing defaults to rprivate", propagation: "", want: specmod.Private},
+		{name: "Kubernetes None", propagation: "None", want: specmod.Private},
+		{name: "Kubernetes HostToContainer", propagation: "HostToContainer", want: specmod.Slave},
+		{name: "Kubernetes Bidirectional", propagation: "Bidirectional", want: specmod.Shared},
+		{name: "lower-case Kubernetes name", propagation: "hosttocontainer", want: specmod.Slave},
+		{name: "OCI rprivate", propagation: "rprivate", want: specmod.Private},
+		{name: "OCI rslave", propagation: "rslave", want: specmod.Slave},
+		{name: "OCI rshared", propagation: "rshared", want: specmod.Shared},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := "{source: /srv/a, destination: /a}"
+			if tt.propagation != "" {
+				m = "{source: /srv/a, destination: /a, propagation: " + tt.propagation + "}"
+			}
+			c, err := configs.Parse([]byte(oneMount(m)))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			_, rc, _ := c.Class("fast")
+			e := rc.Edits()
+			if len(e.Mounts) != 1 {
+				t.Fatalf("Edits() has %d mounts, want 1: %+v", len(e.Mounts), e)
+			}
+			if got := e.Mounts[0].Propagation; got != tt.want {
+				t.Errorf("propagation %q became %q, want %q", tt.propagation, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEditsCarryMountFields(t *testing.T) {
+	c, err := configs.Parse([]byte(oneMount("{source: /srv/a, destination: /a, readOnly: true, type: bind, options: [nosuid, nodev]}")))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	_, rc, _ := c.Class("fast")
+	want := specmod.Edits{Mounts: []specmod.Mount{{
+		Source: "/srv/a", Destination: "/a", Propagation: specmod.Private, ReadOnly: true, Options: []string{"nosuid", "nodev"},
+	}}}
+	if got := rc.Edits(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Edits()\ngot:  %+v\nwant: %+v", got, want)
+	}
+}
+
+func TestClassName(t *testing.T) {
+	tests := []struct {
+		name, handler, want string
+	}{
+		{name: "empty handler is the default class", handler: "", want: "default"},
+		{name: "named handler", handler: "kata", want: "kata"},
+		{name: "runc is not the default class", handler: "runc", want: "runc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := configs.ClassName(tt.handler); got != tt.want {
+				t.Errorf("ClassName(%q) = %q, want %q", tt.handler, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClass(t *testing.T) {
+	c, err := configs.Parse([]byte("runtimeClasses:\n" +
+		"  default:\n    mounts:\n      - {source: /srv/default, destination: /default}\n" +
+		"  kata:\n    mounts:\n      - {source: /srv/kata, destination: /kata}\n"))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	tests := []struct {
+		name       string
+		handler    string
+		wantName   string
+		wantOK     bool
+		wantSource string
+	}{
+		{name: "empty handler finds the default class", handler: "", wantName: "default", wantOK: true, wantSource: "/srv/default"},
+		{name: "named handler", handler: "kata", wantName: "kata", wantOK: true, wantSource: "/srv/kata"},
+		{name: "unconfigured handler", handler: "runc", wantName: "runc", wantOK: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name, rc, ok := c.Class(tt.handler)
+			if name != tt.wantName || ok != tt.wantOK {
+				t.Fatalf("Class(%q) = %q, %v; want %q, %v", tt.handler, name, ok, tt.wantName, tt.wantOK)
+			}
+			if !ok {
+				if len(rc.Mounts) != 0 {
+					t.Errorf("Class(%q) found nothing but returned mounts %+v", tt.handler, rc.Mounts)
+				}
+				return
+			}
+			if len(rc.Mounts) != 1 || rc.Mounts[0].Source != tt.wantSource {
+				t.Errorf("Class(%q) mounts = %+v, want one with source %s", tt.handler, rc.Mounts, tt.wantSource)
+			}
+		})
+	}
+	if got, want := c.ClassNames(), []string{"default", "kata"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ClassNames() = %q, want %q", got, want)
+	}
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoad(t *testing.T) {
+	valid := writeFile(t, "valid.yaml", oneMount("{source: /srv/a, destination: /a}"))
+	invalid := writeFile(t, "invalid.yaml", oneMount("{source: /srv/a, destination: /a, propagaton: rslave}"))
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+
+	tests := []struct {
+		name         string
+		path         string
+		wantErr      []string // nil: must load
+		wantNotExist bool
+	}{
+		{name: "valid file", path: valid},
+		{name: "invalid file names path and problem", path: invalid, wantErr: []string{"config " + invalid + ": ", "field propagaton not found"}},
+		{name: "missing file names path", path: missing, wantErr: []string{"read config: ", missing}, wantNotExist: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := configs.Load(tt.path)
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Load(%s): %v", tt.path, err)
+				}
+				if _, _, ok := c.Class("fast"); !ok {
+					t.Errorf("Load(%s) = %+v, want class fast", tt.path, c)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Load(%s) = %+v, want an error", tt.path, c)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Load(%s) error\ngot:  %s\nwant it to contain: %s", tt.path, err, want)
+				}
+			}
+			if got := errors.Is(err, fs.ErrNotExist); got != tt.wantNotExist {
+				t.Errorf("errors.Is(%q, fs.ErrNotExist) = %v, want %v", err, got, tt.wantNotExist)
+			}
+		})
+	}
+}
+
+func TestLoadOrDefault(t *testing.T) {
+	valid := writeFile(t, "config.yaml", oneMount("{source: /srv/a, destination: /a}"))
+	missing := filepath.Join(t.TempDir(), "config.yaml")
+
+	t.Run("explicit path loads", func(t *testing.T) {
+		c, from, err := configs.LoadOrDefault(valid)
+		if err != nil {
+			t.Fatalf("LoadOrDefault(%s): %v", valid, err)
+		}
+		if from != valid {
+			t.Errorf("LoadOrDefault(%s) says the config came from %q, want %q", valid, from, valid)
+		}
+		if _, _, ok := c.Class("fast"); !ok {
+			t.Errorf("LoadOrDefault(%s) = %+v, want class fast", valid, c)
+		}
+	})
+	t.Run("explicit missing path errors", func(t *testing.T) {
+		c, from, err := configs.LoadOrDefault(missing)
+		if err == nil {
+			t.Fatalf("LoadOrDefault(%s) = %+v from %q, want an error: only DefaultPath falls back", missing, c, from)
+		}
+		if !strings.Contains(err.Error(), missing) || !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("LoadOrDefault(%s) error = %q, want a not-exist error naming the path", missing, err)
+		}
+	})
+	t.Run("missing DefaultPath falls back to the embedded default", func(t *testing.T) {
+		if _, err := os.Stat(configs.DefaultPath); !errors.Is(err, fs.ErrNotExist) {
+			t.Skipf("%s is present on this machine (stat: %v): the fallback cannot be tested here", configs.DefaultPath, err)
+		}
+		c, from, err := configs.LoadOrDefault(configs.DefaultPath)
+		if err != nil {
+			t.Fatalf("LoadOrDefault(DefaultPath): %v", err)
+		}
+		if want := "embedded default (" + configs.DefaultPath + " does not exist)"; from != want {
+			t.Errorf("LoadOrDefault(DefaultPath) source = %q, want %q", from, want)
+		}
+		if !reflect.DeepEqual(c, configs.Default()) {
+			t.Errorf("LoadOrDefault(DefaultPath) = %+v, want the embedded default", c)
+		}
+	})
+}

@@ -1,0 +1,151 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+const propagationConfig = `
+runtimeClasses:
+  mk-e2e:
+    mounts:
+      - {source: SRC/host/private, destination: /vol/private, propagation: None}
+      - {source: SRC/host/slave, destination: /vol/slave, propagation: HostToContainer}
+      - {source: SRC/host/shared, destination: /vol/shared, propagation: Bidirectional}
+  mk-bad:
+    mounts:
+      - {source: SRC/private, destination: /vol/shared, propagation: Bidirectional}
+`
+
+// TestPropagation proves the three propagations on a real container: a mount made on the host
+// after the container started shows through rslave and rshared only; a mount made in the
+// container under the rshared mount shows on the host; an rshared mount from a private source
+// fails creation with mountkeeper's own error; after a containerd restart the plugin serves
+// the next container.
+func TestPropagation(t *testing.T) {
+	n := newNode(t, []string{"mk-e2e", "mk-bad"}, propagationConfig)
+	host := n.sourceTmpfs("host", "shared")
+	for _, d := range []string{"private", "slave", "shared"} {
+		if err := os.Mkdir(filepath.Join(host, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.sourceTmpfs("private", "private")
+
+	id, err := n.runContainer("mk-e2e", "app")
+	if err != nil {
+		t.Fatalf("create container of class mk-e2e: %v", err)
+	}
+
+	t.Run("container mounts carry the asked propagation", func(t *testing.T) {
+		out, _ := n.sh(id, "cat /proc/self/mountinfo")
+		want := map[string]string{"/vol/private": "", "/vol/slave": "master:", "/vol/shared": "shared:"}
+		for dst, tag := range want {
+			line := mountinfoLine(out, dst)
+			if line == "" {
+				t.Errorf("%s is not mounted in the container; mountinfo:\n%s", dst, out)
+				continue
+			}
+			pre, _, _ := strings.Cut(line, " - ")
+			hasShared, hasMaster := strings.Contains(pre, "shared:"), strings.Contains(pre, "master:")
+			switch tag {
+			case "":
+				if hasShared || hasMaster {
+					t.Errorf("%s should be private: %s", dst, line)
+				}
+			case "master:":
+				if !hasMaster || hasShared {
+					t.Errorf("%s should be a slave: %s", dst, line)
+				}
+			case "shared:":
+				if !hasShared {
+					t.Errorf("%s should be shared: %s", dst, line)
+				}
+			}
+		}
+	})
+
+	t.Run("host mounts made later reach rslave and rshared only", func(t *testing.T) {
+		for _, d := range []string{"private", "slave", "shared"} {
+			sub := filepath.Join(host, d, "late")
+			if err := harness.MountTmpfs(sub, "private"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sub, "marker"), []byte("from-host-"+d), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for d, visible := range map[string]bool{"private": false, "slave": true, "shared": true} {
+			out, code := n.sh(id, "cat /vol/"+d+"/late/marker")
+			if got := code == 0 && out == "from-host-"+d; got != visible {
+				t.Errorf("/vol/%s: host submount visible = %v (exit %d, %q), want %v", d, got, code, out, visible)
+			}
+		}
+	})
+
+	t.Run("container mounts under rshared reach the host", func(t *testing.T) {
+		if _, code := n.sh(id, "mkdir -p /vol/shared/fromctr && mount -t tmpfs tmpfs /vol/shared/fromctr && echo from-container > /vol/shared/fromctr/marker"); code != 0 {
+			t.Fatalf("mount in the container failed with exit %d", code)
+		}
+		got, err := os.ReadFile(filepath.Join(host, "shared", "fromctr", "marker"))
+		if err != nil || strings.TrimSpace(string(got)) != "from-container" {
+			t.Errorf("host does not see the container's mount: %q, %v", got, err)
+		}
+	})
+
+	t.Run("rshared from a private source fails with the plugin's error", func(t *testing.T) {
+		_, err := n.runContainer("mk-bad", "bad")
+		if err == nil {
+			t.Fatal("container of class mk-bad was created")
+		}
+		for _, want := range []string{"mountkeeper", `runtime class "mk-bad"`, n.src() + "/private -> /vol/shared (rshared)",
+			"is private", "mount --make-rshared " + n.src() + "/private"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error lacks %q:\n%v", want, err)
+			}
+		}
+	})
+
+	t.Run("pods of other handlers get nothing", func(t *testing.T) {
+		other, err := n.runContainer("", "plain")
+		if err != nil {
+			t.Fatalf("create container on the default handler: %v", err)
+		}
+		if out, _ := n.sh(other, "cat /proc/self/mountinfo"); strings.Contains(out, "/vol/") {
+			t.Errorf("default-handler container has class mounts:\n%s", out)
+		}
+	})
+
+	t.Run("after a containerd restart the plugin serves the next container", func(t *testing.T) {
+		if err := n.ctrd.Restart(n.ctx); err != nil {
+			t.Fatalf("restart containerd: %v", err)
+		}
+		// The plugin logs "connected to" on every (re)registration: wait for the second.
+		if err := n.plugin.WaitLog(n.ctx, "connected to", 2, 30e9); err != nil {
+			t.Fatal(err)
+		}
+		again, err := n.runContainer("mk-e2e", "again")
+		if err != nil {
+			t.Fatalf("create container after restart: %v", err)
+		}
+		if out, _ := n.sh(again, "cat /proc/self/mountinfo"); mountinfoLine(out, "/vol/shared") == "" {
+			t.Errorf("container created after the restart lacks /vol/shared:\n%s", out)
+		}
+	})
+}
+
+// mountinfoLine returns the mountinfo line whose mount point is dst, or "".
+func mountinfoLine(mountinfo, dst string) string {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dst {
+			return line
+		}
+	}
+	return ""
+}

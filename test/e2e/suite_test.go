@@ -1,0 +1,139 @@
+//go:build e2e
+
+// Package e2e runs mountkeeper against real containerd 2.4.2 + runc 1.5.2 with NRI, driven
+// through CRI as kubelet drives it. `make e2e` runs it; it needs root and the binaries that
+// test/tools/install.sh builds.
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+// node is one test's world: a private containerd with NRI, host volume sources under a tmpfs,
+// and the mountkeeper plugin connected to it.
+type node struct {
+	t      *testing.T
+	ctx    context.Context
+	dir    string // host side: sources, config
+	ctrd   *harness.Containerd
+	plugin *harness.Plugin
+	bin    string
+}
+
+// newNode starts containerd with the given runtime handlers and mountkeeper with config (the
+// string SRC is replaced by the node's source directory). Everything is torn down when the
+// test ends, whether it passed or not.
+func newNode(t *testing.T, handlers []string, config string) *node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	dir, err := os.MkdirTemp("/tmp", "mk-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := harness.UnmountAll(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		os.RemoveAll(dir)
+	})
+	n := &node{t: t, ctx: ctx, dir: dir}
+	if n.bin, err = harness.BuildMountkeeper(dir); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.ctrd, err = harness.Start(ctx, harness.Options{Handlers: handlers, NRI: true})
+	if err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(n.ctrd.Dir(), "containerd.log")); err == nil {
+				t.Logf("containerd log (last 4 KiB):\n%s", lastBytes(log, 4096))
+			}
+		}
+		if err := n.ctrd.Close(); err != nil {
+			t.Errorf("cleanup containerd: %v", err)
+		}
+	})
+	n.plugin, err = harness.StartPlugin(ctx, harness.PluginOptions{Binary: n.bin, Config: cfg, Socket: n.ctrd.NRISocket(), Log: testWriter{t, "mountkeeper"}})
+	if err != nil {
+		t.Fatalf("start mountkeeper: %v", err)
+	}
+	t.Cleanup(n.plugin.Stop)
+	return n
+}
+
+// src is where the test's host volume sources live.
+func (n *node) src() string { return filepath.Join(n.dir, "src") }
+
+// sourceTmpfs mounts a tmpfs with the given propagation at src/name.
+func (n *node) sourceTmpfs(name, propagation string) string {
+	n.t.Helper()
+	p := filepath.Join(n.src(), name)
+	if err := harness.MountTmpfs(p, propagation); err != nil {
+		n.t.Fatal(err)
+	}
+	return p
+}
+
+// runContainer runs a privileged busybox container in a new pod of the handler.
+func (n *node) runContainer(handler, name string) (string, error) {
+	n.t.Helper()
+	cri := n.ctrd.CRI()
+	pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: name + "-pod", RuntimeHandler: handler})
+	if err != nil {
+		n.t.Fatalf("run pod with handler %q: %v", handler, err)
+	}
+	id, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true})
+	if err != nil {
+		return "", err
+	}
+	if err := cri.StartContainer(n.ctx, id); err != nil {
+		n.t.Fatalf("start container %s: %v", name, err)
+	}
+	return id, nil
+}
+
+// sh runs a shell command in a container and returns its stdout and exit code.
+func (n *node) sh(id, script string) (string, int) {
+	n.t.Helper()
+	out, stderr, code, err := n.ctrd.CRI().Exec(n.ctx, id, "sh", "-c", script)
+	if err != nil {
+		n.t.Fatalf("exec %q: %v", script, err)
+	}
+	if code != 0 && stderr != "" {
+		n.t.Logf("exec %q: exit %d: %s", script, code, stderr)
+	}
+	return out, code
+}
+
+// testWriter sends a process's output to the test log, prefixed.
+type testWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.t.Logf("%s: %s", w.prefix, line)
+	}
+	return len(p), nil
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}

@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// cgroupHierarchies returns the mount points of all cgroup v1 and v2 hierarchies. On the
+// hybrid layout of the test machines runc creates a container's cgroup in each of them.
+func cgroupHierarchies() ([]string, error) {
+	mounts, err := readMounts()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range mounts {
+		if (m.fsType == "cgroup" || m.fsType == "cgroup2") && !slices.Contains(out, m.mountPoint) {
+			out = append(out, m.mountPoint)
+		}
+	}
+	return out, nil
+}
+
+// removeCgroups removes cgroup parent (as in a pod's cgroup_parent) and everything below it
+// in every hierarchy. Cgroups are removed with rmdir, children first; a cgroup whose last
+// process has just been killed may stay busy for a moment, hence the retries.
+func removeCgroups(parent string, timeout time.Duration) error {
+	hierarchies, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range hierarchies {
+		if err := removeCgroupTree(filepath.Join(h, parent), timeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeCgroupTree(root string, timeout time.Duration) error {
+	var dirs []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("walk cgroup %s: %w", root, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for _, d := range slices.Backward(dirs) { // WalkDir lists parents first
+		for {
+			err := os.Remove(d)
+			if err == nil || errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("remove cgroup %s: %w", d, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}

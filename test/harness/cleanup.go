@@ -1,0 +1,147 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// criCleanupTimeout bounds the polite part of Close: removing pods through CRI.
+	criCleanupTimeout = 60 * time.Second
+	// killTimeout and cgroupTimeout bound the forceful part.
+	killTimeout   = 10 * time.Second
+	cgroupTimeout = 10 * time.Second
+)
+
+// Close stops everything the instance started and removes what it created: all pods and
+// containers (through CRI while containerd answers, then by killing shims and container
+// processes), containerd itself and the NRI plugins it launched, every mount below Dir()
+// (deepest first, lazily if busy), the pods' cgroups in every hierarchy, and Dir().
+//
+// It works whatever state a failed test left behind, may be called again after an error to
+// retry, and is a no-op once it has succeeded or on a nil *Containerd. Dir() is only removed
+// once nothing is mounted below it, so a leftover bind mount can never lead to deleting the
+// files it shows.
+func (c *Containerd) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	var errs []error
+	d := c.daemon
+	c.daemon = nil
+	var children []process
+	if d != nil && !d.exited() {
+		if c.cri != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), criCleanupTimeout)
+			errs = append(errs, c.cri.removeAllPods(ctx))
+			cancel()
+		}
+		// NRI plugins containerd launched from plugin_path may live outside Dir(); only
+		// their parent tells they belong to this instance.
+		var err error
+		children, err = descendants(d.pid())
+		errs = append(errs, err)
+	}
+	errs = append(errs, d.stop(stopTimeout))
+	if c.cri != nil {
+		errs = append(errs, c.cri.close())
+	}
+	c.log.detach()
+	// Once the directory is gone its name may be reused by another instance: never tear
+	// down again after that, even if the polite part above reported an error.
+	tdErr := teardown(c.layout, children)
+	c.closed = tdErr == nil
+	return errors.Join(append(errs, tdErr)...)
+}
+
+// teardown removes what is left of an instance once containerd is stopped (or gone with a
+// crashed test): processes, mounts, cgroups, then the directory. extra are processes known
+// to belong to the instance that neither name its directory nor sit in its cgroups.
+func teardown(l layout, extra []process) error {
+	parent := l.cgroupParent()
+	// Container processes first, while their shims are alive to reap them; killed after
+	// their shim they would wait as zombies for PID 1.
+	errs := []error{
+		killAll(func(p process) bool { return p.inCgroup(parent) }, killTimeout),
+		killAll(func(p process) bool { return p.mentions(l.dir) || isOneOf(p, extra) }, killTimeout),
+		unmountAll(l.dir),
+		removeCgroups(parent, cgroupTimeout),
+	}
+	if mounts, err := mountsUnder(l.dir); err != nil || len(mounts) > 0 {
+		errs = append(errs, fmt.Errorf("not removing %s: mounts remain below it", l.dir))
+	} else if err := os.RemoveAll(l.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove instance directory: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func isOneOf(p process, list []process) bool {
+	for _, q := range list {
+		if p.pid == q.pid && p.start == q.start {
+			return true
+		}
+	}
+	return false
+}
+
+// writeOwner records which process owns the instance, so a later Start can tell an
+// instance whose test process died (timeout panic, SIGKILL) from one still in use.
+func writeOwner(l layout) error {
+	self, err := readProcess(os.Getpid())
+	if err != nil {
+		return fmt.Errorf("read own process: %w", err)
+	}
+	data := fmt.Sprintf("%d %d\n", self.pid, self.start)
+	if err := os.WriteFile(l.owner(), []byte(data), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", l.owner(), err)
+	}
+	return nil
+}
+
+// ownerAlive reports whether the process recorded by writeOwner still runs. A directory
+// without a readable owner file is not one of ours, or is still being set up: treat it as
+// alive and leave it alone.
+func ownerAlive(l layout) bool {
+	data, err := os.ReadFile(l.owner())
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		return true
+	}
+	pid, err1 := strconv.Atoi(fields[0])
+	start, err2 := strconv.ParseUint(fields[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return sameProcess(process{pid: pid, start: start})
+}
+
+// instanceDirName is what Start's os.MkdirTemp makes; other test directories that merely
+// share the prefix are never swept.
+var instanceDirName = regexp.MustCompile(`^` + instanceDirPrefix + `[0-9]+$`)
+
+// sweepStale tears down instances left by test processes that died without Close. It is
+// best-effort: a failure here must not fail an unrelated test.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(instanceParent, instanceDirPrefix+"*"))
+	for _, dir := range dirs {
+		l := layout{dir: dir}
+		if instanceDirName.MatchString(filepath.Base(dir)) && !ownerAlive(l) {
+			_ = teardown(l, nil)
+		}
+	}
+}

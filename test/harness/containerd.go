@@ -1,0 +1,270 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	// readyTimeout bounds the wait for CRI after (re)starting containerd.
+	readyTimeout = 60 * time.Second
+	// stopTimeout is how long containerd gets to shut down after SIGTERM before SIGKILL.
+	stopTimeout = 15 * time.Second
+)
+
+// Containerd is one running instance. Its methods are safe for concurrent use.
+type Containerd struct {
+	opts   Options
+	layout layout
+	cri    *Client
+
+	mu     sync.Mutex
+	daemon *daemon // nil while stopped
+	log    *logSink
+	closed bool // Close finished cleaning up
+}
+
+// Start creates an instance directory under /tmp, starts containerd there, waits until CRI
+// answers and imports BusyboxImage and PauseImage.
+//
+// On failure Start cleans up after itself and returns the error together with the (closed)
+// instance, so that `defer c.Close()` placed before the error check is harmless; Close also
+// accepts a nil *Containerd.
+func Start(ctx context.Context, opts Options) (*Containerd, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sweepStale()
+	dir, err := os.MkdirTemp(instanceParent, instanceDirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("create instance directory in %s: %w", instanceParent, err)
+	}
+	c := &Containerd{opts: opts, layout: layout{dir: dir}}
+	if err := c.start(ctx); err != nil {
+		return c, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+func (c *Containerd) start(ctx context.Context) error {
+	l := c.layout
+	if err := writeOwner(l); err != nil {
+		return err
+	}
+	if err := writeConfig(l, c.opts); err != nil {
+		return err
+	}
+	log, err := openLogSink(l.log(), c.opts.Log)
+	if err != nil {
+		return err
+	}
+	c.log = log
+	if c.cri, err = newClient(l.socket(), l.cgroupParent(), l.podLogs()); err != nil {
+		return err
+	}
+
+	// Building the images (cold: a go build) overlaps with containerd's start-up.
+	type result struct {
+		path string
+		err  error
+	}
+	archive := make(chan result, 1)
+	go func() {
+		p, err := imageArchive(ctx, l.dir)
+		archive <- result{p, err}
+	}()
+	startErr := c.startDaemon(ctx)
+	a := <-archive
+	if err := errors.Join(startErr, a.err); err != nil {
+		return err
+	}
+	if err := importImages(ctx, c.opts.BinDir, l.socket(), a.path); err != nil {
+		return err
+	}
+	return c.waitImages(ctx)
+}
+
+// waitImages waits until CRI lists the imported images: its image store follows
+// containerd's events, so it can lag behind ctr for a moment.
+func (c *Containerd) waitImages(ctx context.Context) error {
+	return poll(ctx, readyTimeout, func(ctx context.Context) error {
+		for _, ref := range []string{BusyboxImage, PauseImage} {
+			ok, err := c.cri.hasImage(ctx, ref)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("CRI does not list image %s", ref)
+			}
+		}
+		return nil
+	})
+}
+
+// Dir is the instance directory; everything the instance creates on disk is below it.
+func (c *Containerd) Dir() string { return c.layout.dir }
+
+// NRISocket is where NRI plugins connect; empty unless Options.NRI is set.
+func (c *Containerd) NRISocket() string {
+	if !c.opts.NRI {
+		return ""
+	}
+	return c.layout.nriSocket()
+}
+
+// LogPath is the file that collects containerd's output (until Close removes Dir()).
+func (c *Containerd) LogPath() string { return c.layout.log() }
+
+// Socket is containerd's gRPC socket (for ctr -a, or a containerd client).
+func (c *Containerd) Socket() string { return c.layout.socket() }
+
+// CRI returns the instance's CRI client; it stays valid across Restart.
+func (c *Containerd) CRI() *Client { return c.cri }
+
+// Restart stops containerd with SIGTERM and starts it again with the same config, as an
+// upgrade or crash-restart would. Shims and containers keep running; pods, containers and
+// images are still there afterwards.
+func (c *Containerd) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	d := c.daemon
+	c.daemon = nil
+	c.mu.Unlock()
+	if err := d.stop(stopTimeout); err != nil {
+		return err
+	}
+	return c.startDaemon(ctx)
+}
+
+// startDaemon starts containerd and waits until CRI is ready.
+func (c *Containerd) startDaemon(ctx context.Context) error {
+	d, err := startDaemon(c.opts.BinDir, c.layout.config(), c.log)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.daemon = d
+	c.mu.Unlock()
+	err = poll(ctx, readyTimeout, func(ctx context.Context) error {
+		if d.exited() {
+			return errPollStop{fmt.Errorf("containerd exited: %v", d.err)}
+		}
+		return c.cri.ready(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("containerd (%s) did not become ready: %w\n%s", c.layout.config(), err, tail(c.layout.log(), 30))
+	}
+	return nil
+}
+
+// daemon is one containerd process.
+type daemon struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has been reaped
+	err  error         // Wait's result, valid after done
+}
+
+// startDaemon runs containerd with config, its output going to log. PATH gets binDir first
+// so that anything containerd looks up by name (the shim) comes from there.
+func startDaemon(binDir, config string, log *logSink) (*daemon, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("pipe for containerd output: %w", err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, containerdBin), "--config", config)
+	// An *os.File (not an io.Writer) so that exec does not wait for the pipe to close: shims
+	// or NRI plugins that inherit it could keep it open long after containerd is gone.
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	go log.copyFrom(r)
+	d := &daemon{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	return d, nil
+}
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *daemon) pid() int { return d.cmd.Process.Pid }
+
+// stop sends SIGTERM, and SIGKILL if containerd is still running after timeout. A nil
+// daemon is already stopped.
+func (d *daemon) stop(timeout time.Duration) error {
+	if d == nil || d.exited() {
+		return nil
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM containerd %d: %w", d.pid(), err)
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-time.After(timeout):
+	}
+	_ = d.cmd.Process.Kill()
+	<-d.done
+	return fmt.Errorf("containerd %d ignored SIGTERM for %v and was killed", d.pid(), timeout)
+}
+
+// errPollStop makes poll give up at once instead of retrying.
+type errPollStop struct{ error }
+
+// poll calls try until it succeeds, returns errPollStop, ctx ends or timeout passes. Each
+// attempt gets a short deadline so one hung call cannot eat the whole timeout.
+func poll(ctx context.Context, timeout time.Duration, try func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		err := try(attempt)
+		cancelAttempt()
+		var stop errPollStop
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &stop):
+			return stop.error
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// tail returns the last n lines of a file, for error messages.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no %s: %v)", path, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return path + ":\n" + strings.Join(lines, "\n")
+}

@@ -1,0 +1,128 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// BuildMountkeeper builds cmd/mountkeeper into dir and returns the binary's path. It uses
+// $MOUNTKEEPER_BINARY instead when set, so `make` can hand over the binary it built.
+func BuildMountkeeper(dir string) (string, error) {
+	if p := os.Getenv("MOUNTKEEPER_BINARY"); p != "" {
+		return p, nil
+	}
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	out := filepath.Join(dir, "mountkeeper")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/mountkeeper")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/mountkeeper: %w: %s", err, b)
+	}
+	return out, nil
+}
+
+// Plugin is a `mountkeeper nri` process connected to an instance's NRI socket.
+type Plugin struct {
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{}
+}
+
+// PluginOptions say how to start the plugin.
+type PluginOptions struct {
+	Binary string   // from BuildMountkeeper
+	Config string   // --config
+	Socket string   // --socket, usually Containerd.NRISocket()
+	Args   []string // extra flags
+	Log    io.Writer
+}
+
+// StartPlugin starts `mountkeeper nri` and waits until the runtime has configured it.
+func StartPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
+	args := append([]string{"nri", "--config", o.Config, "--socket", o.Socket, "--log-level", "debug"}, o.Args...)
+	cmd := exec.Command(o.Binary, args...)
+	buf := &lockedBuffer{}
+	var w io.Writer = buf
+	if o.Log != nil {
+		w = io.MultiWriter(buf, o.Log)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", o.Binary, err)
+	}
+	p := &Plugin{cmd: cmd, log: buf, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	if err := p.WaitLog(ctx, "connected to", 1, 30*time.Second); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// WaitLog waits until the plugin's log holds substr at least n times.
+func (p *Plugin) WaitLog(ctx context.Context, substr string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if strings.Count(p.log.String(), substr) >= n {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("plugin exited (%v) before logging %q %d times; log:\n%s", p.cmd.ProcessState, substr, n, p.log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("plugin did not log %q %d times within %s; log:\n%s", substr, n, timeout, p.log)
+		}
+	}
+}
+
+// Log returns what the plugin logged so far.
+func (p *Plugin) Log() string { return p.log.String() }
+
+// Stop ends the plugin (SIGTERM, then SIGKILL after 5s). Safe to call twice.
+func (p *Plugin) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
