@@ -42,7 +42,7 @@ type Plugin struct {
 // PluginOptions say how to start the plugin.
 type PluginOptions struct {
 	Binary string   // from BuildMountkeeper
-	Config string   // --config
+	Config string   // --config; "" starts the plugin without it (default path, else embedded default)
 	Socket string   // --socket, usually Containerd.NRISocket()
 	Args   []string // extra flags
 	Log    io.Writer
@@ -50,7 +50,11 @@ type PluginOptions struct {
 
 // StartPlugin starts `mountkeeper nri` and waits until the runtime has configured it.
 func StartPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
-	args := append([]string{"nri", "--config", o.Config, "--socket", o.Socket, "--log-level", "debug"}, o.Args...)
+	args := []string{"nri", "--socket", o.Socket, "--log-level", "debug"}
+	if o.Config != "" {
+		args = append(args, "--config", o.Config)
+	}
+	args = append(args, o.Args...)
 	cmd := exec.Command(o.Binary, args...)
 	buf := &lockedBuffer{}
 	var w io.Writer = buf

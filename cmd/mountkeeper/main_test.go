@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte("runtimeClasses:\n  fast:\n    mounts: [{source: "+src+", destination: /data}]\n"), 0o644)
+	os.WriteFile(bad, []byte("runtimeClasses:\n  fast:\n    mounts: [{source: "+src+", destination: data, propagaton: rshared}]\n"), 0o644)
+	spec := `{"ociVersion":"1.2.0","process":{"args":["sh"]},"vendorExtension":{"keep":true},"mounts":[{"destination":"/proc","type":"proc","source":"proc"}]}`
+
+	tests := []struct {
+		name      string
+		args      []string
+		stdin     string
+		code      int
+		stdout    []string
+		stderr    []string
+		notStdout []string
+	}{
+		{name: "version", args: []string{"version"}, stdout: []string{"mountkeeper dev"}},
+		{name: "no command", args: nil, code: 2, stderr: []string{"usage: mountkeeper"}},
+		{name: "unknown command", args: []string{"mount"}, code: 2, stderr: []string{`unknown command "mount"`}},
+		{name: "unknown flag", args: []string{"validate", "--cfg", good}, code: 2, stderr: []string{"flag provided but not defined: -cfg"}},
+		{name: "validate good", args: []string{"validate", "--config", good}, stdout: []string{"OK: 1 runtime classes (fast), 1 mounts"}},
+		{name: "validate bad names the key", args: []string{"validate", "--config", bad}, code: 1, stderr: []string{bad, "field propagaton not found"}},
+		{name: "validate missing file", args: []string{"validate", "--config", filepath.Join(dir, "nope.yaml")}, code: 1, stderr: []string{"nope.yaml: no such file"}},
+		{name: "render adds the mount and keeps unknown fields", args: []string{"render", "--config", good, "--runtime-class", "fast"}, stdin: spec,
+			stdout: []string{`"destination": "/data"`, `"rprivate"`, `"vendorExtension"`, `"keep": true`}},
+		{name: "render unknown class", args: []string{"render", "--config", good, "--runtime-class", "kata"}, stdin: spec, code: 1,
+			stderr: []string{`no runtime class "kata"`, "[fast]"}},
+		{name: "render not JSON", args: []string{"render", "--config", good, "--runtime-class", "fast"}, stdin: "mounts: []", code: 1,
+			stderr: []string{"parse OCI spec"}},
+		{name: "nri bad log format", args: []string{"nri", "--log-format", "xml"}, code: 1, stderr: []string{`--log-format "xml"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tc.args, strings.NewReader(tc.stdin), &out, &errOut)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, errOut.String())
+			}
+			for _, s := range tc.stdout {
+				if !strings.Contains(out.String(), s) {
+					t.Errorf("stdout lacks %q:\n%s", s, out.String())
+				}
+			}
+			for _, s := range tc.stderr {
+				if !strings.Contains(errOut.String(), s) {
+					t.Errorf("stderr lacks %q:\n%s", s, errOut.String())
+				}
+			}
+		})
+	}
+}
+
+func TestRenderOutputIsJSON(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	os.WriteFile(cfg, []byte("runtimeClasses:\n  default:\n    mounts: [{source: "+dir+", destination: /data, readOnly: true}]\n"), 0o644)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"render", "--config", cfg}, strings.NewReader(`{"ociVersion":"1.2.0"}`), &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var doc struct {
+		Mounts []struct {
+			Destination string
+			Options     []string
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	if len(doc.Mounts) != 1 || doc.Mounts[0].Destination != "/data" || strings.Join(doc.Mounts[0].Options, ",") != "rbind,rprivate,ro" {
+		t.Errorf("mounts = %+v", doc.Mounts)
+	}
+}

@@ -1,0 +1,172 @@
+// Command demo shows mountkeeper's main job on a throw-away node: it starts a private
+// containerd + runc with NRI, runs `mountkeeper nri` on its embedded default config, runs a
+// container of the demo runtime class, probes every class mount for real and prints what its
+// propagation did. It then shows the error a container gets when a source cannot propagate.
+// `make demo` runs it in a private mount namespace, so nothing it mounts outlives it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+const (
+	demoClass  = "mountkeeper-demo"
+	demoSource = "/run/mountkeeper-demo" // where the embedded default's sources live
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := os.Stat(configs.DefaultPath); err == nil {
+		return fmt.Errorf("%s exists and would replace the embedded default; move it away to run the demo", configs.DefaultPath)
+	}
+	cfg := configs.Default()
+	_, class, _ := cfg.Class(demoClass)
+
+	cleanup, err := prepareSources(class)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "mountkeeper-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin, err := harness.BuildMountkeeper(work)
+	if err != nil {
+		return err
+	}
+	step("starting containerd 2.4.2 + runc 1.5.2 with NRI in a temp dir, runtime handler %q", demoClass)
+	node, err := harness.Start(ctx, harness.Options{Handlers: []string{demoClass}, NRI: true})
+	defer func() {
+		if err := node.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "cleanup:", err)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	step("starting `mountkeeper nri` with no --config: it uses the embedded default (configs/default.yaml)")
+	plugin, err := harness.StartPlugin(ctx, harness.PluginOptions{Binary: bin, Socket: node.NRISocket()})
+	if err != nil {
+		return err
+	}
+	defer plugin.Stop()
+
+	cri := node.CRI()
+	pod, err := cri.RunPod(ctx, harness.PodOptions{Name: "demo", RuntimeHandler: demoClass})
+	if err != nil {
+		return err
+	}
+	id, err := cri.CreateContainer(ctx, pod, harness.ContainerOptions{Name: "demo", Privileged: true})
+	if err != nil {
+		return fmt.Errorf("create the demo container: %w", err)
+	}
+	if err := cri.StartContainer(ctx, id); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(plugin.Log(), "\n") {
+		if strings.Contains(line, "adding") {
+			fmt.Println("  plugin log:", line)
+		}
+	}
+	step("container %q of runtime class %s is running; probing each class mount:", "demo", demoClass)
+	if err := probeAll(ctx, cri, id, class); err != nil {
+		return err
+	}
+
+	step("now the host makes %s private, and a second container of the class is created:", demoSource)
+	if err := unix.Mount("", demoSource, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s private: %w", demoSource, err)
+	}
+	_, err = cri.CreateContainer(ctx, pod, harness.ContainerOptions{Name: "refused", Privileged: true})
+	if err == nil {
+		return errors.New("the second container was created although its rshared source is private")
+	}
+	fmt.Printf("  refused, as it must be:\n  %s\n", strings.ReplaceAll(err.Error(), "; ", ";\n    "))
+	step("done: everything the demo started and mounted is being removed")
+	return nil
+}
+
+// prepareSources puts a shared tmpfs at demoSource holding one directory per class mount,
+// as an operator prepares a node for rslave/rshared volumes.
+func prepareSources(class configs.RuntimeClass) (func(), error) {
+	created := false
+	cleanup := func() {
+		harness.UnmountAll(demoSource)
+		if created {
+			os.Remove(demoSource)
+		}
+	}
+	if _, err := os.Stat(demoSource); err == nil {
+		return func() {}, fmt.Errorf("%s already exists: is another demo running?", demoSource)
+	}
+	created = true
+	if err := harness.MountTmpfs(demoSource, "shared"); err != nil {
+		return cleanup, err
+	}
+	for _, m := range class.Mounts {
+		if err := os.MkdirAll(m.Source, 0o755); err != nil {
+			return cleanup, err
+		}
+	}
+	return cleanup, nil
+}
+
+func probeAll(ctx context.Context, cri *harness.Client, id string, class configs.RuntimeClass) error {
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  MOUNT\tPROPAGATION\tHOST MOUNT MADE LATER\tMOUNT MADE IN CONTAINER\tAS EXPECTED")
+	var wrong []string
+	for _, m := range class.Edits().Mounts {
+		seen, err := harness.ProbePropagation(ctx, cri, id, m.Source, m.Destination)
+		if err != nil {
+			return err
+		}
+		want := harness.Seen{HostToContainer: m.Propagation != specmod.Private, ContainerToHost: m.Propagation == specmod.Shared}
+		verdict := "yes"
+		if seen != want {
+			verdict = "NO"
+			wrong = append(wrong, m.Destination)
+		}
+		fmt.Fprintf(tw, "  %s -> %s\t%s (%s)\t%s\t%s\t%s\n", m.Source, m.Destination, m.Propagation, m.Propagation.KubernetesName(),
+			visible(seen.HostToContainer, "seen in container", "not seen in container"),
+			visible(seen.ContainerToHost, "seen on host", "stays in container"), verdict)
+	}
+	tw.Flush()
+	if len(wrong) > 0 {
+		return fmt.Errorf("propagation differs from the config for %s", strings.Join(wrong, ", "))
+	}
+	return nil
+}
+
+func visible(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
+}
+
+func step(format string, a ...any) {
+	fmt.Printf("\n==> "+format+"\n", a...)
+}
+
