@@ -6,6 +6,7 @@ package configs
 import (
 	"errors"
 	"fmt"
+	"path"
 	"sort"
 
 	"github.com/mountkeeper/mountkeeper/specmod"
@@ -18,10 +19,30 @@ const DefaultPath = "/etc/mountkeeper/config.yaml"
 // handler. NRI reports those pods with handler "", not "runc".
 const DefaultClass = "default"
 
-// Config is the whole configuration file. Global keys that later features need (kubeletRoot,
-// subPathRepair, stateDir, mountTimeout) sit next to runtimeClasses.
+// DefaultKubeletRoot is kubelet's --root-dir default.
+const DefaultKubeletRoot = "/var/lib/kubelet"
+
+// Config is the whole configuration file: node-wide keys next to the runtime classes.
 type Config struct {
+	// KubeletRoot is kubelet's --root-dir, where subPath bind targets live.
+	KubeletRoot string `yaml:"kubeletRoot"`
+	// SubPathRepair re-resolves stale subPath mounts of any container at CreateContainer
+	// (default true).
+	SubPathRepair  *bool                   `yaml:"subPathRepair"`
 	RuntimeClasses map[string]RuntimeClass `yaml:"runtimeClasses"`
+}
+
+// KubeletRootDir returns kubeletRoot or its default.
+func (c *Config) KubeletRootDir() string {
+	if c.KubeletRoot == "" {
+		return DefaultKubeletRoot
+	}
+	return c.KubeletRoot
+}
+
+// RepairSubPaths says whether stale subPath mounts are repaired.
+func (c *Config) RepairSubPaths() bool {
+	return c.SubPathRepair == nil || *c.SubPathRepair
 }
 
 // RuntimeClass is what the containers of one CRI runtime handler get.
@@ -84,10 +105,13 @@ func (m Mount) specMount() (specmod.Mount, error) {
 
 // Validate reports every problem in the config, each naming the class and the mount.
 func (c *Config) Validate() error {
-	if len(c.RuntimeClasses) == 0 {
-		return errors.New("runtimeClasses is empty: with no class mountkeeper would change no container")
-	}
 	var errs []error
+	if c.KubeletRoot != "" && !isAbsClean(c.KubeletRoot) {
+		errs = append(errs, fmt.Errorf("kubeletRoot %q must be an absolute, clean path", c.KubeletRoot))
+	}
+	if len(c.RuntimeClasses) == 0 && !c.RepairSubPaths() {
+		errs = append(errs, errors.New("runtimeClasses is empty and subPathRepair is false: mountkeeper would change no container"))
+	}
 	for _, name := range c.ClassNames() {
 		errs = append(errs, validateClass(name, c.RuntimeClasses[name]))
 	}
@@ -161,3 +185,5 @@ func flatten(err error) []error {
 	}
 	return errs
 }
+
+func isAbsClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }

@@ -81,14 +81,24 @@ func TestParseInvalid(t *testing.T) {
 			want: []string{"cannot unmarshal !!str `sometimes` into bool"},
 		},
 		{
-			name: "runtimeClasses empty map",
-			yaml: "runtimeClasses: {}\n",
-			want: []string{"runtimeClasses is empty: with no class mountkeeper would change no container"},
+			name: "no classes and no subPath repair",
+			yaml: "subPathRepair: false\nruntimeClasses: {}\n",
+			want: []string{"runtimeClasses is empty and subPathRepair is false: mountkeeper would change no container"},
 		},
 		{
-			name: "runtimeClasses null",
-			yaml: "runtimeClasses:\n",
-			want: []string{"runtimeClasses is empty"},
+			name: "runtimeClasses null and no subPath repair",
+			yaml: "subPathRepair: false\nruntimeClasses:\n",
+			want: []string{"runtimeClasses is empty and subPathRepair is false"},
+		},
+		{
+			name: "relative kubeletRoot",
+			yaml: "kubeletRoot: var/lib/kubelet\n",
+			want: []string{`kubeletRoot "var/lib/kubelet" must be an absolute, clean path`},
+		},
+		{
+			name: "subPathRepair not a bool",
+			yaml: "subPathRepair: maybe\n",
+			want: []string{"cannot unmarshal !!str `maybe` into bool"},
 		},
 		{
 			name: "class with empty name",
@@ -488,4 +498,30 @@ func TestLoadOrDefault(t *testing.T) {
 			t.Errorf("LoadOrDefault(DefaultPath) = %+v, want the embedded default", c)
 		}
 	})
+}
+
+func TestNodeWideDefaults(t *testing.T) {
+	tests := []struct {
+		name       string
+		yaml       string
+		root       string
+		repair     bool
+		numClasses int
+	}{
+		{"defaults", oneMount("{source: /srv/a, destination: /a}"), configs.DefaultKubeletRoot, true, 1},
+		{"repair only, no classes", "kubeletRoot: /data/kubelet\n", "/data/kubelet", true, 0},
+		{"repair off", "subPathRepair: false\n" + oneMount("{source: /srv/a, destination: /a}"), configs.DefaultKubeletRoot, false, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := configs.Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.KubeletRootDir() != tc.root || c.RepairSubPaths() != tc.repair || len(c.RuntimeClasses) != tc.numClasses {
+				t.Errorf("kubeletRoot %q, repair %v, %d classes; want %q, %v, %d",
+					c.KubeletRootDir(), c.RepairSubPaths(), len(c.RuntimeClasses), tc.root, tc.repair, tc.numClasses)
+			}
+		})
+	}
 }

@@ -25,6 +25,7 @@ type node struct {
 	ctrd   *harness.Containerd
 	plugin *harness.Plugin
 	bin    string
+	config string
 }
 
 // newNode starts containerd with the given runtime handlers and mountkeeper with config (the
@@ -48,8 +49,8 @@ func newNode(t *testing.T, handlers []string, config string) *node {
 	if n.bin, err = harness.BuildMountkeeper(dir); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
+	n.config = filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(n.config, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n.ctrd, err = harness.Start(ctx, harness.Options{Handlers: handlers, NRI: true})
@@ -66,12 +67,19 @@ func newNode(t *testing.T, handlers []string, config string) *node {
 			t.Errorf("cleanup containerd: %v", err)
 		}
 	})
-	n.plugin, err = harness.StartPlugin(ctx, harness.PluginOptions{Binary: n.bin, Config: cfg, Socket: n.ctrd.NRISocket(), Log: testWriter{t, "mountkeeper"}})
-	if err != nil {
-		t.Fatalf("start mountkeeper: %v", err)
-	}
-	t.Cleanup(n.plugin.Stop)
+	n.startPlugin()
 	return n
+}
+
+// startPlugin starts `mountkeeper nri` on the node's config; it is stopped when the test ends.
+func (n *node) startPlugin() {
+	n.t.Helper()
+	var err error
+	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config, Socket: n.ctrd.NRISocket(), Log: testWriter{n.t, "mountkeeper"}})
+	if err != nil {
+		n.t.Fatalf("start mountkeeper: %v", err)
+	}
+	n.t.Cleanup(n.plugin.Stop)
 }
 
 // src is where the test's host volume sources live.
