@@ -28,6 +28,7 @@ const usage = `usage: mountkeeper <command> [flags]
 commands:
   nri       run the NRI plugin (containerd, CRI-O)
   render    print a config.json with the class mounts of a runtime class added (dry run)
+  hook      run as an OCI runtime hook: hook prestart|createRuntime|precreate
   validate  check a config file
   version   print the version
 `
@@ -49,6 +50,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runRender(args[1:], stdin, stdout, stderr)
 	case "validate":
 		err = runValidate(args[1:], stdout, stderr)
+	case "hook":
+		err = runHook(args[1:], stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mountkeeper", version)
 	case "help", "-h", "--help":
