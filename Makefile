@@ -37,11 +37,12 @@ e2e: tools build
 test: vet unit e2e
 
 demo: tools build
-	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) run ./test/demo
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(PRIVATE_NS) $(GO) run ./test/demo
 
 # Ratios against a baseline measured in the same run (see test/benchratio).
 bench:
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 3000x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
+	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./subpath/ | grep -E 'ratio|^ok|FAIL'
 
 clean:
 	rm -rf bin

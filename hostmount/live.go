@@ -82,9 +82,9 @@ func mountID(path string) (int, error) {
 	return int(stx.Mnt_id), nil
 }
 
-// bounded runs f and waits at most d for it. A call that overruns is left to finish on its own
+// Bounded runs f and waits at most d for it. A call that overruns is left to finish on its own
 // goroutine (a hung stat cannot be cancelled) and its result is dropped.
-func bounded[T any](d time.Duration, what string, f func() (T, error)) (T, error) {
+func Bounded[T any](d time.Duration, what string, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error

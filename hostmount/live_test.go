@@ -17,7 +17,7 @@ import (
 func TestBoundedTimesOut(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block) // let the abandoned call finish
-	v, err := bounded(10*time.Millisecond, "stat /nfs/dead", func() (int, error) {
+	v, err := Bounded(10*time.Millisecond, "stat /nfs/dead", func() (int, error) {
 		<-block
 		return 42, nil
 	})
@@ -46,7 +46,7 @@ func TestBoundedPassesResultThrough(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// The timeout is far beyond what the call needs; nothing here depends on timing.
-			v, err := bounded(time.Hour, "x", func() (int, error) { return tt.v, tt.err })
+			v, err := Bounded(time.Hour, "x", func() (int, error) { return tt.v, tt.err })
 			if v != tt.v || !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Errorf("bounded = %d, %v; want %d, %v", v, err, tt.v, tt.wantErr)
 			}

@@ -68,14 +68,19 @@ func (p *Plugin) setConfig(cfg *configs.Config) {
 	p.mu.Unlock()
 }
 
-// CreateContainer adds the class mounts of the pod's runtime class. A pod of no configured class
-// is left alone; a class mount that cannot be made exactly as asked fails the container, since
+// CreateContainer repairs the container's stale subPath mounts, then adds the class mounts of
+// the pod's runtime class. A pod of no configured class gets no class mounts; a class mount that cannot be made exactly as asked fails the container, since
 // a container whose volume is silently missing writes its data into its rootfs and loses it.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	log := p.log.WithFields(logrus.Fields{
 		"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": ctr.GetName(), "handler": pod.GetRuntimeHandler(),
 	})
-	class, edits, ok, err := editsFor(p.config(), p.host, pod.GetRuntimeHandler(), ociMounts(ctr.GetMounts()))
+	cfg := p.config()
+	if err := repairSubPaths(cfg, log, pod, ctr); err != nil {
+		log.Error(err)
+		return nil, nil, err
+	}
+	class, edits, ok, err := editsFor(cfg, p.host, pod.GetRuntimeHandler(), ociMounts(ctr.GetMounts()))
 	switch {
 	case !ok:
 		log.Debugf("no runtime class %q in the config: container left unchanged", class)

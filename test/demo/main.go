@@ -33,33 +33,58 @@ func main() {
 	}
 }
 
+// demo is what every scenario gets: the throw-away node and the way to (re)start the plugin.
+type demo struct {
+	ctx    context.Context
+	node   *harness.Containerd
+	bin    string
+	plugin *harness.Plugin
+}
+
+// startPlugin starts `mountkeeper nri` with no --config: the embedded default.
+func (d *demo) startPlugin() error {
+	var err error
+	d.plugin, err = harness.StartPlugin(d.ctx, harness.PluginOptions{Binary: d.bin, Socket: d.node.NRISocket()})
+	return err
+}
+
+func (d *demo) stopPlugin() {
+	if d.plugin != nil {
+		d.plugin.Stop()
+	}
+}
+
+// pluginLog prints the plugin's log lines that contain substr.
+func (d *demo) pluginLog(substr string) {
+	for _, line := range strings.Split(d.plugin.Log(), "\n") {
+		if strings.Contains(line, substr) {
+			fmt.Println("  plugin log:", line)
+		}
+	}
+}
+
 func run() error {
+	if os.Getenv("MOUNTKEEPER_PRIVATE_MOUNT_NS") == "" {
+		return errors.New("the demo mounts over /run/mountkeeper-demo and /var/lib/kubelet: run it with `make demo`, which gives it a private mount namespace")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := os.Stat(configs.DefaultPath); err == nil {
 		return fmt.Errorf("%s exists and would replace the embedded default; move it away to run the demo", configs.DefaultPath)
-	}
-	cfg := configs.Default()
-	_, class, _ := cfg.Class(demoClass)
-
-	cleanup, err := prepareSources(class)
-	defer cleanup()
-	if err != nil {
-		return err
 	}
 	work, err := os.MkdirTemp("", "mountkeeper-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin, err := harness.BuildMountkeeper(work)
-	if err != nil {
+	d := &demo{ctx: ctx}
+	if d.bin, err = harness.BuildMountkeeper(work); err != nil {
 		return err
 	}
 	step("starting containerd 2.4.2 + runc 1.5.2 with NRI in a temp dir, runtime handler %q", demoClass)
-	node, err := harness.Start(ctx, harness.Options{Handlers: []string{demoClass}, NRI: true})
+	d.node, err = harness.Start(ctx, harness.Options{Handlers: []string{demoClass}, NRI: true})
 	defer func() {
-		if err := node.Close(); err != nil {
+		if err := d.node.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "cleanup:", err)
 		}
 	}()
@@ -67,31 +92,45 @@ func run() error {
 		return err
 	}
 	step("starting `mountkeeper nri` with no --config: it uses the embedded default (configs/default.yaml)")
-	plugin, err := harness.StartPlugin(ctx, harness.PluginOptions{Binary: bin, Socket: node.NRISocket()})
-	if err != nil {
+	if err := d.startPlugin(); err != nil {
 		return err
 	}
-	defer plugin.Stop()
+	defer d.stopPlugin()
 
-	cri := node.CRI()
-	pod, err := cri.RunPod(ctx, harness.PodOptions{Name: "demo", RuntimeHandler: demoClass})
+	for _, scenario := range []func(*demo) error{propagation, subPathRepair} {
+		if err := scenario(d); err != nil {
+			return err
+		}
+	}
+	step("done: everything the demo started and mounted is being removed")
+	return nil
+}
+
+// propagation runs a container of the demo class, probes each class mount for real, then
+// shows the error a container gets when the host side cannot propagate.
+func propagation(d *demo) error {
+	cfg := configs.Default()
+	_, class, _ := cfg.Class(demoClass)
+	cleanup, err := prepareSources(class)
+	defer cleanup()
 	if err != nil {
 		return err
 	}
-	id, err := cri.CreateContainer(ctx, pod, harness.ContainerOptions{Name: "demo", Privileged: true})
+	cri := d.node.CRI()
+	pod, err := cri.RunPod(d.ctx, harness.PodOptions{Name: "demo", RuntimeHandler: demoClass})
+	if err != nil {
+		return err
+	}
+	id, err := cri.CreateContainer(d.ctx, pod, harness.ContainerOptions{Name: "demo", Privileged: true})
 	if err != nil {
 		return fmt.Errorf("create the demo container: %w", err)
 	}
-	if err := cri.StartContainer(ctx, id); err != nil {
+	if err := cri.StartContainer(d.ctx, id); err != nil {
 		return err
 	}
-	for _, line := range strings.Split(plugin.Log(), "\n") {
-		if strings.Contains(line, "adding") {
-			fmt.Println("  plugin log:", line)
-		}
-	}
+	d.pluginLog("adding")
 	step("container %q of runtime class %s is running; probing each class mount:", "demo", demoClass)
-	if err := probeAll(ctx, cri, id, class); err != nil {
+	if err := probeAll(d.ctx, cri, id, class); err != nil {
 		return err
 	}
 
@@ -99,13 +138,12 @@ func run() error {
 	if err := unix.Mount("", demoSource, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make %s private: %w", demoSource, err)
 	}
-	_, err = cri.CreateContainer(ctx, pod, harness.ContainerOptions{Name: "refused", Privileged: true})
+	_, err = cri.CreateContainer(d.ctx, pod, harness.ContainerOptions{Name: "refused", Privileged: true})
 	if err == nil {
 		return errors.New("the second container was created although its rshared source is private")
 	}
 	fmt.Printf("  refused, as it must be:\n  %s\n", strings.ReplaceAll(err.Error(), "; ", ";\n    "))
-	step("done: everything the demo started and mounted is being removed")
-	return nil
+	return cri.RemovePod(d.ctx, pod)
 }
 
 // prepareSources puts a shared tmpfs at demoSource holding one directory per class mount,

@@ -1,0 +1,620 @@
+package subpath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	configMap   = "kubernetes.io~configmap"
+	secret      = "kubernetes.io~secret"
+	projected   = "kubernetes.io~projected"
+	downwardAPI = "kubernetes.io~downward-api"
+	emptyDir    = "kubernetes.io~empty-dir"
+	csi         = "kubernetes.io~csi"
+)
+
+// env is what a scenario's update sees: the fake kubelet, the volume under test, a secret
+// volume beside it and files outside the kubelet root (each outside file says "OUTSIDE").
+type env struct {
+	*kubelet
+	volDir          string
+	sibling         string
+	outFile, outDir string
+	newTS           string // set by atomic
+}
+
+// atomic updates the volume under test the atomic-writer way, old timestamp dir removed.
+func (e *env) atomic(files map[string]entry) { e.newTS = e.writeAtomic(e.volDir, files) }
+
+type scenario struct {
+	name    string
+	plugin  string
+	volume  string
+	tmpfs   bool
+	initial map[string]entry
+	subPath string // as the pod spec names it
+	update  func(e *env)
+	// privateBind makes kubelet's bind private (below the shared kubelet root it comes out a
+	// shared peer of the volume's mount, as on a real node).
+	privateBind bool
+
+	want        string // what the target shows after the repair
+	wantSubPath string // Repair.SubPath; default subPath
+	wantNewRel  string // NewSource below the new timestamp dir (atomic) or volume dir; default wantSubPath
+	wantErr     []string
+}
+
+var initialConfig = map[string]entry{
+	"app.conf":       file("v1"),
+	"conf.d/app.ini": file("ini1"),
+}
+
+var scenarios = []scenario{
+	{
+		name: "configMap file key", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2"), "conf.d/app.ini": file("ini2")}) },
+		want:   "v2",
+	},
+	{
+		name: "configMap file key, kubelet's bind private", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		privateBind: true,
+		update:      func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2"), "conf.d/app.ini": file("ini2")}) },
+		want:        "v2",
+	},
+	{
+		name: "secret directory, kubelet's bind private", plugin: secret, volume: "creds", tmpfs: true,
+		initial: map[string]entry{"d/a": file("a1")}, subPath: "d", privateBind: true,
+		update: func(e *env) { e.atomic(map[string]entry{"d/a": file("a2")}) },
+		want:   "a=a2",
+	},
+	{
+		name: "configMap nested key", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d/app.ini",
+		update: func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2"), "conf.d/app.ini": file("ini2")}) },
+		want:   "ini2",
+	},
+	{
+		name: "configMap deep nested key", plugin: configMap, volume: "cfg",
+		initial: map[string]entry{"a/b/c/d/e.ini": file("e1")}, subPath: "a/b/c/d/e.ini",
+		update: func(e *env) { e.atomic(map[string]entry{"a/b/c/d/e.ini": file("e2")}) },
+		want:   "e2",
+	},
+	{
+		name: "configMap directory subPath", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update: func(e *env) {
+			e.atomic(map[string]entry{"conf.d/app.ini": file("ini2"), "conf.d/extra.ini": file("x2")})
+		},
+		want: "app.ini=ini2 extra.ini=x2",
+	},
+	{
+		name: "secret key on its own tmpfs", plugin: secret, volume: "creds", tmpfs: true,
+		initial: map[string]entry{"token": file("t1")}, subPath: "token",
+		update: func(e *env) { e.atomic(map[string]entry{"token": file("t2")}) },
+		want:   "t2",
+	},
+	{
+		name: "projected directory", plugin: projected, volume: "bundle",
+		initial: map[string]entry{"certs/ca.crt": file("ca1"), "certs/tls.crt": file("tls1")}, subPath: "certs",
+		update: func(e *env) { e.atomic(map[string]entry{"certs/ca.crt": file("ca2"), "certs/tls.crt": file("tls2")}) },
+		want:   "ca.crt=ca2 tls.crt=tls2",
+	},
+	{
+		name: "projected nested key on tmpfs", plugin: projected, volume: "bundle", tmpfs: true,
+		initial: map[string]entry{"certs/ca.crt": file("ca1")}, subPath: "certs/ca.crt",
+		update: func(e *env) { e.atomic(map[string]entry{"certs/ca.crt": file("ca2")}) },
+		want:   "ca2",
+	},
+	{
+		name: "downwardAPI key", plugin: downwardAPI, volume: "podinfo",
+		initial: map[string]entry{"labels": file(`app="a"`)}, subPath: "labels",
+		update: func(e *env) { e.atomic(map[string]entry{"labels": file(`app="b"`)}) },
+		want:   `app="b"`,
+	},
+	{
+		name: "key is now a symlink that stays inside the volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) {
+			e.atomic(map[string]entry{"app.conf": symlink("sub/../real.conf"), "real.conf": file("v2"), "sub/keep": file("")})
+		},
+		want: "v2", wantNewRel: "real.conf",
+	},
+	{
+		name: "key no longer exists", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d/app.ini",
+		update:  func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2")}) },
+		wantErr: []string{"key conf.d/app.ini is no longer in configMap volume cfg", "no such file or directory"},
+	},
+	{
+		name: "key is now a symlink to /", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": symlink("/")}) },
+		wantErr: []string{"key conf.d of configMap volume cfg leads out of the volume", "it was not followed"},
+	},
+	{
+		name: "key is now a relative symlink into a sibling volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) {
+			e.atomic(map[string]entry{"app.conf": symlink("../../../kubernetes.io~secret/sec/..data/token")})
+		},
+		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
+	},
+	{
+		name: "key is now an absolute symlink into a sibling volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) {
+			e.atomic(map[string]entry{"app.conf": symlink(filepath.Join(e.sibling, "token"))})
+		},
+		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
+	},
+	{
+		name: "key is now a symlink to /proc/self/root", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": symlink("/proc/self/root")}) },
+		wantErr: []string{"key conf.d of configMap volume cfg leads out of the volume"},
+	},
+	{
+		name: "key is now a symlink of .. components out of the volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": symlink("../../../../../../../../..")}) },
+		wantErr: []string{"key conf.d of configMap volume cfg leads out of the volume"},
+	},
+	{
+		name: "key is now a symlink to a file outside", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update:  func(e *env) { e.atomic(map[string]entry{"app.conf": symlink(e.outFile)}) },
+		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
+	},
+	{
+		name: "..data now points outside", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) {
+			e.atomic(map[string]entry{"app.conf": file("v2")})
+			must(e.t, os.Symlink(e.outDir, filepath.Join(e.volDir, "..data_tmp")))
+			must(e.t, os.Rename(filepath.Join(e.volDir, "..data_tmp"), filepath.Join(e.volDir, "..data")))
+		},
+		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
+	},
+	{
+		name: "key is now a directory", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) { e.atomic(map[string]entry{"app.conf/x": file("v2")}) },
+		wantErr: []string{"key app.conf of configMap volume cfg cannot replace the stale bind",
+			"it is a directory now, but the stale bind was a regular file"},
+	},
+	{
+		name: "directory key is now a file", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": file("flat")}) },
+		wantErr: []string{"it is a regular file now, but the stale bind was a directory"},
+	},
+	{
+		name: "volume in two plugin directories", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) {
+			e.atomic(map[string]entry{"app.conf": file("v2")})
+			must(e.t, os.MkdirAll(filepath.Join(e.pod(), "volumes", secret, "cfg"), 0o755))
+		},
+		wantErr: []string{"volume cfg is in 2 plugin directories (kubernetes.io~configmap, kubernetes.io~secret)"},
+	},
+	{
+		name: "emptyDir file replaced", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		update: func(e *env) {
+			must(e.t, os.Remove(filepath.Join(e.volDir, "data/f")))
+			must(e.t, os.WriteFile(filepath.Join(e.volDir, "data/f"), []byte("e2"), 0o644))
+		},
+		want: "e2",
+	},
+	{
+		name: "emptyDir directory replaced", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data",
+		update: func(e *env) {
+			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			writeTree(e.t, e.volDir, map[string]entry{"data/g": file("e2")})
+		},
+		want: "g=e2",
+	},
+	{
+		name: "csi file replaced", plugin: csi, volume: "data", tmpfs: true,
+		initial: map[string]entry{"conf/f": file("c1")}, subPath: "conf/f",
+		update: func(e *env) {
+			must(e.t, os.Remove(filepath.Join(e.volDir, "conf/f")))
+			must(e.t, os.WriteFile(filepath.Join(e.volDir, "conf/f"), []byte("c2"), 0o644))
+		},
+		want: "c2",
+	},
+	{
+		name: "csi name became a symlink out of the volume", plugin: csi, volume: "data", tmpfs: true,
+		initial: map[string]entry{"conf/f": file("c1")}, subPath: "conf/f",
+		update: func(e *env) {
+			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "conf")))
+			must(e.t, os.Symlink("../../../kubernetes.io~secret/sec", filepath.Join(e.volDir, "conf")))
+		},
+		wantErr: []string{"subPath conf/f of csi volume data leads out of the volume"},
+	},
+	{
+		name: "emptyDir subPath removed", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		update:  func(e *env) { must(e.t, os.Remove(filepath.Join(e.volDir, "data/f"))) },
+		wantErr: []string{"subPath data/f is no longer in emptyDir volume scratch"},
+	},
+	{
+		name: "emptyDir directory name became a symlink out of the volume", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		update: func(e *env) {
+			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			must(e.t, os.Symlink(e.outDir, filepath.Join(e.volDir, "data")))
+		},
+		wantErr: []string{"subPath data/f of emptyDir volume scratch leads out of the volume", "it was not followed"},
+	},
+	{
+		name: "emptyDir file name became a symlink out of the volume", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		update: func(e *env) {
+			must(e.t, os.Remove(filepath.Join(e.volDir, "data/f")))
+			must(e.t, os.Symlink(e.outFile, filepath.Join(e.volDir, "data/f")))
+		},
+		wantErr: []string{"subPath data/f of emptyDir volume scratch leads out of the volume"},
+	},
+	{
+		name: "emptyDir name became a relative symlink out of the volume", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		update: func(e *env) {
+			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			rel, err := filepath.Rel(e.volDir, e.outDir)
+			must(e.t, err)
+			must(e.t, os.Symlink(rel, filepath.Join(e.volDir, "data")))
+		},
+		wantErr: []string{"subPath data/f of emptyDir volume scratch leads out of the volume"},
+	},
+	{
+		// A procfs inside the volume (a privileged container with Bidirectional propagation
+		// could mount one): the path stays below the volume dir, but /proc/<pid>/root is a
+		// magic link to the host's root.
+		name: "emptyDir name became a symlink through a magic link", plugin: emptyDir, volume: "scratch",
+		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		update: func(e *env) {
+			proc := filepath.Join(e.volDir, "proc")
+			must(e.t, os.Mkdir(proc, 0o755))
+			must(e.t, unix.Mount("proc", proc, "proc", 0, ""))
+			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			must(e.t, os.Symlink("proc/self/root"+e.outDir, filepath.Join(e.volDir, "data")))
+		},
+		wantErr: []string{"subPath data/f of emptyDir volume scratch leads through a magic link", "too many levels of symbolic links"},
+	},
+}
+
+// TestRepairInNamespace builds a fake kubelet root per scenario, makes the subPath bind as
+// kubelet does, updates the volume and repairs it, with real mounts in a private mount
+// namespace.
+func TestRepairInNamespace(t *testing.T) {
+	if !inPrivateNamespace(t) {
+		return
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, Live{}) })
+	}
+	// The same on a kernel that cannot mount beneath (< 6.5): detach, then attach.
+	for _, sc := range scenarios {
+		t.Run("no beneath/"+sc.name, func(t *testing.T) { runScenario(t, sc, &hookHost{noBeneath: true}) })
+	}
+	t.Run("not stale", testNotStale)
+	t.Run("symlink swapped in after the check", testSwapAfterCheck)
+	t.Run("failures", testFailures)
+	t.Run("target is a symlink", testTargetSymlink)
+}
+
+func setup(t *testing.T, sc scenario) (*env, Target, string) {
+	t.Helper()
+	k := newKubelet(t)
+	e := &env{kubelet: k, sibling: k.volume(secret, "sec", true)}
+	k.writeAtomic(e.sibling, map[string]entry{"token": file("SIBLING")})
+	e.outFile, e.outDir = outside(t)
+	for _, n := range []string{"app.conf", "f", "token"} {
+		must(t, os.WriteFile(filepath.Join(e.outDir, n), []byte("OUTSIDE"), 0o644))
+	}
+	e.volDir = k.volume(sc.plugin, sc.volume, sc.tmpfs && sc.plugin != csi)
+	if sc.plugin == csi { // the driver's filesystem is mounted on <volume>/mount
+		e.volDir = filepath.Join(e.volDir, "mount")
+		must(t, os.Mkdir(e.volDir, 0o755))
+		if sc.tmpfs {
+			must(t, unix.Mount("tmpfs", e.volDir, "tmpfs", 0, "size=4m"))
+		}
+	}
+	var oldTS string
+	if _, atomic := volumeKind(sc.plugin); atomic {
+		oldTS = k.writeAtomic(e.volDir, sc.initial)
+	} else {
+		writeTree(t, e.volDir, sc.initial)
+	}
+	tg := k.bind(e.volDir, sc.volume, "app", 0, sc.subPath)
+	if sc.privateBind {
+		must(t, unix.Mount("", tg.Path, "", unix.MS_PRIVATE, ""))
+	}
+	return e, tg, oldTS
+}
+
+// propagation of the mount on path.
+func propagation(t *testing.T, path string) string {
+	t.Helper()
+	n, err := Live{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+	must(t, err)
+	defer n.Close()
+	if !n.MountRoot {
+		t.Fatalf("%s is not a mount point", path)
+	}
+	m, err := Live{}.Mount(n)
+	must(t, err)
+	return m.Propagation()
+}
+
+func runScenario(t *testing.T, sc scenario, host Host) {
+	e, tg, oldTS := setup(t, sc)
+	r := NewRepairerWith(e.root, host)
+	if stale, err := r.Stale(tg); err != nil || stale {
+		t.Fatalf("Stale before the update = %v, %v; want false", stale, err)
+	}
+	before := show(t, tg.Path)
+	kubeletProp := propagation(t, tg.Path)
+	if want := map[bool]string{true: "private", false: "shared"}[sc.privateBind]; kubeletProp != want {
+		t.Fatalf("kubelet's bind is %s, this test expects %s", kubeletProp, want)
+	}
+
+	sc.update(e)
+	if stale, err := r.Stale(tg); err != nil || !stale {
+		t.Fatalf("Stale after the update = %v, %v; want true", stale, err)
+	}
+
+	rep, err := r.Repair(tg)
+	if len(sc.wantErr) > 0 {
+		if err == nil {
+			t.Fatalf("Repair succeeded (%+v, target shows %q), want an error", rep, show(t, tg.Path))
+		}
+		for _, w := range sc.wantErr {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Repair error\ngot:  %v\nwant it to contain: %s", err, w)
+			}
+		}
+		var re *Error
+		if !errors.As(err, &re) || re.Target != tg {
+			t.Errorf("Repair error %v is not an *Error for %+v", err, tg)
+		}
+		if !strings.Contains(err.Error(), tg.Path) || !strings.Contains(err.Error(), "volume "+sc.volume) {
+			t.Errorf("Repair error %q does not name the target and volume", err)
+		}
+		// Nothing was mounted, from outside or at all: the stale bind is still there, with
+		// the old content.
+		if stale, serr := r.Stale(tg); serr != nil || !stale {
+			t.Errorf("after the failed repair Stale = %v, %v; want the stale bind still in place", stale, serr)
+		}
+		wantShown := before
+		if fi, err := os.Stat(tg.Path); err == nil && fi.IsDir() {
+			wantShown = "(deleted directory)"
+		}
+		if got := show(t, tg.Path); got != wantShown {
+			t.Errorf("after the failed repair the target shows %q, want the stale content %q", got, wantShown)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("Repair: %v", err)
+	}
+	if got := show(t, tg.Path); got != sc.want {
+		t.Errorf("after the repair the target shows %q, want %q", got, sc.want)
+	}
+	if stale, err := r.Stale(tg); err != nil || stale {
+		t.Errorf("Stale after the repair = %v, %v; want false", stale, err)
+	}
+
+	wantSub := sc.wantSubPath
+	if wantSub == "" {
+		wantSub = sc.subPath
+	}
+	newRel := sc.wantNewRel
+	if newRel == "" {
+		newRel = wantSub
+	}
+	kind, _ := volumeKind(sc.plugin)
+	want := Repair{Target: tg, VolumeDir: e.volDir, SubPath: wantSub, Kind: kind,
+		OldSource: filepath.Join(e.volDir, sc.subPath), NewSource: filepath.Join(e.volDir, newRel)}
+	if oldTS != "" {
+		want.OldSource = filepath.Join(e.volDir, oldTS, wantSub)
+		want.NewSource = filepath.Join(e.volDir, e.newTS, newRel)
+	}
+	if rep != want {
+		t.Errorf("Repair =\n  %+v\nwant\n  %+v", rep, want)
+	}
+
+	// The new bind propagates as kubelet's did: a shared peer of the volume's mount (the
+	// clone of a shared mount is one), or private where kubelet's bind was private.
+	if got := propagation(t, tg.Path); got != kubeletProp {
+		t.Errorf("the repaired bind is %s, want %s as kubelet's bind was", got, kubeletProp)
+	}
+}
+
+// testNotStale: a fresh bind is not stale and Repair leaves it alone.
+func testNotStale(t *testing.T) {
+	sc := scenario{plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf"}
+	e, tg, _ := setup(t, sc)
+	r := NewRepairer(e.root)
+	if stale, err := r.Stale(tg); err != nil || stale {
+		t.Errorf("Stale = %v, %v; want false", stale, err)
+	}
+	_, err := r.Repair(tg)
+	if !errors.Is(err, ErrNotStale) {
+		t.Errorf("Repair of a live bind: %v, want ErrNotStale", err)
+	}
+	if got := show(t, tg.Path); got != "v1" {
+		t.Errorf("target shows %q after Repair of a live bind, want v1", got)
+	}
+	missing := tg
+	missing.Path = filepath.Join(filepath.Dir(tg.Path), "7")
+	missing.Index = 7
+	if _, err := r.Stale(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing.Path) {
+		t.Errorf("Stale of a missing target: %v, want ErrNotExist naming it", err)
+	}
+}
+
+// hookHost is Live with hooks: before the first Clone (between resolving the new object and
+// binding it), a kernel that cannot mount beneath, and failures of the n-th Attach (before or
+// after it attached) or Detach (counted from 1).
+type hookHost struct {
+	Live
+	beforeClone                             func()
+	noBeneath                               bool
+	failAttach, failAfterAttach, failDetach map[int]bool
+	failPrivate                             bool
+	attaches, detaches                      int
+}
+
+func (h *hookHost) MakePrivate(tree *Node) error {
+	if h.failPrivate {
+		return errors.New("injected failure to make private")
+	}
+	return h.Live.MakePrivate(tree)
+}
+
+func (h *hookHost) Clone(n *Node) (*Node, error) {
+	if h.beforeClone != nil {
+		h.beforeClone()
+		h.beforeClone = nil
+	}
+	return h.Live.Clone(n)
+}
+
+func (h *hookHost) Attach(tree, target *Node, beneath bool) (Mount, error) {
+	h.attaches++
+	if beneath && h.noBeneath {
+		return Mount{}, fmt.Errorf("injected: %w", ErrNoBeneath)
+	}
+	if h.failAttach[h.attaches] {
+		return Mount{}, errors.New("injected failure before attach")
+	}
+	m, err := h.Live.Attach(tree, target, beneath)
+	if err == nil && h.failAfterAttach[h.attaches] {
+		return m, errors.New("injected failure after attach")
+	}
+	return m, err
+}
+
+func (h *hookHost) Detach(n *Node) error {
+	h.detaches++
+	if h.failDetach[h.detaches] {
+		return errors.New("injected detach failure")
+	}
+	return h.Live.Detach(n)
+}
+
+// testSwapAfterCheck: after the key was opened (and checked), it is replaced with a symlink
+// to a file outside; the bind comes from the descriptor, so the target holds the object that
+// was checked, not what the path leads to now.
+func testSwapAfterCheck(t *testing.T) {
+	sc := scenario{plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf"}
+	e, tg, _ := setup(t, sc)
+	e.atomic(map[string]entry{"app.conf": file("v2")})
+	key := filepath.Join(e.volDir, e.newTS, "app.conf")
+	h := &hookHost{beforeClone: func() {
+		must(t, os.Rename(key, key+".moved"))
+		must(t, os.Symlink(e.outFile, key))
+	}}
+	rep, err := NewRepairerWith(e.root, h).Repair(tg)
+	if err != nil {
+		t.Fatalf("Repair: %v", err)
+	}
+	if h.beforeClone != nil {
+		t.Fatal("the swap hook did not run")
+	}
+	if got, _ := os.ReadFile(key); string(got) != "OUTSIDE" {
+		t.Fatalf("the swap did not happen: %s reads %q", key, got)
+	}
+	if got := show(t, tg.Path); got != "v2" {
+		t.Errorf("target shows %q, want v2 (the object opened inside the volume, not the swapped-in symlink)", got)
+	}
+	var outside, target unix.Stat_t
+	must(t, unix.Stat(e.outFile, &outside))
+	must(t, unix.Stat(tg.Path, &target))
+	if outside.Dev == target.Dev && outside.Ino == target.Ino {
+		t.Errorf("the target holds the outside file %s", e.outFile)
+	}
+	if rep.NewSource != key+".moved" {
+		t.Errorf("NewSource = %s, want %s (where the bound object is now)", rep.NewSource, key+".moved")
+	}
+}
+
+// testFailures: whatever step of the re-bind fails, no container can start with the wrong
+// content. Mounting beneath (Linux >= 6.5) leaves the stale bind on top, which runc refuses
+// and Stale still reports; the older detach-then-attach leaves kubelet's placeholder, which
+// Stale reports as ErrNotMounted.
+func testFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		host         *hookHost
+		wantErr      string
+		notMounted   bool // the placeholder is left: Stale says ErrNotMounted
+		wantAttaches int
+		privateBind  bool
+	}{
+		{name: "attaching beneath fails", host: &hookHost{failAttach: map[int]bool{1: true}},
+			wantErr: "injected failure before attach", wantAttaches: 1},
+		{name: "fails after attaching beneath", host: &hookHost{failAfterAttach: map[int]bool{1: true}},
+			wantErr: "injected failure after attach", wantAttaches: 1},
+		{name: "detaching the stale bind fails", host: &hookHost{failDetach: map[int]bool{1: true}},
+			wantErr: "the new bind is beneath the stale one, which stays on top: injected detach failure", wantAttaches: 1},
+		{name: "making the new bind private fails", host: &hookHost{failPrivate: true}, privateBind: true,
+			wantErr: "the new bind is beneath the stale one, which stays on top: injected failure to make private", wantAttaches: 1},
+		{name: "no beneath, detaching the stale bind fails", host: &hookHost{noBeneath: true, failDetach: map[int]bool{1: true}},
+			wantErr: "injected detach failure", wantAttaches: 1},
+		{name: "no beneath, attach fails", host: &hookHost{noBeneath: true, failAttach: map[int]bool{2: true}},
+			wantErr:    "the stale bind was detached, but binding on the placeholder failed, which is left without a mount (Stale reports it): injected failure before attach",
+			notMounted: true, wantAttaches: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := scenario{plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf", privateBind: tc.privateBind}
+			e, tg, _ := setup(t, sc)
+			e.atomic(map[string]entry{"app.conf": file("v2")})
+			r := NewRepairerWith(e.root, tc.host)
+			_, err := r.Repair(tg)
+			if err == nil || !strings.Contains(err.Error(), "re-binding key app.conf of configMap volume cfg failed: ") ||
+				!strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Repair error = %v, want it to contain %q", err, tc.wantErr)
+			}
+			if tc.host.attaches != tc.wantAttaches {
+				t.Errorf("%d Attach calls, want %d", tc.host.attaches, tc.wantAttaches)
+			}
+			stale, err := r.Stale(tg)
+			if tc.notMounted {
+				if !errors.Is(err, ErrNotMounted) || !strings.Contains(err.Error(), tg.Path) {
+					t.Errorf("Stale = %v, %v; want ErrNotMounted naming %s", stale, err, tg.Path)
+				}
+				return
+			}
+			if err != nil || !stale {
+				t.Errorf("after the failed repair Stale = %v, %v; want the stale bind still on top", stale, err)
+			}
+			if got := show(t, tg.Path); got != "v1" {
+				t.Errorf("target shows %q, want the stale content v1", got)
+			}
+			// The repair succeeds once the failure is gone.
+			if _, err := NewRepairer(e.root).Repair(tg); err != nil {
+				t.Fatalf("Repair again: %v", err)
+			}
+			if got := show(t, tg.Path); got != "v2" {
+				t.Errorf("after repairing again the target shows %q, want v2", got)
+			}
+		})
+	}
+}
+
+// testTargetSymlink: a target that is a symlink (kubelet never makes one) is not followed.
+func testTargetSymlink(t *testing.T) {
+	k := newKubelet(t)
+	_, outDir := outside(t)
+	target := filepath.Join(k.pod(), "volume-subpaths", "cfg", "app", "0")
+	must(t, os.MkdirAll(filepath.Dir(target), 0o750))
+	must(t, os.Symlink(outDir, target))
+	tg, ok := ParseTarget(k.root, target)
+	if !ok {
+		t.Fatal("ParseTarget rejects the target")
+	}
+	r := NewRepairer(k.root)
+	if stale, err := r.Stale(tg); !errors.Is(err, ErrNotMounted) || stale {
+		t.Errorf("Stale of a symlink target = %v, %v; want ErrNotMounted", stale, err)
+	}
+	if _, err := r.Repair(tg); !errors.Is(err, ErrNotStale) {
+		t.Errorf("Repair of a symlink target = %v, want ErrNotStale", err)
+	}
+}
