@@ -207,4 +207,3 @@ func visible(b bool, yes, no string) string {
 func step(format string, a ...any) {
 	fmt.Printf("\n==> "+format+"\n", a...)
 }
-
