@@ -1,14 +1,10 @@
 package hostmount
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"time"
-
-	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
 )
 
 // Live reads the running host. Its calls can hang on a dead network filesystem; Checker
@@ -22,64 +18,17 @@ func (Live) Stat(path string) (fs.FileInfo, error) { return os.Stat(path) }
 
 // MountPoints finds the mount holding each path by its mount ID, which is exact even where
 // mounts are stacked on one path: with statmount(2) where the kernel has it (Linux >= 6.8),
-// else from one read of mountinfo for all paths (mount IDs from statx, Linux >= 5.8).
+// else from mountinfo (mount IDs from statx, Linux >= 5.8), read once per path.
 func (Live) MountPoints(paths []string) ([]MountPoint, error) {
 	mps := make([]MountPoint, len(paths))
 	for i, p := range paths {
-		mp, err := statmountOf(p)
-		if errors.Is(err, errNoStatmount) {
-			return mountPointsFromMountinfo(paths)
-		}
+		m, err := MountOfPath(p)
 		if err != nil {
 			return nil, err
 		}
-		mps[i] = mp
+		mps[i] = MountPoint{ID: m.MountinfoID, Path: m.Point, Shared: m.Shared, Slave: m.Slave}
 	}
 	return mps, nil
-}
-
-func mountPointsFromMountinfo(paths []string) ([]MountPoint, error) {
-	ids := make([]int, len(paths))
-	want := make(map[int]bool, len(paths))
-	for i, p := range paths {
-		id, err := mountID(p)
-		if err != nil {
-			return nil, err
-		}
-		ids[i] = id
-		want[id] = true
-	}
-	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
-		return !want[i.ID], false
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	byID := make(map[int]MountPoint, len(infos))
-	for _, in := range infos {
-		shared, slave := parseOptional(in.Optional)
-		byID[in.ID] = MountPoint{ID: in.ID, Path: in.Mountpoint, Shared: shared, Slave: slave}
-	}
-	mps := make([]MountPoint, len(paths))
-	for i, id := range ids {
-		mp, ok := byID[id]
-		if !ok {
-			return nil, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, paths[i])
-		}
-		mps[i] = mp
-	}
-	return mps, nil
-}
-
-func mountID(path string) (int, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &stx); err != nil {
-		return 0, &fs.PathError{Op: "statx", Path: path, Err: err}
-	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return 0, fmt.Errorf("statx %s: the kernel reports no mount ID (Linux 5.8 or newer is needed)", path)
-	}
-	return int(stx.Mnt_id), nil
 }
 
 // Bounded runs f and waits at most d for it. A call that overruns is left to finish on its own

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -154,9 +156,13 @@ func TestLiveMountPointsHere(t *testing.T) {
 // it), against the mountinfo fallback, which must agree mount for mount.
 func sameAsMountinfo(t *testing.T, paths []string, mps []MountPoint) {
 	t.Helper()
-	fromMountinfo, err := mountPointsFromMountinfo(paths)
-	if err != nil {
-		t.Fatalf("mountPointsFromMountinfo(%q): %v", paths, err)
+	fromMountinfo := make([]MountPoint, len(paths))
+	for i, p := range paths {
+		m, err := mountinfoAt(unix.AT_FDCWD, p, 0)
+		if err != nil {
+			t.Fatalf("mountinfoAt(%q): %v", p, err)
+		}
+		fromMountinfo[i] = MountPoint{ID: m.MountinfoID, Path: m.Point, Shared: m.Shared, Slave: m.Slave}
 	}
 	if len(mps) != len(paths) || len(fromMountinfo) != len(paths) {
 		t.Fatalf("%d paths, but MountPoints gave %d mount points and mountinfo %d", len(paths), len(mps), len(fromMountinfo))

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/hostmount"
 )
 
 // Host performs the side effects of a repair. Apart from Stat (Stale's one call) and the Open
@@ -82,25 +84,5 @@ func (n *Node) Close() {
 	}
 }
 
-// Mount describes one mount.
-type Mount struct {
-	ID           uint64 // as in Info.MountID
-	Root         string // the mount's root within its filesystem (mountinfo field 4)
-	Point        string // where it is mounted (mountinfo field 5)
-	Major, Minor uint32 // the filesystem's device (mountinfo field 3)
-	Shared       bool   // in a peer group ("shared:N")
-	Slave        bool   // receives from a master ("master:N")
-}
-
-// Propagation names the mount's propagation the way findmnt does.
-func (m Mount) Propagation() string {
-	switch {
-	case m.Shared && m.Slave:
-		return "shared,slave"
-	case m.Shared:
-		return "shared"
-	case m.Slave:
-		return "slave"
-	}
-	return "private"
-}
+// Mount describes one mount (hostmount reads it with statmount(2) or mountinfo).
+type Mount = hostmount.Mount

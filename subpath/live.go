@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/hostmount"
 )
 
 // Live is the running host. It needs Linux >= 5.6 (openat2), CAP_SYS_ADMIN in the mount
@@ -110,15 +112,15 @@ func (Live) Path(n *Node) (string, error) {
 // /proc/self/mountinfo.
 func (Live) Mount(n *Node) (Mount, error) {
 	if n.UniqueMountID {
-		m, err := statmountByID(n.MountID)
-		if !errors.Is(err, errNoStatmount) {
+		m, err := hostmount.StatmountByID(n.MountID)
+		if !errors.Is(err, hostmount.ErrNoStatmount) {
 			if err != nil {
 				return Mount{}, fmt.Errorf("mount of %s: %w", n.Name, err)
 			}
 			return m, nil
 		}
 	}
-	m, err := mountFromMountinfo(n.fd)
+	m, err := hostmount.MountinfoOf(n.fd)
 	if err != nil {
 		return Mount{}, fmt.Errorf("mount of %s: %w", n.Name, err)
 	}

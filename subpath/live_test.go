@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/hostmount"
 )
 
 // TestLiveInNamespace checks Live's answers against real mounts: statmount and the mountinfo
@@ -60,9 +62,9 @@ func TestLiveInNamespace(t *testing.T) {
 			if got.Root != tt.root || got.Point != tt.point || got.Shared != tt.shared || got.Slave {
 				t.Errorf("Mount(%s) = %+v; want root %s, point %s, shared %v", tt.path, got, tt.root, tt.point, tt.shared)
 			}
-			fallback, err := mountFromMountinfo(n.fd)
+			fallback, err := hostmount.MountinfoOf(n.fd)
 			if err != nil {
-				t.Fatalf("mountFromMountinfo(%s): %v", tt.path, err)
+				t.Fatalf("MountinfoOf(%s): %v", tt.path, err)
 			}
 			fallback.ID = got.ID // mountinfo has the reusable ID, statmount the unique one
 			if fallback != got {
