@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/specmod"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 func TestBoundedTimesOut(t *testing.T) {
@@ -178,21 +180,12 @@ func within(p, dir string) bool {
 	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
 }
 
-// inNamespaceEnv marks the re-executed test binary. Its value is the parent's mount namespace,
-// so the child can make sure it is not mounting in it.
-const inNamespaceEnv = "MK_IN_NS"
-
 // TestLiveInNamespace checks Live against real mounts. It mounts, so it re-runs itself in a
 // private mount namespace (unshare -m --propagation private) and needs root; the mounts vanish
 // with that namespace whatever happens.
 func TestLiveInNamespace(t *testing.T) {
-	parentNS := os.Getenv(inNamespaceEnv)
-	if parentNS == "" {
-		reexecInPrivateNamespace(t)
+	if !privatens.Run(t) {
 		return
-	}
-	if ns, err := os.Readlink("/proc/self/ns/mnt"); err != nil || ns == parentNS {
-		t.Fatalf("%s is set but this is not a new mount namespace (%s, %v): refusing to mount", inNamespaceEnv, ns, err)
 	}
 
 	dir, err := filepath.EvalSymlinks(t.TempDir())
@@ -339,35 +332,4 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
 	}
-}
-
-func reexecInPrivateNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a mount namespace and mount")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skipf("unshare(1) not found: %v", err)
-	}
-	if _, err := exec.LookPath("mount"); err != nil {
-		t.Skipf("mount(8) not found: %v", err)
-	}
-	if out, err := exec.Command(unshare, "-m", "--propagation", "private", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a mount namespace here: %v: %s", err, out)
-	}
-	ns, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(unshare, "-m", "--propagation", "private",
-		os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), inNamespaceEnv+"="+ns)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s in a private mount namespace failed: %v\n%s", t.Name(), err, out)
-	}
-	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("%s did not run in the private mount namespace:\n%s", t.Name(), out)
-	}
-	t.Logf("in a private mount namespace:\n%s", out)
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 // noopPlugin is the baseline: a plugin that subscribes to CreateContainer and changes nothing,
@@ -24,16 +26,10 @@ func (noopPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Contain
 	return nil, nil, nil
 }
 
-// privateMountNS says the benchmark may mount: `make bench` runs it under
-// `unshare -m --propagation private`, so its mounts die with it.
-const privateMountNS = "MOUNTKEEPER_PRIVATE_MOUNT_NS"
-
 // sharedSources makes a tmpfs, marks it shared, and creates the three class sources in it,
 // so the real host checks (stat, mount ID, mountinfo) run as on a node.
 func sharedSources(b *testing.B) string {
-	if os.Getenv(privateMountNS) == "" {
-		b.Skipf("mounts a tmpfs: run under `unshare -m --propagation private` with %s=1 (make bench does)", privateMountNS)
-	}
+	privatens.Require(b)
 	dir := shortDir(b)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
 		b.Fatalf("mount tmpfs on %s: %v", dir, err)

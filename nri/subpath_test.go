@@ -10,14 +10,16 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 // TestSubPathRepairOverNRI runs the stale-configMap scenario through NRI's runtime side: the
 // plugin re-binds the stale subPath target before it answers, or refuses the container naming
 // the key that is gone.
 func TestSubPathRepairOverNRI(t *testing.T) {
-	if os.Getenv(privateMountNS) == "" {
-		t.Skipf("mounts: run under `unshare -m --propagation private` with %s=1 (make unit does)", privateMountNS)
+	if !privatens.Run(t) {
+		return
 	}
 	dir := shortDir(t)
 	t.Cleanup(func() { harness.UnmountAll(dir) })

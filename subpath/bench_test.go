@@ -11,6 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 // benchMounts is the number of mounts on the benchmark's "node".
@@ -28,15 +30,7 @@ const benchMounts = 10_000
 // "alone-ns/op": Stale in a loop of its own, with caches not cooled by a mountinfo parse just
 // before each call, as in the plugin.
 func BenchmarkStaleCheck(b *testing.B) {
-	if os.Getenv("MOUNTKEEPER_PRIVATE_MOUNT_NS") != "1" {
-		b.Skip("mounts 10,000 binds: run in a private mount namespace, e.g. " +
-			"MOUNTKEEPER_PRIVATE_MOUNT_NS=1 unshare -m --propagation private go test -run '^$' -bench StaleCheck ./subpath/ (make bench does)")
-	}
-	if ns, err := os.Readlink("/proc/self/ns/mnt"); err == nil {
-		if init, err := os.Readlink("/proc/1/ns/mnt"); err == nil && init == ns {
-			b.Fatalf("MOUNTKEEPER_PRIVATE_MOUNT_NS=1 but this is the mount namespace of PID 1 (%s): refusing to mount", ns)
-		}
-	}
+	privatens.Require(b)
 
 	// The node's mounts: one tmpfs, and 10,000 binds of a directory of it onto directories of
 	// it, so that one lazy unmount of the tmpfs removes them all.

@@ -12,13 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/hostmount"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 // TestLiveInNamespace checks Live's answers against real mounts: statmount and the mountinfo
 // fallback agree (deleted roots included), and a bind attached below a shared mount, which
 // comes out shared, is made private.
 func TestLiveInNamespace(t *testing.T) {
-	if !inPrivateNamespace(t) {
+	if !privatens.Run(t) {
 		return
 	}
 	k := newKubelet(t) // its root is a shared bind mount of itself

@@ -3,7 +3,6 @@ package subpath
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -11,58 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// inNamespaceEnv marks the re-executed test binary. Its value is the parent's mount namespace,
-// so the child can make sure it is not mounting in it. (The same approach as hostmount's
-// live_test.go.)
-const inNamespaceEnv = "MK_IN_NS"
-
-// inPrivateNamespace returns true when the test runs in the re-executed binary in a private
-// mount namespace; otherwise it re-runs the test there (unshare -m --propagation private),
-// reports its outcome and returns false. Mounts vanish with that namespace whatever happens.
-func inPrivateNamespace(t *testing.T) bool {
-	t.Helper()
-	parentNS := os.Getenv(inNamespaceEnv)
-	if parentNS == "" {
-		reexecInPrivateNamespace(t)
-		return false
-	}
-	if ns, err := os.Readlink("/proc/self/ns/mnt"); err != nil || ns == parentNS {
-		t.Fatalf("%s is set but this is not a new mount namespace (%s, %v): refusing to mount", inNamespaceEnv, ns, err)
-	}
-	return true
-}
-
-func reexecInPrivateNamespace(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a mount namespace and mount")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skipf("unshare(1) not found: %v", err)
-	}
-	if out, err := exec.Command(unshare, "-m", "--propagation", "private", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a mount namespace here: %v: %s", err, out)
-	}
-	ns, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(unshare, "-m", "--propagation", "private",
-		os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), inNamespaceEnv+"="+ns)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s in a private mount namespace failed: %v\n%s", t.Name(), err, out)
-	}
-	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("%s did not run in the private mount namespace:\n%s", t.Name(), out)
-	}
-	if testing.Verbose() {
-		t.Logf("in a private mount namespace:\n%s", out)
-	}
-}
 
 // kubelet imitates the parts of kubelet's root dir that subPath mounts use, in a temporary
 // directory. The root dir is a bind mount of itself made shared, as kubelet makes its root

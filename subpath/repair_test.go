@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 const (
@@ -282,7 +284,7 @@ var scenarios = []scenario{
 // kubelet does, updates the volume and repairs it, with real mounts in a private mount
 // namespace.
 func TestRepairInNamespace(t *testing.T) {
-	if !inPrivateNamespace(t) {
+	if !privatens.Run(t) {
 		return
 	}
 	for _, sc := range scenarios {

@@ -2,10 +2,92 @@ package main
 
 import (
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"strings"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/hook"
+	"github.com/mountkeeper/mountkeeper/hostmount"
+
+	// The constructor that moves the hook's helper into a container's mount namespace before
+	// the Go runtime starts; see package nsenter. Needs cgo.
+	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 )
 
-// runHook wires `mountkeeper hook <stage>` to package hook.
+// init turns the process into the hook's helper when package nsenter's constructor moved it
+// into a container's mount namespace: it attaches the mount trees it inherited and exits,
+// before main parses any argument.
+func init() {
+	if nsenter.Entered() {
+		os.Exit(hook.ChildMain(os.Stdin, os.Stderr))
+	}
+}
+
+const hookUsage = `usage: mountkeeper hook <stage> [--config FILE] [--runtime-class NAME]
+
+stages:
+  prestart, createRuntime  OCI state on stdin: add the class mounts inside the container
+  precreate                config.json on stdin, adjusted config.json on stdout (podman hooks.d)
+
+flags:
+`
+
+// runHook wires `mountkeeper hook <stage>` to package hook. The stage comes first; flags may
+// follow it or precede it.
 func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	return errors.New("hook mode is not implemented yet")
+	fs := newFlags("hook", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), hookUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (default: the "+hook.RuntimeHandlerAnnotation+" annotation, else the default class)")
+	stageArg, rest := "", args
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		stageArg, rest = args[0], args[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return parseError(err)
+	}
+	if stageArg == "" && fs.NArg() > 0 {
+		// Flags first, then the stage, possibly followed by more flags.
+		stageArg = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return parseError(err)
+		}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		fs.Usage()
+		return errUsage
+	}
+	stage, err := hook.ParseStage(stageArg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return errUsage
+	}
+	cfg, _, err := configs.LoadOrDefault(*cfgPath)
+	if err != nil {
+		return err
+	}
+	return hook.Run(stage, hook.Options{
+		Config:       cfg,
+		RuntimeClass: *class,
+		Host:         hostmount.NewChecker(hostmount.Live{}),
+	}, stdin, stdout)
+}
+
+// parseError maps a flag parsing error the way parse in main.go does.
+func parseError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return errUsage
 }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestHookCommand(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte("runtimeClasses:\n  fast:\n    mounts: [{source: "+src+", destination: /data}]\n"), 0o644)
+	spec := `{"ociVersion":"1.3.0","root":{"path":"rootfs"},"vendorExtension":{"keep":true}}`
+	bundle := filepath.Join(dir, "bundle")
+	os.Mkdir(bundle, 0o755)
+	os.WriteFile(filepath.Join(bundle, "config.json"), []byte("not json"), 0o644)
+	state := `{"ociVersion":"1.3.0","id":"c1","status":"creating","pid":1,"bundle":"` + bundle + `"}`
+
+	tests := []struct {
+		name   string
+		args   []string
+		stdin  string
+		code   int
+		stdout []string
+		stderr []string
+	}{
+		{name: "no stage", args: []string{"hook"}, code: 2, stderr: []string{"no hook stage given", "usage: mountkeeper hook <stage>"}},
+		{name: "unknown stage", args: []string{"hook", "poststart"}, code: 2, stderr: []string{`hook stage "poststart" is not supported`}},
+		{name: "wrong case", args: []string{"hook", "createruntime"}, code: 2, stderr: []string{`did you mean "createRuntime"?`}},
+		{name: "extra argument", args: []string{"hook", "prestart", "now"}, code: 2, stderr: []string{"unexpected arguments: now"}},
+		{name: "unknown flag", args: []string{"hook", "prestart", "--class", "x"}, code: 2, stderr: []string{"flag provided but not defined: -class"}},
+		{name: "help", args: []string{"hook", "--help"}, code: 0, stderr: []string{"prestart, createRuntime", "precreate", "-runtime-class"}},
+		{name: "precreate, stage first", args: []string{"hook", "precreate", "--config", cfg, "--runtime-class", "fast"}, stdin: spec,
+			stdout: []string{`"destination": "/data"`, `"vendorExtension"`}},
+		{name: "precreate, flags first", args: []string{"hook", "--config", cfg, "--runtime-class", "fast", "precreate"}, stdin: spec,
+			stdout: []string{`"destination": "/data"`}},
+		{name: "precreate, flags around the stage", args: []string{"hook", "--config", cfg, "precreate", "--runtime-class", "fast"}, stdin: spec,
+			stdout: []string{`"destination": "/data"`}},
+		{name: "two stages", args: []string{"hook", "--config", cfg, "precreate", "prestart"}, code: 2, stderr: []string{"unexpected arguments: prestart"}},
+		{name: "precreate unknown class", args: []string{"hook", "precreate", "--config", cfg, "--runtime-class", "kata"}, stdin: spec, code: 1,
+			stderr: []string{`mountkeeper: runtime class "kata" (from --runtime-class) is not in the config (it has: fast)`}},
+		{name: "precreate default class missing", args: []string{"hook", "precreate", "--config", cfg}, stdin: spec, code: 1,
+			stderr: []string{`runtime class "default" (from default: no --runtime-class`}},
+		{name: "missing config", args: []string{"hook", "precreate", "--config", filepath.Join(dir, "nope.yaml")}, stdin: spec, code: 1,
+			stderr: []string{"nope.yaml: no such file"}},
+		{name: "prestart malformed state", args: []string{"hook", "prestart", "--config", cfg, "--runtime-class", "fast"}, stdin: "{", code: 1,
+			stderr: []string{"mountkeeper: parse the OCI state on stdin: unexpected end of JSON input"}},
+		{name: "createRuntime config.json not JSON", args: []string{"hook", "createRuntime", "--config", cfg, "--runtime-class", "fast"}, stdin: state, code: 1,
+			stderr: []string{"mountkeeper: container c1: " + bundle + "/config.json: not an OCI config"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(tc.args, strings.NewReader(tc.stdin), &out, &errOut)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, errOut.String())
+			}
+			for _, s := range tc.stdout {
+				if !strings.Contains(out.String(), s) {
+					t.Errorf("stdout lacks %q:\n%s", s, out.String())
+				}
+			}
+			for _, s := range tc.stderr {
+				if !strings.Contains(errOut.String(), s) {
+					t.Errorf("stderr lacks %q:\n%s", s, errOut.String())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,104 @@
+package hook
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/mountkeeper/mountkeeper/test/benchratio"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+// BenchmarkRuncRunHook measures what the hook adds to starting a container: `runc run` of a
+// busybox container whose process is `true`, with the hook in createRuntime adding a class of
+// three mounts (rprivate, rslave, rshared, with the host checks), against the same container
+// without the hook. The ratio is candidate/baseline, measured interleaved in one run.
+//
+// It needs root and the harness's runc (test/tools/install.sh); it skips without them.
+func BenchmarkRuncRunHook(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to run containers with runc")
+	}
+	if _, err := os.Stat(harness.RuncBinary()); err != nil {
+		b.Skipf("no runc at %s (run test/tools/install.sh): %v", harness.RuncBinary(), err)
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("/tmp", "mk-bench-hook-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := harness.UnmountAll(dir); err != nil {
+			b.Error(err)
+		}
+		os.RemoveAll(dir)
+	}()
+	bin, err := harness.BuildMountkeeper(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := harness.NewRunc(filepath.Join(dir, "runc"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+
+	src := filepath.Join(dir, "src")
+	if err := harness.MountTmpfs(src, "shared"); err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range []string{"private", "slave", "shared"} {
+		os.Mkdir(filepath.Join(src, d), 0o755)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf(`runtimeClasses:
+  bench:
+    mounts:
+      - {source: %[1]s/private, destination: /vol/private, propagation: None}
+      - {source: %[1]s/slave, destination: /vol/slave, propagation: HostToContainer, readOnly: true}
+      - {source: %[1]s/shared, destination: /vol/shared, propagation: Bidirectional}
+`, src)), 0o644)
+
+	timeout := 10
+	bundle := func(name string, hooks *oci.Hooks) string {
+		b.Helper()
+		bd := filepath.Join(dir, name)
+		if err := harness.BusyboxRootfs(filepath.Join(bd, "rootfs")); err != nil {
+			b.Fatal(err)
+		}
+		spec, err := r.Spec(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		spec.Process.Terminal = false
+		spec.Process.Args = []string{"true"}
+		spec.Hooks = hooks
+		if err := harness.WriteSpec(bd, spec); err != nil {
+			b.Fatal(err)
+		}
+		return bd
+	}
+	plain := bundle("plain", nil)
+	hooked := bundle("hooked", &oci.Hooks{CreateRuntime: []oci.Hook{{
+		Path: bin, Args: []string{"mountkeeper", "hook", "createRuntime", "--config", config, "--runtime-class", "bench"}, Timeout: &timeout,
+	}}})
+
+	n := 0
+	run := func(bundle string) func() {
+		return func() {
+			n++
+			if err := r.RunForeground(ctx, fmt.Sprintf("mk-bench-%d", n), bundle); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// One run of each first: the first container pays for cold caches, and the hooked one
+	// must work before it is timed.
+	run(plain)()
+	run(hooked)()
+	benchratio.Compare(b, run(plain), run(hooked))
+}

@@ -1,0 +1,144 @@
+package hook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/hook/nsenter"
+)
+
+// childRequest is what the hook sends, as JSON on stdin, to its copy in the container's mount
+// namespace. The trees are inherited descriptors.
+type childRequest struct {
+	Rootfs string       `json:"rootfs"`
+	Mounts []childMount `json:"mounts"`
+}
+
+type childMount struct {
+	Mount       string `json:"mount"` // specmod.Mount.String(), for messages
+	Destination string `json:"destination"`
+	Dir         bool   `json:"dir"` // the source is a directory
+	FD          int    `json:"fd"`  // the detached tree, ready to attach
+}
+
+// ChildMain is the body of the re-executed hook inside the container's mount namespace. The
+// main package calls it, and exits with its result, when nsenter.Entered(). It attaches the
+// trees in order; on any failure it undoes what it did, writes one line to stderr and returns
+// 1.
+func ChildMain(stdin io.Reader, stderr io.Writer) int {
+	if !nsenter.Entered() {
+		fmt.Fprintln(stderr, "mountkeeper: the namespace helper runs only in a process that package nsenter moved into a container's mount namespace")
+		return 2
+	}
+	data, err := readAllLimited(stdin, "the mount request")
+	if err == nil {
+		var req childRequest
+		if err = json.Unmarshal(data, &req); err == nil {
+			err = attachAll(req)
+		} else {
+			err = fmt.Errorf("decode the mount request: %w", err)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, oneLine(err))
+		return 1
+	}
+	return 0
+}
+
+// attachAll attaches every tree of req at its destination beneath the rootfs, all or nothing.
+func attachAll(req childRequest) error {
+	root, err := os.OpenFile(req.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the container's rootfs in its mount namespace: %w", err)
+	}
+	defer root.Close()
+	var undo undoLog
+	for _, m := range req.Mounts {
+		if err := attachOne(root, m, &undo); err != nil {
+			err = fmt.Errorf("mount %s: %w", m.Mount, err)
+			if uerr := undo.run(); uerr != nil {
+				return fmt.Errorf("%w; undoing the mounts made before it failed too, the container's namespace may keep some: %v", err, uerr)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func attachOne(root *os.File, m childMount, undo *undoLog) error {
+	tree := os.NewFile(uintptr(m.FD), "tree")
+	if tree == nil {
+		return fmt.Errorf("no mount tree at descriptor %d", m.FD)
+	}
+	dst, err := resolveDestination(root, m.Destination, m.Dir, undo)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	if err := checkMountPoint(root, dst, m.Destination, m.Dir); err != nil {
+		return err
+	}
+	err = unix.MoveMount(int(tree.Fd()), "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("attach the source tree at %s (move_mount): %w", m.Destination, err)
+	}
+	undo.add(func() error {
+		// The tree's descriptor now points at the attached mount's root: unmount through it,
+		// so no path in the container is walked again.
+		p := fmt.Sprintf("/proc/self/fd/%d", tree.Fd())
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", m.Destination, err)
+		}
+		return nil
+	})
+	return nil
+}
+
+// checkMountPoint refuses a destination whose type does not match the source's, the rootfs
+// itself, or a place in the container's /proc or /sys reached through a symlink.
+func checkMountPoint(root, dst *os.File, name string, dir bool) error {
+	var st, rst unix.Stat_t
+	if err := unix.Fstat(int(dst.Fd()), &st); err != nil {
+		return fmt.Errorf("stat destination %s: %w", name, err)
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	switch {
+	case dir && !isDir:
+		return fmt.Errorf("destination %s exists in the container and is not a directory, but the source is a directory", name)
+	case !dir && isDir:
+		return fmt.Errorf("destination %s is a directory in the container, but the source is a file", name)
+	}
+	if err := unix.Fstat(int(root.Fd()), &rst); err == nil && st.Dev == rst.Dev && st.Ino == rst.Ino {
+		return fmt.Errorf("destination %s resolves to the container's root (through a symlink in the image): refusing to mount over it", name)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(dst.Fd()), &sfs); err != nil {
+		return fmt.Errorf("statfs destination %s: %w", name, err)
+	}
+	if sfs.Type == unix.PROC_SUPER_MAGIC || sfs.Type == unix.SYSFS_MAGIC {
+		return fmt.Errorf("destination %s resolves into the container's /proc or /sys (through a symlink in the image): refusing to mount there", name)
+	}
+	return nil
+}
+
+// undoLog records how to undo each step, to run in reverse order.
+type undoLog []func() error
+
+func (u *undoLog) add(f func() error) { *u = append(*u, f) }
+
+// run undoes every step, newest first, and forgets them. It goes on after a failure and
+// reports all of them.
+func (u *undoLog) run() error {
+	var errs []error
+	for i := len(*u) - 1; i >= 0; i-- {
+		errs = append(errs, (*u)[i]())
+	}
+	*u = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,234 @@
+package hook
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/hook/nsenter"
+	"github.com/mountkeeper/mountkeeper/specmod"
+)
+
+// NamespaceMounter is the real Mounter. On the host it clones each source into a detached
+// mount tree and sets the tree's propagation and flags; then a re-executed copy of the binary
+// enters the container's mount namespace (package nsenter) and attaches the trees under the
+// rootfs (ChildMain). See the package documentation.
+type NamespaceMounter struct {
+	// Exe is the binary to re-execute; it must import package hook/nsenter and call ChildMain
+	// when nsenter.Entered(). Empty: /proc/self/exe.
+	Exe string
+}
+
+var _ Mounter = NamespaceMounter{}
+
+// MountInContainer makes req.Mounts in the mount namespace of req.Pid, all or nothing.
+func (nm NamespaceMounter) MountInContainer(req Request) error {
+	if len(req.Mounts) == 0 {
+		return nil
+	}
+	if !nsenter.Available() {
+		return errors.New("this mountkeeper was built without cgo (CGO_ENABLED=0), so it cannot enter a container's mount namespace: rebuild it with CGO_ENABLED=1, or use the precreate stage or the NRI plugin")
+	}
+	ns, err := openMountNamespace(req.Pid)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+
+	trees := make([]*os.File, 0, len(req.Mounts))
+	defer func() {
+		// A tree that was never attached is dissolved when its last descriptor closes.
+		for _, t := range trees {
+			t.Close()
+		}
+	}()
+	creq := childRequest{Rootfs: req.Rootfs}
+	for i, m := range req.Mounts {
+		tree, dir, err := cloneSource(m)
+		if err != nil {
+			return &specmod.MountError{Mount: m, Err: err}
+		}
+		trees = append(trees, tree)
+		// ExtraFiles[0] is the namespace at fd 3; the trees follow in order.
+		creq.Mounts = append(creq.Mounts, childMount{Mount: m.String(), Destination: m.Destination, Dir: dir, FD: 4 + i})
+	}
+	return nm.runChild(req.Pid, ns, trees, creq)
+}
+
+// openMountNamespace opens the mount namespace of pid and makes sure it is not the hook's
+// own: mounting "into the container" there would mount on the host.
+func openMountNamespace(pid int) (*os.File, error) {
+	path := fmt.Sprintf("/proc/%d/ns/mnt", pid)
+	ns, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("the container's process %d (pid from the OCI state) does not exist", pid)
+		}
+		return nil, fmt.Errorf("open the container's mount namespace: %w", err)
+	}
+	var theirs, ours unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &theirs); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if err := unix.Stat("/proc/self/ns/mnt", &ours); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("stat /proc/self/ns/mnt: %w", err)
+	}
+	if theirs.Dev == ours.Dev && theirs.Ino == ours.Ino {
+		ns.Close()
+		return nil, fmt.Errorf("process %d from the OCI state is in the hook's own mount namespace, not a container's: refusing to mount there (is the hook run by the runtime, as prestart or createRuntime?)", pid)
+	}
+	return ns, nil
+}
+
+// cloneSource clones the mount tree at m.Source (recursively, following symlinks as a bind
+// mount does) into a detached tree and gives it m's propagation, read-only flag and options,
+// recursively. It reports whether the source is a directory.
+func cloneSource(m specmod.Mount) (*os.File, bool, error) {
+	attr, err := mountAttr(m)
+	if err != nil {
+		return nil, false, err
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, false, fmt.Errorf("clone the host mount tree at %s (open_tree): %w", m.Source, err)
+	}
+	tree := os.NewFile(uintptr(fd), "mount tree of "+m.Source)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		tree.Close()
+		return nil, false, fmt.Errorf("stat the cloned tree of %s: %w", m.Source, err)
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		tree.Close()
+		return nil, false, fmt.Errorf("set %s on the cloned tree of %s (mount_setattr): %w", describeAttr(m), m.Source, err)
+	}
+	return tree, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+var propagationFlags = map[specmod.Propagation]uint64{
+	specmod.Private: unix.MS_PRIVATE,
+	specmod.Slave:   unix.MS_SLAVE,
+	specmod.Shared:  unix.MS_SHARED,
+}
+
+// Options that set or clear one mount attribute; the first of each pair sets it.
+var flagOptions = map[string]struct {
+	attr uint64
+	set  bool
+}{
+	"nosuid": {unix.MOUNT_ATTR_NOSUID, true}, "suid": {unix.MOUNT_ATTR_NOSUID, false},
+	"nodev": {unix.MOUNT_ATTR_NODEV, true}, "dev": {unix.MOUNT_ATTR_NODEV, false},
+	"noexec": {unix.MOUNT_ATTR_NOEXEC, true}, "exec": {unix.MOUNT_ATTR_NOEXEC, false},
+	"nodiratime": {unix.MOUNT_ATTR_NODIRATIME, true}, "diratime": {unix.MOUNT_ATTR_NODIRATIME, false},
+}
+
+// atimeModes are the access time modes; their negations (atime, norelatime, nostrictatime)
+// cancel an earlier mode option and otherwise keep the source's mode.
+var atimeModes = map[string]uint64{
+	"noatime": unix.MOUNT_ATTR_NOATIME, "relatime": unix.MOUNT_ATTR_RELATIME, "strictatime": unix.MOUNT_ATTR_STRICTATIME,
+}
+
+var atimeNegations = map[string]string{"atime": "noatime", "norelatime": "relatime", "nostrictatime": "strictatime"}
+
+// mountAttr translates a class mount into mount_setattr(2) attributes, options applied in
+// order as mount(8) does (a later option wins).
+func mountAttr(m specmod.Mount) (*unix.MountAttr, error) {
+	prop, ok := propagationFlags[m.Propagation]
+	if !ok {
+		return nil, fmt.Errorf("unknown propagation %q", m.Propagation)
+	}
+	attr := &unix.MountAttr{Propagation: prop}
+	if m.ReadOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	atime := ""
+	for _, o := range m.Options {
+		if f, ok := flagOptions[o]; ok {
+			if f.set {
+				attr.Attr_set |= f.attr
+				attr.Attr_clr &^= f.attr
+			} else {
+				attr.Attr_clr |= f.attr
+				attr.Attr_set &^= f.attr
+			}
+			continue
+		}
+		if _, ok := atimeModes[o]; ok {
+			atime = o
+			continue
+		}
+		if neg, ok := atimeNegations[o]; ok {
+			if atime == neg {
+				atime = ""
+			}
+			continue
+		}
+		return nil, fmt.Errorf("option %q is not a bind mount option", o)
+	}
+	if atime != "" {
+		attr.Attr_clr |= unix.MOUNT_ATTR__ATIME
+		attr.Attr_set |= atimeModes[atime]
+	}
+	return attr, nil
+}
+
+func describeAttr(m specmod.Mount) string {
+	parts := []string{string(m.Propagation)}
+	if m.ReadOnly {
+		parts = append(parts, "ro")
+	}
+	return strings.Join(append(parts, m.Options...), ",")
+}
+
+// runChild re-executes the binary into the container's mount namespace with the namespace at
+// fd 3 and the trees from fd 4 on, and waits for it to attach them.
+func (nm NamespaceMounter) runChild(pid int, ns *os.File, trees []*os.File, creq childRequest) error {
+	exe := nm.Exe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	body, err := json.Marshal(creq)
+	if err != nil {
+		return fmt.Errorf("encode the mount request: %w", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := &exec.Cmd{
+		Path:       exe,
+		Args:       []string{"mountkeeper-nsenter"},
+		Env:        []string{nsenter.EnvVar + "=3"},
+		Stdin:      bytes.NewReader(body),
+		Stdout:     &stdout,
+		Stderr:     &stderr,
+		ExtraFiles: append([]*os.File{ns}, trees...),
+		// The child must not outlive the hook: the runtime kills a hook past its timeout.
+		// Pdeathsig follows the thread that forks, hence the locked thread.
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	runtime.LockOSThread()
+	err = cmd.Run()
+	runtime.UnlockOSThread()
+	msg := strings.TrimSpace(stderr.String())
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exit) && exit.ExitCode() == nsenter.ExitCode:
+		return fmt.Errorf("%s (container process %d)", msg, pid)
+	case errors.As(err, &exit) && exit.ExitCode() == 1 && msg != "":
+		return errors.New(msg) // ChildMain's own one-line message
+	}
+	// Killed, or a crash: the first line says what happened (a Go panic's message).
+	first, _, _ := strings.Cut(msg, "\n")
+	return fmt.Errorf("the helper in the container's mount namespace failed: %v: %s", err, first)
+}

@@ -1,0 +1,248 @@
+package hook
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/hook/nsenter"
+	"github.com/mountkeeper/mountkeeper/specmod"
+)
+
+// TestMain lets the test binary play the namespace helper: NamespaceMounter re-executes
+// /proc/self/exe, which is this binary during the tests.
+func TestMain(m *testing.M) {
+	if nsenter.Entered() {
+		os.Exit(ChildMain(os.Stdin, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// nsFixture is a process in a mount namespace of its own (rslave, as runc makes it), a
+// rootfs directory, and shared and private host sources on a tmpfs.
+type nsFixture struct {
+	pid     int
+	rootfs  string
+	src     string // a shared tmpfs with private/, slave/, shared/ and file
+	outside string
+}
+
+func newNSFixture(t *testing.T) *nsFixture {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if !nsenter.Available() {
+		t.Skip("built without cgo")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare(1)")
+	}
+	dir := t.TempDir()
+	f := &nsFixture{rootfs: filepath.Join(dir, "rootfs"), src: filepath.Join(dir, "src"), outside: filepath.Join(dir, "outside")}
+	for _, d := range []string{f.rootfs + "/etc", f.src, f.outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(f.outside, filepath.Join(f.rootfs, "evil")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", f.src, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(f.src, unix.MNT_DETACH) })
+	if err := unix.Mount("", f.src, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"private", "slave", "shared"} {
+		os.Mkdir(filepath.Join(f.src, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(f.src, "file"), []byte("from the host"), 0o644)
+
+	cmd := exec.Command(unshare, "--mount", "--propagation", "slave", "sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	f.pid = cmd.Process.Pid
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if ns, err := os.Readlink("/proc/" + itoa(f.pid) + "/ns/mnt"); err == nil && ns != self {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare did not enter a new mount namespace")
+		}
+	}
+	return f
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// mountinfo returns the mountinfo lines of pid whose mount point is below dir.
+func mountinfo(t *testing.T, pid int, dir string) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + itoa(pid) + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out[strings.TrimPrefix(f[4], dir)] = line
+		}
+	}
+	return out
+}
+
+// peerGroup is the "shared:N" group of the host mount at dir.
+func peerGroup(t *testing.T, dir string) string {
+	t.Helper()
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 6 && f[4] == dir {
+			for _, tag := range f[6:] {
+				if g, ok := strings.CutPrefix(tag, "shared:"); ok {
+					return g
+				}
+			}
+		}
+	}
+	t.Fatalf("%s is not a shared mount", dir)
+	return ""
+}
+
+func TestNamespaceMounter(t *testing.T) {
+	f := newNSFixture(t)
+	group := peerGroup(t, f.src)
+	req := Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{
+		{Source: f.src + "/private", Destination: "/vol/private", Propagation: specmod.Private},
+		{Source: f.src + "/slave", Destination: "/vol/slave", Propagation: specmod.Slave, ReadOnly: true},
+		{Source: f.src + "/shared", Destination: "/vol/shared", Propagation: specmod.Shared, Options: []string{"nosuid", "nodev"}},
+		{Source: f.src + "/file", Destination: "/etc/file", Propagation: specmod.Private},
+	}}
+	if err := (NamespaceMounter{}).MountInContainer(req); err != nil {
+		t.Fatalf("MountInContainer: %v", err)
+	}
+	got := mountinfo(t, f.pid, f.rootfs)
+	want := map[string]struct {
+		tags []string // optional fields and options that must be there
+		not  []string
+	}{
+		"/vol/private": {not: []string{"shared:" + group, "master:" + group}},
+		"/vol/slave":   {tags: []string{"master:" + group}, not: []string{"shared:" + group}},
+		"/vol/shared":  {tags: []string{"shared:" + group}, not: []string{"master:" + group}},
+		"/etc/file":    {},
+	}
+	for dst, w := range want {
+		line, ok := got[dst]
+		if !ok {
+			t.Errorf("%s is not mounted in the namespace; got %v", dst, got)
+			continue
+		}
+		fields := strings.Fields(line)
+		for _, tag := range w.tags {
+			if !slices.Contains(fields, tag) {
+				t.Errorf("%s lacks %s: %s", dst, tag, line)
+			}
+		}
+		for _, tag := range w.not {
+			if slices.Contains(fields, tag) {
+				t.Errorf("%s has %s: %s", dst, tag, line)
+			}
+		}
+	}
+	if opts := strings.Fields(got["/vol/slave"])[5]; !strings.HasPrefix(opts, "ro,") {
+		t.Errorf("/vol/slave is not read-only: %s", got["/vol/slave"])
+	}
+	if opts := strings.Fields(got["/vol/shared"])[5]; !strings.Contains(opts, "nosuid") || !strings.Contains(opts, "nodev") {
+		t.Errorf("/vol/shared lacks nosuid,nodev: %s", got["/vol/shared"])
+	}
+	if host := mountinfo(t, os.Getpid(), f.rootfs); len(host) > 0 {
+		t.Errorf("mounts leaked into the host's namespace: %v", host)
+	}
+}
+
+func TestNamespaceMounterAllOrNothing(t *testing.T) {
+	f := newNSFixture(t)
+	req := Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{
+		{Source: f.src + "/private", Destination: "/vol/a", Propagation: specmod.Private},
+		{Source: f.src + "/shared", Destination: "/vol/a/nested", Propagation: specmod.Shared},
+		{Source: f.src + "/slave", Destination: "/evil/x", Propagation: specmod.Slave},
+	}}
+	err := (NamespaceMounter{}).MountInContainer(req)
+	want := "mount " + f.src + `/slave -> /evil/x (rslave): destination /evil/x: /evil is a symlink to "` + f.outside + `", which leads out of the container's rootfs`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("MountInContainer error\ngot:  %v\nwant: %s", err, want)
+	}
+	if got := mountinfo(t, f.pid, f.rootfs); len(got) > 0 {
+		t.Errorf("mounts left in the namespace after a failure: %v", got)
+	}
+	if got := mountinfo(t, os.Getpid(), f.rootfs); len(got) > 0 {
+		t.Errorf("mounts in the host's namespace: %v", got)
+	}
+	for _, p := range []string{f.rootfs + "/vol", f.src + "/private/nested"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("mount point %s created by the failed hook is still there", p)
+		}
+	}
+	if entries, _ := os.ReadDir(f.outside); len(entries) > 0 {
+		t.Errorf("created outside the rootfs: %v", entries)
+	}
+}
+
+func TestNamespaceMounterErrors(t *testing.T) {
+	f := newNSFixture(t)
+	m := []specmod.Mount{{Source: f.src + "/private", Destination: "/vol", Propagation: specmod.Private}}
+	tests := []struct {
+		name string
+		req  Request
+		err  string
+	}{
+		{name: "own namespace", req: Request{Pid: os.Getpid(), Rootfs: f.rootfs, Mounts: m},
+			err: "is in the hook's own mount namespace, not a container's: refusing to mount there"},
+		{name: "no such process", req: Request{Pid: 1 << 30, Rootfs: f.rootfs, Mounts: m},
+			err: "the container's process 1073741824 (pid from the OCI state) does not exist"},
+		{name: "missing source", req: Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{{Source: f.src + "/gone", Destination: "/vol", Propagation: specmod.Private}}},
+			err: "mount " + f.src + "/gone -> /vol (rprivate): clone the host mount tree at " + f.src + "/gone (open_tree): no such file or directory"},
+		{name: "missing rootfs", req: Request{Pid: f.pid, Rootfs: f.rootfs + "-gone", Mounts: m},
+			err: "open the container's rootfs in its mount namespace: open " + f.rootfs + "-gone: no such file or directory"},
+		{name: "file source onto a directory", req: Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{{Source: f.src + "/file", Destination: "/etc", Propagation: specmod.Private}}},
+			err: "destination /etc is a directory in the container, but the source is a file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := (NamespaceMounter{}).MountInContainer(tt.req)
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Fatalf("error\ngot:  %v\nwant: %s", err, tt.err)
+			}
+			if got := mountinfo(t, f.pid, f.rootfs); len(got) > 0 {
+				t.Errorf("mounts left: %v", got)
+			}
+		})
+	}
+
+	t.Run("setns failure is reported from the constructor", func(t *testing.T) {
+		notNS, err := os.Open(f.rootfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer notNS.Close()
+		err = (NamespaceMounter{}).runChild(f.pid, notNS, nil, childRequest{Rootfs: f.rootfs})
+		want := "enter the container's mount namespace: setns(fd 3, CLONE_NEWNS): Invalid argument (container process " + itoa(f.pid) + ")"
+		if err == nil || err.Error() != want {
+			t.Fatalf("error\ngot:  %v\nwant: %s", err, want)
+		}
+	})
+}

@@ -1,0 +1,21 @@
+// Package netmount mounts network filesystems (NFS, CIFS, GlusterFS, CephFS, FUSE filesystems
+// such as sshfs) on the host, once per distinct (type, source, options), and shares each mount
+// among the containers that use it.
+//
+// It is a top-level package because the network-filesystem mounter is shared by the NRI plugin
+// (nri/) and the OCI hook mode (hook/), and because it has heavy side effects (it runs mount
+// helpers, creates cgroups or systemd scopes, keeps state on disk): it is neither spec editing,
+// which specmod keeps pure, nor configuration, which is configs' job.
+//
+// The pieces, each with its side effects behind a small interface so the rules are testable:
+//
+//   - Spec names one mount; Validate checks its shape, String redacts its secrets.
+//   - Preflight checks, through Env, that the node has the mount helper and kernel support,
+//     and names the package that provides a missing piece.
+//   - Scoper runs the mount helper in a scope of its own (a transient systemd scope, or a cgroup
+//     and session of its own), so that a FUSE daemon outlives the agent and even a kill of the
+//     agent's whole cgroup.
+//   - Manager mounts in the background, reference counts users, unmounts after a grace period
+//     and adopts the mounts a previous agent left, all with bounded time on every call that
+//     may touch the network.
+package netmount

@@ -1,0 +1,709 @@
+package netmount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Defaults of Config.
+const (
+	DefaultStateDir       = "/var/lib/mountkeeper"
+	DefaultMountTimeout   = 30 * time.Second
+	DefaultUnmountTimeout = 10 * time.Second
+	DefaultGrace          = 30 * time.Second
+	DefaultRetryBackoff   = time.Second
+	// MaxRetryBackoff caps the doubling delay between mount attempts.
+	MaxRetryBackoff = 30 * time.Second
+	// ProbeTimeout bounds the stat that checks a mount found at start-up.
+	ProbeTimeout = 2 * time.Second
+	// DefaultLockWait is how long NewManager waits for another Manager (an agent being
+	// replaced) to release the state directory.
+	DefaultLockWait = 10 * time.Second
+)
+
+// Config configures a Manager. Zero values take the defaults.
+type Config struct {
+	// StateDir holds the host mounts, at StateDir/mounts/<key>, and their state, at
+	// StateDir/state/<key>.json. Default /var/lib/mountkeeper.
+	StateDir string
+	// MountTimeout bounds one mount attempt; the helper's process group is killed after it.
+	// Default 30s.
+	MountTimeout time.Duration
+	// UnmountTimeout bounds umount; it is followed by umount -l, bounded the same. Default 10s.
+	UnmountTimeout time.Duration
+	// Grace is how long a mount stays after its last user is released. Default 30s.
+	Grace time.Duration
+	// RetryBackoff is the delay before the first retry of a failed mount; it doubles with
+	// every failure, up to MaxRetryBackoff. Default 1s.
+	RetryBackoff time.Duration
+	// Scoper runs the mount helpers; nil means DetectScoper().
+	Scoper Scoper
+	// Env is what Preflight reads; nil means LiveEnv{}.
+	Env Env
+	// Log receives what happens to the mounts; nil means logrus.StandardLogger().
+	Log *logrus.Logger
+
+	lockWait time.Duration // how long NewManager waits for StateDir's lock; tests shorten it
+}
+
+func (c Config) withDefaults() Config {
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.MountTimeout <= 0 {
+		c.MountTimeout = DefaultMountTimeout
+	}
+	if c.UnmountTimeout <= 0 {
+		c.UnmountTimeout = DefaultUnmountTimeout
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Env == nil {
+		c.Env = LiveEnv{}
+	}
+	if c.Log == nil {
+		c.Log = logrus.StandardLogger()
+	}
+	if c.lockWait <= 0 {
+		c.lockWait = DefaultLockWait
+	}
+	return c
+}
+
+// Manager mounts network filesystems on the host, once per Spec.Key, and shares each among
+// its users (container IDs). Mounting runs in the background; no method waits on the network
+// longer than its caller allows. Reference counts are kept in memory only: after a restart the
+// plugin calls Acquire again for every running container.
+type Manager struct {
+	cfg       Config
+	sys       system
+	log       *logrus.Logger
+	mountsDir string
+	stateDir  string
+	lock      *os.File // flock on StateDir/lock, held until Close
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines
+
+	mu      sync.Mutex
+	closed  bool
+	entries map[string]*entry
+}
+
+type phase int
+
+const (
+	idle       phase = iota // not mounted, nothing under way
+	mounting                // attempts and backoffs until mounted
+	checking                // a mount found at start-up is being probed
+	mounted                 // mounted and usable
+	unmounting              // the grace period is over and it is being unmounted
+)
+
+func (p phase) String() string {
+	return [...]string{"idle", "mounting", "checking", "mounted", "unmounting"}[p]
+}
+
+// entry is one host mount. Its fields are guarded by Manager.mu.
+type entry struct {
+	spec     Spec
+	key      string
+	hostPath string
+	unit     string
+
+	phase     phase
+	users     map[string]struct{}
+	changed   chan struct{} // closed and replaced on every change, for waiters
+	since     time.Time     // start of the current phase's attempt or check
+	attempt   int
+	retryAt   time.Time // set while waiting to retry after a failure
+	lastErr   error
+	mountedAt time.Time
+	wanted    bool // asked for while unmounting: mount again afterwards
+
+	graceGen   int // bumping it disarms a pending grace timer
+	graceTimer *time.Timer
+}
+
+func (e *entry) broadcast() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// NewManager locks StateDir (one Manager per state directory: two would unmount each other's
+// mounts; it waits DefaultLockWait for an agent being replaced to go), prepares it (mounts/ a
+// shared mount of its own, state/ 0700), then adopts
+// what an earlier agent left: a state file with a live mount at its host path is taken as
+// mounted (checked with a bounded stat in the background; a dead FUSE mount is unmounted and
+// mounted again), a state file without a mount is mounted again in the background, and a
+// mount under mounts/ without a state file is left alone and logged.
+func NewManager(c Config) (*Manager, error) {
+	c = c.withDefaults()
+	if c.Scoper == nil {
+		sc, err := DetectScoper()
+		if err != nil {
+			return nil, err
+		}
+		c.Scoper = sc
+	}
+	return newManager(c, &liveSystem{env: c.Env, scoper: c.Scoper})
+}
+
+func newManager(c Config, sys system) (*Manager, error) {
+	c = c.withDefaults()
+	dir, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// mountinfo shows resolved paths: compare with those.
+	if dir, err = filepath.EvalSymlinks(dir); err != nil {
+		return nil, err
+	}
+	lock, err := lockStateDir(dir, c.lockWait)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:       c,
+		sys:       sys,
+		log:       c.Log,
+		mountsDir: filepath.Join(dir, "mounts"),
+		stateDir:  filepath.Join(dir, "state"),
+		lock:      lock,
+		entries:   make(map[string]*entry),
+	}
+	if err := m.prepare(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Manager) prepare() error {
+	if err := os.MkdirAll(m.mountsDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.stateDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(m.stateDir, 0o700); err != nil {
+		return err
+	}
+	if err := m.sys.makeShared(m.mountsDir); err != nil {
+		return err
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if err := m.adopt(); err != nil {
+		m.cancel()
+		return err
+	}
+	return nil
+}
+
+func (m *Manager) newEntry(s Spec) *entry {
+	key := s.Key()
+	return &entry{
+		spec:     s,
+		key:      key,
+		hostPath: filepath.Join(m.mountsDir, key),
+		unit:     "mount-" + key,
+		users:    make(map[string]struct{}),
+		changed:  make(chan struct{}),
+	}
+}
+
+func (m *Manager) logFor(e *entry) *logrus.Entry {
+	return m.log.WithFields(logrus.Fields{"mount": e.key, "spec": e.spec.String()})
+}
+
+func (m *Manager) adopt() error {
+	live, err := m.sys.mountsBelow(m.mountsDir)
+	if err != nil {
+		return err
+	}
+	states, errs := readStates(m.stateDir)
+	for _, err := range errs {
+		m.log.WithError(err).Warn("netmount: skipping an unreadable state file")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, st := range states {
+		s := st.spec()
+		if err := s.Validate(); err != nil {
+			m.log.WithError(err).WithField("mount", key).Warn("netmount: state file holds an invalid spec: left alone")
+			continue
+		}
+		if s.Key() != key {
+			m.log.WithFields(logrus.Fields{"mount": key, "spec": s.String()}).Warn("netmount: state file's name does not match its spec: left alone")
+			continue
+		}
+		e := m.newEntry(s)
+		m.entries[key] = e
+		if live[e.hostPath] {
+			m.logFor(e).Info("netmount: found a mount of an earlier agent: checking it")
+			e.phase, e.since = checking, time.Now()
+			m.wg.Add(1)
+			go m.checkAdopted(e)
+			continue
+		}
+		m.logFor(e).Info("netmount: an earlier agent's mount is gone: mounting it again")
+		m.startMountLocked(e)
+	}
+	for path := range live {
+		if _, ok := m.entries[filepath.Base(path)]; !ok || filepath.Dir(path) != m.mountsDir {
+			m.log.WithField("path", path).Warn("netmount: a mount below the state directory has no state file: left alone")
+		}
+	}
+	return nil
+}
+
+// checkAdopted probes a mount found at start-up: a live one is adopted as mounted, a dead
+// one (a FUSE mount whose daemon died answers ENOTCONN) is unmounted lazily and mounted
+// again. One that does not answer in time is kept: its server may be slow or down, and
+// mounting again would not help.
+func (m *Manager) checkAdopted(e *entry) {
+	defer m.wg.Done()
+	err := m.probe(e)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if err != nil {
+		m.logFor(e).WithError(err).Warn("netmount: the mount found at start-up is dead: mounting it again")
+		m.startMountLocked(e)
+		return
+	}
+	m.logFor(e).Info("netmount: adopted the mount found at start-up")
+	e.phase, e.mountedAt = mounted, time.Now()
+	e.broadcast()
+}
+
+// probe checks that the mount at e.hostPath answers; it unmounts it lazily if it does not. A
+// timeout is not an error.
+func (m *Manager) probe(e *entry) error {
+	ctx, cancel := context.WithTimeout(m.ctx, ProbeTimeout)
+	err := m.sys.probe(ctx, e.hostPath)
+	cancel()
+	if err == nil || errors.Is(err, errNoAnswer) {
+		if err != nil {
+			m.logFor(e).WithError(err).Warn("netmount: mount does not answer; keeping it")
+		}
+		return nil
+	}
+	ctx, cancel = context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+	defer cancel()
+	if uerr := m.sys.unmount(ctx, e.hostPath, true); uerr != nil {
+		return fmt.Errorf("%w; and its lazy unmount failed: %v", err, uerr)
+	}
+	return err
+}
+
+// Ensure starts mounting s in the background unless it is mounted or being mounted. It never
+// blocks. Call it early: when a pod of a class with network mounts is created, and at start-up
+// for the running pods, so that the mount is ready when the containers come.
+func (m *Manager) Ensure(s Spec) {
+	if err := s.Validate(); err != nil {
+		m.log.WithError(err).WithField("spec", s.String()).Error("netmount: invalid network mount")
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.ensureLocked(s)
+	}
+}
+
+func (m *Manager) ensureLocked(s Spec) *entry {
+	e := m.entries[s.Key()]
+	if e == nil {
+		e = m.newEntry(s)
+		m.entries[e.key] = e
+	}
+	switch e.phase {
+	case idle:
+		m.startMountLocked(e)
+	case unmounting:
+		e.wanted = true
+	}
+	return e
+}
+
+func (m *Manager) startMountLocked(e *entry) {
+	e.phase, e.attempt, e.lastErr, e.retryAt = mounting, 0, nil, time.Time{}
+	e.broadcast()
+	m.wg.Add(1)
+	go m.mountLoop(e)
+}
+
+// mountLoop tries to mount e until it is mounted or the Manager is closed, waiting
+// RetryBackoff (doubling, at most MaxRetryBackoff) between attempts.
+func (m *Manager) mountLoop(e *entry) {
+	defer m.wg.Done()
+	backoff := m.cfg.RetryBackoff
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		e.attempt++
+		e.since, e.retryAt = time.Now(), time.Time{}
+		e.broadcast()
+		attempt := e.attempt
+		m.mu.Unlock()
+
+		err := m.mountOnce(e)
+
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		if err == nil {
+			e.phase, e.lastErr, e.mountedAt = mounted, nil, time.Now()
+			took := e.mountedAt.Sub(e.since).Round(time.Millisecond)
+			e.broadcast()
+			m.mu.Unlock()
+			m.logFor(e).WithFields(logrus.Fields{"attempt": attempt, "took": took}).Info("netmount: mounted")
+			return
+		}
+		e.lastErr = err
+		e.retryAt = time.Now().Add(backoff)
+		e.broadcast()
+		m.mu.Unlock()
+		m.logFor(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": backoff}).Warn("netmount: mount failed")
+
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, MaxRetryBackoff)
+	}
+}
+
+// mountOnce makes one attempt: preflight, then mount(8) in the mount's scope, bounded by
+// MountTimeout. A live mount already at the host path (an agent died between mounting and
+// writing the state) is taken over.
+func (m *Manager) mountOnce(e *entry) error {
+	if err := m.sys.preflight(e.spec); err != nil {
+		return err
+	}
+	already, err := m.sys.isMounted(e.hostPath)
+	if err != nil {
+		return err
+	}
+	if already {
+		if err := m.probe(e); err == nil {
+			m.logFor(e).Info("netmount: a live mount without state is at the host path: taking it over")
+			return m.saveState(e)
+		}
+	}
+	if err := os.Mkdir(e.hostPath, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
+	defer cancel()
+	if err := m.sys.mount(ctx, e.spec, e.unit, e.hostPath, m.cfg.MountTimeout); err != nil {
+		m.cleanFailedAttempt(e)
+		return err
+	}
+	return m.saveState(e)
+}
+
+// cleanFailedAttempt kills what a failed attempt left in the mount's scope, unless the
+// attempt mounted after all, and removes the scope.
+func (m *Manager) cleanFailedAttempt(e *entry) {
+	if mounted, err := m.sys.isMounted(e.hostPath); err != nil || mounted {
+		return
+	}
+	if err := m.sys.killScope(e.unit); err != nil {
+		m.logFor(e).WithError(err).Warn("netmount: cannot kill what the failed mount attempt left running")
+	}
+	var err error
+	for range 20 {
+		if err = m.sys.removeScope(e.unit); err == nil {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	m.logFor(e).WithError(err).Debug("netmount: scope of the failed mount attempt not removed")
+}
+
+func (m *Manager) saveState(e *entry) error {
+	st := state{Type: e.spec.Type, Source: e.spec.Source, Options: e.spec.Options, HostPath: e.hostPath, MountedAt: time.Now().UTC()}
+	if err := writeState(m.stateDir, e.key, st); err != nil {
+		// The mount is live and usable; only its adoption after a restart is at stake.
+		m.logFor(e).WithError(err).Error("netmount: cannot write the mount's state: a restarted agent will not adopt it")
+	}
+	return nil
+}
+
+// Acquire waits at most until ctx is done for s to be mounted, then records user (a container
+// ID) as one of its users and returns the host path of the mount. If ctx ends first it
+// returns "<spec>: not ready: ..." with the last error or the attempt under way, while the
+// mount goes on in the background, so that the kubelet's retry succeeds; if the node lacks
+// what s needs (see Preflight) it says so at once. It never blocks past ctx.
+func (m *Manager) Acquire(ctx context.Context, s Spec, user string) (string, error) {
+	if err := s.Validate(); err != nil {
+		return "", fmt.Errorf("%s: %w", s, err)
+	}
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return "", fmt.Errorf("%s: not ready: the mount manager is closed", s)
+		}
+		e := m.ensureLocked(s)
+		if e.phase == mounted {
+			e.users[user] = struct{}{}
+			m.stopGraceLocked(e)
+			path := e.hostPath
+			m.mu.Unlock()
+			return path, nil
+		}
+		var pe *PreflightError
+		if e.phase == mounting && !e.retryAt.IsZero() && errors.As(e.lastErr, &pe) {
+			// Installing a package takes longer than any request: say so now.
+			err := m.notReadyLocked(e)
+			m.mu.Unlock()
+			return "", err
+		}
+		changed := e.changed
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			err := m.notReadyLocked(e)
+			m.mu.Unlock()
+			return "", err
+		case <-changed:
+		}
+	}
+}
+
+func (m *Manager) notReadyLocked(e *entry) error {
+	ago := func(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
+	switch {
+	case e.phase == mounting && e.lastErr != nil && !e.retryAt.IsZero():
+		return fmt.Errorf("%s: not ready: last error: %w (attempt %d; next attempt in %s)",
+			e.spec, e.lastErr, e.attempt, time.Until(e.retryAt).Round(time.Millisecond))
+	case e.phase == mounting && e.lastErr != nil:
+		return fmt.Errorf("%s: not ready: last error: %w (attempt %d under way since %s)",
+			e.spec, e.lastErr, e.attempt, ago(e.since))
+	case e.phase == mounting:
+		return fmt.Errorf("%s: not ready: still mounting (attempt %d, started %s ago, at %s)",
+			e.spec, e.attempt, ago(e.since), e.since.Format(time.RFC3339))
+	case e.phase == checking:
+		return fmt.Errorf("%s: not ready: checking the mount found at start-up (since %s)", e.spec, ago(e.since))
+	case e.phase == unmounting:
+		return fmt.Errorf("%s: not ready: being unmounted after its grace period; it will be mounted again", e.spec)
+	}
+	return fmt.Errorf("%s: not ready (%s)", e.spec, e.phase)
+}
+
+// Release drops user from every mount it uses. A mount left without users is unmounted after
+// Grace, unless it is acquired again meanwhile.
+func (m *Manager) Release(user string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.entries {
+		if _, ok := e.users[user]; !ok {
+			continue
+		}
+		delete(e.users, user)
+		if len(e.users) == 0 && e.phase == mounted {
+			m.startGraceLocked(e)
+		}
+	}
+}
+
+// ReleaseUnused starts the grace period of every mount that has no user: mounts adopted at
+// start-up or ensured for a pod but never acquired. The plugin calls it once it has acquired
+// the mounts of all running containers after a start, and may call it when a pod goes away.
+func (m *Manager) ReleaseUnused() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.entries {
+		if len(e.users) == 0 && e.phase == mounted && e.graceTimer == nil {
+			m.startGraceLocked(e)
+		}
+	}
+}
+
+func (m *Manager) startGraceLocked(e *entry) {
+	m.stopGraceLocked(e)
+	if m.closed {
+		return
+	}
+	gen := e.graceGen
+	e.graceTimer = time.AfterFunc(m.cfg.Grace, func() { m.graceOver(e, gen) })
+	m.logFor(e).WithField("grace", m.cfg.Grace).Debug("netmount: no users left: unmounting after the grace period")
+}
+
+func (m *Manager) stopGraceLocked(e *entry) {
+	if e.graceTimer != nil {
+		e.graceTimer.Stop()
+		e.graceTimer = nil
+	}
+	e.graceGen++
+}
+
+func (m *Manager) graceOver(e *entry, gen int) {
+	m.mu.Lock()
+	if m.closed || gen != e.graceGen || len(e.users) > 0 || e.phase != mounted || m.entries[e.key] != e {
+		m.mu.Unlock()
+		return
+	}
+	e.graceTimer = nil
+	e.phase, e.since, e.wanted = unmounting, time.Now(), false
+	e.broadcast()
+	m.wg.Add(1)
+	m.mu.Unlock()
+	m.unmount(e)
+}
+
+// unmount unmounts e (umount, then umount -l if that does not finish within UnmountTimeout),
+// removes its state, host directory and scope.
+func (m *Manager) unmount(e *entry) {
+	defer m.wg.Done()
+	log := m.logFor(e)
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+	err := m.sys.unmount(ctx, e.hostPath, false)
+	cancel()
+	if errors.Is(err, errNoAnswer) && m.ctx.Err() == nil {
+		log.WithError(err).Warn("netmount: unmount did not finish in time: unmounting lazily")
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+		err = m.sys.unmount(ctx, e.hostPath, true)
+		cancel()
+	}
+
+	if err == nil {
+		if rerr := removeState(m.stateDir, e.key); rerr != nil {
+			log.WithError(rerr).Error("netmount: cannot remove the state of an unmounted mount")
+		}
+		if rerr := os.Remove(e.hostPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			log.WithError(rerr).Debug("netmount: host directory of an unmounted mount not removed")
+		}
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	if err != nil {
+		// Busy (used outside any container) or stuck: keep it and try again later.
+		log.WithError(err).Warn("netmount: unmount failed: keeping the mount, trying again after the grace period")
+		e.phase, e.lastErr = mounted, fmt.Errorf("unmount: %w", err)
+		if len(e.users) == 0 && !e.wanted {
+			m.startGraceLocked(e)
+		}
+		e.broadcast()
+		m.mu.Unlock()
+		return
+	}
+	e.phase = idle
+	if e.wanted {
+		m.startMountLocked(e)
+	} else {
+		delete(m.entries, e.key)
+		e.broadcast()
+	}
+	m.mu.Unlock()
+	log.Info("netmount: unmounted")
+
+	// A FUSE daemon exits shortly after its unmount; its scope can go once it has.
+	for i := 0; ; i++ {
+		rerr := m.sys.removeScope(e.unit)
+		if rerr == nil {
+			return
+		}
+		if i == 50 {
+			log.WithError(rerr).Warn("netmount: scope of an unmounted mount not removed")
+			return
+		}
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// MountStatus describes one mount the Manager knows.
+type MountStatus struct {
+	Key      string
+	Spec     string // Spec.String(): secrets redacted
+	HostPath string
+	Users    []string // sorted
+	Mounted  bool
+	State    string // idle, mounting, checking, mounted, unmounting
+	Attempt  int    // mount attempts since the last start of mounting
+	// LastError is the last mount or unmount error, redacted; "" after a success.
+	LastError string
+}
+
+// Mounts returns the state of every mount the Manager knows, sorted by key.
+func (m *Manager) Mounts() []MountStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]MountStatus, 0, len(m.entries))
+	for _, e := range m.entries {
+		st := MountStatus{
+			Key:      e.key,
+			Spec:     e.spec.String(),
+			HostPath: e.hostPath,
+			Users:    make([]string, 0, len(e.users)),
+			Mounted:  e.phase == mounted,
+			State:    e.phase.String(),
+			Attempt:  e.attempt,
+		}
+		for u := range e.users {
+			st.Users = append(st.Users, u)
+		}
+		sort.Strings(st.Users)
+		if e.lastErr != nil {
+			st.LastError = e.lastErr.Error()
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// Close stops all background work (a mount attempt under way is killed) and waits for it. It
+// does not unmount: the mounts outlive the agent by design, and the next agent adopts them.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	for _, e := range m.entries {
+		m.stopGraceLocked(e)
+		e.broadcast()
+	}
+	m.cancel()
+	m.mu.Unlock()
+	m.wg.Wait()
+	m.lock.Close() // releases the flock
+}

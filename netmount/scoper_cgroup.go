@@ -1,0 +1,87 @@
+package netmount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultCgroupParent holds the cgroups of the mounts, under the cgroup2 root.
+const DefaultCgroupParent = "mountkeeper.slice"
+
+// CgroupScoper gives every mount a cgroup of its own, Root/Parent/<unit>, outside the agent's
+// cgroup, and a session of its own. The helper is placed in that cgroup by clone3 itself
+// (CLONE_INTO_CGROUP), so it never runs a single instruction in the agent's cgroup: a kill
+// of the agent's whole cgroup cannot catch it, nor the FUSE daemon it forks.
+//
+// It places processes in the cgroup2 hierarchy only. On a hybrid host the helper stays in the
+// agent's cgroup v1 hierarchies (memory, pids, ...), so a supervisor that kills by a v1
+// cgroup (runc on a hybrid host does) would still kill the FUSE daemon.
+type CgroupScoper struct {
+	Root   string // the cgroup2 mount point, e.g. /sys/fs/cgroup/unified
+	Parent string // directory under Root holding one cgroup per mount
+}
+
+var _ Scoper = (*CgroupScoper)(nil)
+
+// NewCgroupScoper returns a CgroupScoper under root's DefaultCgroupParent.
+func NewCgroupScoper(root string) *CgroupScoper {
+	return &CgroupScoper{Root: root, Parent: DefaultCgroupParent}
+}
+
+// Name implements Scoper.
+func (c *CgroupScoper) Name() string { return "cgroup" }
+
+// Dir is the cgroup of unit.
+func (c *CgroupScoper) Dir(unit string) string { return filepath.Join(c.Root, c.Parent, unit) }
+
+// Start implements Scoper.
+func (c *CgroupScoper) Start(ctx context.Context, job Job) (*exec.Cmd, error) {
+	dir := c.Dir(job.Unit)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create the mount's cgroup: %w", err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the mount's cgroup: %w", &os.PathError{Op: "open", Path: dir, Err: err})
+	}
+	defer unix.Close(fd) // the child has it from clone3; ours is not needed after Start
+	cmd, err := sessionCommand(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = fd
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s in cgroup %s: %w", job.Argv[0], dir, err)
+	}
+	return cmd, nil
+}
+
+// Remove implements Scoper: it removes the unit's cgroup if it is empty.
+func (c *CgroupScoper) Remove(unit string) error {
+	dir := c.Dir(unit)
+	err := unix.Rmdir(dir)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENOTEMPTY):
+		return fmt.Errorf("cgroup %s still has processes", dir)
+	}
+	return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+}
+
+// Kill kills every process in the unit's cgroup (cgroup.kill, Linux 5.14 or newer).
+func (c *CgroupScoper) Kill(unit string) error {
+	err := os.WriteFile(filepath.Join(c.Dir(unit), "cgroup.kill"), []byte("1"), 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

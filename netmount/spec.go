@@ -1,0 +1,297 @@
+package netmount
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Spec identifies one network filesystem mount: its type (nfs, nfs4, cifs, glusterfs, ceph,
+// fuse.<program> e.g. fuse.sshfs), source (server:/export, //server/share, user@host:/dir, ...)
+// and options, in the order given (they are passed to mount -o in that order).
+type Spec struct {
+	Type    string
+	Source  string
+	Options []string
+}
+
+// keyVersion changes only if Key must change; a new value orphans the mounts of older agents.
+const keyVersion = "netmount/v1"
+
+// Key is a short, stable hash of (type, source, options as given; order counts, since mount
+// applies options in order) that names the mount's directory under StateDir/mounts and its
+// state file. Two specs share a host mount exactly when their keys are equal.
+func (s Spec) Key() string {
+	h := sha256.New()
+	for _, v := range append([]string{keyVersion, s.Type, s.Source}, s.Options...) {
+		h.Write([]byte(v))
+		h.Write([]byte{0}) // Validate rejects NUL in every field, so this separates them
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// String renders the spec as a mount command line would, "<type> <source> -o <options>", with
+// every secret replaced by "***", for logs and errors. Redaction rules:
+//
+//   - an option key=value whose key contains "pass", "secret" or "token", or ends in "key"
+//     (case-insensitive; password=, password2=, pass=, secret=, token=, api_key=, ...) keeps
+//     its key and loses its value; keys ending in "file" are exempt, since their value is a
+//     path, not the secret (credentials=, secretfile=, passwd_file=, IdentityFile= are kept);
+//   - user= and username= keep the user name and lose what follows a '%' (mount.cifs reads
+//     "user%password");
+//   - a password in the source's user information (//user:password@server/share,
+//     scheme://user:password@host/...) is redacted;
+//   - everything else (user names, hosts, paths, flags) is kept: it is needed to debug a mount
+//     and is not a credential.
+func (s Spec) String() string {
+	var b strings.Builder
+	b.WriteString(s.Type)
+	b.WriteByte(' ')
+	b.WriteString(redactSource(s.Source))
+	if len(s.Options) > 0 {
+		b.WriteString(" -o ")
+		for i, o := range s.Options {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(redactOption(o))
+		}
+	}
+	return b.String()
+}
+
+const redacted = "***"
+
+// secretKey says whether the value of option key is a secret.
+func secretKey(key string) bool {
+	k := strings.ToLower(key)
+	if strings.HasSuffix(k, "file") {
+		return false
+	}
+	return strings.Contains(k, "pass") || strings.Contains(k, "secret") || strings.Contains(k, "token") ||
+		strings.HasSuffix(k, "key")
+}
+
+// optionSecret returns the secret part of option o and where it starts, or "" if o has none.
+func optionSecret(o string) (secret string, at int) {
+	key, val, ok := strings.Cut(o, "=")
+	if !ok || val == "" {
+		return "", 0
+	}
+	switch k := strings.ToLower(key); {
+	case secretKey(key):
+		return val, len(key) + 1
+	case k == "user" || k == "username":
+		if i := strings.IndexByte(val, '%'); i >= 0 && i < len(val)-1 {
+			return val[i+1:], len(key) + 1 + i + 1
+		}
+	}
+	return "", 0
+}
+
+func redactOption(o string) string {
+	secret, at := optionSecret(o)
+	if secret == "" {
+		return o
+	}
+	return o[:at] + redacted
+}
+
+// sourceSecret returns the password in the source's user information and where it starts, or
+// "" if there is none: "//user:pw@server/share" and "scheme://user:pw@host/x" have one;
+// "user@host:/dir" (sshfs), "host:/export" (nfs) and "user@fsid.fs=/" (ceph) have none.
+func sourceSecret(src string) (secret string, at int) {
+	start := 0
+	if i := strings.Index(src, "://"); i >= 0 {
+		start = i + 3
+	} else if strings.HasPrefix(src, "//") {
+		start = 2
+	}
+	end := strings.LastIndexByte(src, '@')
+	if end <= start {
+		return "", 0
+	}
+	userinfo := src[start:end]
+	if strings.ContainsRune(userinfo, '/') {
+		return "", 0 // the '@' is in a path, not after user information
+	}
+	i := strings.IndexByte(userinfo, ':')
+	if i < 0 || i == len(userinfo)-1 {
+		return "", 0
+	}
+	return userinfo[i+1:], start + i + 1
+}
+
+func redactSource(src string) string {
+	secret, at := sourceSecret(src)
+	if secret == "" {
+		return src
+	}
+	return src[:at] + redacted + src[at+len(secret):]
+}
+
+// secrets returns every secret value of s, longest first.
+func (s Spec) secrets() []string {
+	var out []string
+	if v, _ := sourceSecret(s.Source); v != "" {
+		out = append(out, v)
+	}
+	for _, o := range s.Options {
+		if v, _ := optionSecret(o); v != "" {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// Redact replaces every secret of s that occurs in text (a helper's error output, say) by
+// "***". Secrets are replaced wherever they occur, even inside other words: a garbled message
+// is better than a leaked password.
+func (s Spec) Redact(text string) string {
+	for _, v := range s.secrets() {
+		text = strings.ReplaceAll(text, v, redacted)
+	}
+	return text
+}
+
+// fsType describes what a filesystem type needs on the node and what its source looks like.
+type fsType struct {
+	helper       string // mount helper mount(8) runs, e.g. mount.nfs; "" for fuse.*
+	debian, rhel string // packages providing the helper
+	kernelFS     string // name in /proc/filesystems
+	module       string // module to modprobe for it
+	fuse         bool   // a FUSE filesystem: needs /dev/fuse too
+	shape        string // the source's shape, for errors
+	check        func(src string) bool
+}
+
+var fsTypes = map[string]fsType{
+	"nfs": {helper: "mount.nfs", debian: "nfs-common", rhel: "nfs-utils", kernelFS: "nfs", module: "nfs",
+		shape: "server:/export", check: hostColonPath},
+	"nfs4": {helper: "mount.nfs4", debian: "nfs-common", rhel: "nfs-utils", kernelFS: "nfs4", module: "nfsv4",
+		shape: "server:/export", check: hostColonPath},
+	"cifs": {helper: "mount.cifs", debian: "cifs-utils", rhel: "cifs-utils", kernelFS: "cifs", module: "cifs",
+		shape: "//server/share", check: uncPath},
+	"glusterfs": {helper: "mount.glusterfs", debian: "glusterfs-client", rhel: "glusterfs-fuse", kernelFS: "fuse", module: "fuse", fuse: true,
+		shape: "server:/volume", check: hostColonVolume},
+	"ceph": {helper: "mount.ceph", debian: "ceph-common", rhel: "ceph-common", kernelFS: "ceph", module: "ceph",
+		shape: "mon1[,mon2]:/path or user@fsid.fsname=/path", check: cephSource},
+}
+
+// fuseFS describes fuse.<program> filesystems.
+var fuseFS = fsType{kernelFS: "fuse", module: "fuse", fuse: true}
+
+// fusePackages names the packages of the FUSE programs we know; others are named generically.
+var fusePackages = map[string][2]string{
+	"sshfs": {"sshfs", "fuse-sshfs"},
+	"s3fs":  {"s3fs", "s3fs-fuse"},
+}
+
+var fuseProgram = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`)
+
+// lookupType returns what type t needs, and for fuse.<program> the program.
+func lookupType(t string) (fsType, string, error) {
+	if ft, ok := fsTypes[t]; ok {
+		return ft, "", nil
+	}
+	if prog, ok := strings.CutPrefix(t, "fuse."); ok {
+		if !fuseProgram.MatchString(prog) {
+			return fsType{}, "", fmt.Errorf("type %q: the FUSE program after \"fuse.\" must be a program name such as sshfs", t)
+		}
+		ft := fuseFS
+		if prog == "sshfs" {
+			ft.shape, ft.check = "[user@]host:[dir]", sshfsSource
+		}
+		return ft, prog, nil
+	}
+	if t == "fuse" {
+		return fsType{}, "", errors.New(`type "fuse" needs the FUSE program: fuse.<program>, e.g. fuse.sshfs`)
+	}
+	return fsType{}, "", fmt.Errorf("unknown type %q: want nfs, nfs4, cifs, glusterfs, ceph or fuse.<program> (e.g. fuse.sshfs)", t)
+}
+
+// Validate checks s without looking at the node: a known type, a source of that type's shape,
+// and options that mount -o can carry. Its messages never contain a secret.
+func (s Spec) Validate() error {
+	ft, _, err := lookupType(s.Type)
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.Source == "":
+		return fmt.Errorf("%s mount: source is empty: want %s", s.Type, shapeOf(ft))
+	case strings.HasPrefix(s.Source, "-"):
+		return fmt.Errorf("%s mount: source %q starts with '-', which mount would read as an option", s.Type, redactSource(s.Source))
+	case strings.ContainsAny(s.Source, "\x00\n"):
+		return fmt.Errorf("%s mount: source contains a NUL or newline", s.Type)
+	case ft.check != nil && !ft.check(s.Source):
+		return fmt.Errorf("%s mount: source %q is not of the form %s", s.Type, redactSource(s.Source), ft.shape)
+	}
+	for i, o := range s.Options {
+		key, _, _ := strings.Cut(o, "=")
+		switch {
+		case o == "":
+			return fmt.Errorf("%s mount: option %d is empty", s.Type, i+1)
+		case strings.Contains(o, ","):
+			return fmt.Errorf("%s mount: option %d (%s) contains a comma: give each option as a list item of its own", s.Type, i+1, key)
+		case strings.ContainsAny(o, "\x00\n"):
+			return fmt.Errorf("%s mount: option %d (%s) contains a NUL or newline", s.Type, i+1, key)
+		}
+	}
+	return nil
+}
+
+func shapeOf(ft fsType) string {
+	if ft.shape == "" {
+		return "the FUSE program's source"
+	}
+	return ft.shape
+}
+
+// hostColonPath: "server:/export", "[::1]:/export".
+func hostColonPath(src string) bool {
+	i := strings.Index(src, ":/")
+	return i > 0
+}
+
+// hostColonVolume: "server:/volume" or "server:volume".
+func hostColonVolume(src string) bool {
+	host, vol, ok := strings.Cut(src, ":")
+	return ok && host != "" && strings.Trim(vol, "/") != ""
+}
+
+// uncPath: "//server/share[/path]".
+func uncPath(src string) bool {
+	rest, ok := strings.CutPrefix(src, "//")
+	if !ok {
+		return false
+	}
+	server, share, ok := strings.Cut(rest, "/")
+	return ok && server != "" && strings.Trim(share, "/") != ""
+}
+
+// cephSource: "mon1,mon2:6789:/path" or "user@fsid.fsname=/path".
+func cephSource(src string) bool {
+	if i := strings.Index(src, ":/"); i > 0 {
+		return true
+	}
+	at := strings.IndexByte(src, '@')
+	eq := strings.Index(src, "=/")
+	return at > 0 && eq > at+1
+}
+
+// sshfsSource: "[user@]host:[dir]".
+func sshfsSource(src string) bool {
+	i := strings.LastIndexByte(src, '@')
+	host, _, ok := strings.Cut(src[i+1:], ":")
+	if strings.HasPrefix(host, "[") { // [::1]:/dir
+		end := strings.Index(src[i+1:], "]:")
+		return end > 1
+	}
+	return ok && host != ""
+}
