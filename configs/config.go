@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"time"
 
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -28,8 +30,46 @@ type Config struct {
 	KubeletRoot string `yaml:"kubeletRoot"`
 	// SubPathRepair re-resolves stale subPath mounts of any container at CreateContainer
 	// (default true).
-	SubPathRepair  *bool                   `yaml:"subPathRepair"`
+	SubPathRepair *bool `yaml:"subPathRepair"`
+	// StateDir holds the host mounts of network filesystems and their state.
+	StateDir string `yaml:"stateDir"`
+	// MountTimeout bounds one mount attempt of a network filesystem (default 30s).
+	MountTimeout Duration `yaml:"mountTimeout"`
+	// UnmountGrace is how long a network mount stays after its last container is removed
+	// (default 30s), so a restarting pod does not remount.
+	UnmountGrace Duration `yaml:"unmountGrace"`
+	// CreateBudget is how long CreateContainer waits for a network mount that is not ready
+	// (default 1.5s). It must stay below the runtime's plugin_request_timeout (2s by default):
+	// a plugin that answers late is dropped and the container created WITHOUT its mounts.
+	CreateBudget   Duration                `yaml:"createBudget"`
 	RuntimeClasses map[string]RuntimeClass `yaml:"runtimeClasses"`
+}
+
+// Defaults of the network-filesystem keys.
+const (
+	DefaultMountTimeout = 30 * time.Second
+	DefaultUnmountGrace = 30 * time.Second
+	DefaultCreateBudget = 1500 * time.Millisecond
+)
+
+// StateDirPath returns stateDir or its default.
+func (c *Config) StateDirPath() string {
+	if c.StateDir == "" {
+		return netmount.DefaultStateDir
+	}
+	return c.StateDir
+}
+
+// HasNetworkMounts says whether any class mounts a network filesystem.
+func (c *Config) HasNetworkMounts() bool {
+	for _, rc := range c.RuntimeClasses {
+		for _, m := range rc.Mounts {
+			if _, ok := m.NetworkSpec(); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // KubeletRootDir returns kubeletRoot or its default.
@@ -75,14 +115,46 @@ func (c *Config) Class(handler string) (string, RuntimeClass, bool) {
 	return name, rc, ok
 }
 
-// Edits returns the spec edits for a class. The config must have been validated.
-func (rc RuntimeClass) Edits() specmod.Edits {
+// Edits returns the spec edits for a class. The config must have been validated. hostPath
+// gives the host path of each network filesystem mount: the NRI plugin mounts it (or waits
+// for it) there, a dry run only computes it. A class without network mounts may pass nil.
+func (rc RuntimeClass) Edits(hostPath func(netmount.Spec) (string, error)) (specmod.Edits, error) {
 	var e specmod.Edits
 	for _, m := range rc.Mounts {
 		sm, _ := m.specMount()
+		if ns, ok := m.NetworkSpec(); ok {
+			if hostPath == nil {
+				return e, fmt.Errorf("mount %s -> %s: network filesystems are not supported here", ns, m.Destination)
+			}
+			src, err := hostPath(ns)
+			if err != nil {
+				return e, fmt.Errorf("mount %s -> %s: %w", ns, m.Destination, err)
+			}
+			sm.Source, sm.Options = src, nil
+		}
 		e.Mounts = append(e.Mounts, sm)
 	}
-	return e
+	return e, nil
+}
+
+// NetworkSpecs returns the class's network filesystems.
+func (rc RuntimeClass) NetworkSpecs() []netmount.Spec {
+	var specs []netmount.Spec
+	for _, m := range rc.Mounts {
+		if ns, ok := m.NetworkSpec(); ok {
+			specs = append(specs, ns)
+		}
+	}
+	return specs
+}
+
+// NetworkSpec returns the network filesystem a mount of a network type (nfs, cifs, fuse.sshfs,
+// ...) asks for: its options are the filesystem's mount options, not bind options.
+func (m Mount) NetworkSpec() (netmount.Spec, bool) {
+	if !netmount.IsNetworkType(m.Type) {
+		return netmount.Spec{}, false
+	}
+	return netmount.Spec{Type: m.Type, Source: m.Source, Options: m.Options}, true
 }
 
 func (m Mount) specMount() (specmod.Mount, error) {
@@ -108,6 +180,17 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.KubeletRoot != "" && !isAbsClean(c.KubeletRoot) {
 		errs = append(errs, fmt.Errorf("kubeletRoot %q must be an absolute, clean path", c.KubeletRoot))
+	}
+	if c.StateDir != "" && !isAbsClean(c.StateDir) {
+		errs = append(errs, fmt.Errorf("stateDir %q must be an absolute, clean path", c.StateDir))
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"mountTimeout", c.MountTimeout}, {"unmountGrace", c.UnmountGrace}, {"createBudget", c.CreateBudget}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s is negative", d.key, time.Duration(d.v)))
+		}
 	}
 	if len(c.RuntimeClasses) == 0 && !c.RepairSubPaths() {
 		errs = append(errs, errors.New("runtimeClasses is empty and subPathRepair is false: mountkeeper would change no container"))
@@ -156,9 +239,12 @@ func validateClass(name string, rc RuntimeClass) error {
 // validateMount returns every problem of one mount, so that the caller can name the class and
 // the mount in each.
 func validateMount(m Mount) []error {
+	if ns, ok := m.NetworkSpec(); ok {
+		return validateNetworkMount(m, ns)
+	}
 	var errs []error
 	if m.Type != "" && m.Type != "bind" {
-		errs = append(errs, fmt.Errorf("type %q is not supported: this version mounts bind only", m.Type))
+		errs = append(errs, fmt.Errorf("type %q is not supported: use bind (the default), nfs, nfs4, cifs, glusterfs, ceph or fuse.<program>", m.Type))
 	}
 	sm, err := m.specMount()
 	if err != nil {
@@ -187,3 +273,21 @@ func flatten(err error) []error {
 }
 
 func isAbsClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }
+
+// validateNetworkMount checks a network filesystem mount: its filesystem (type, source shape,
+// options) and the bind into the container (destination, propagation).
+func validateNetworkMount(m Mount, ns netmount.Spec) []error {
+	var errs []error
+	if err := ns.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := specmod.ValidateDestination(m.Destination); err != nil {
+		errs = append(errs, err)
+	}
+	if m.Propagation != "" {
+		if _, err := specmod.ParsePropagation(m.Propagation); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

@@ -205,8 +205,33 @@ func TestParseInvalid(t *testing.T) {
 		},
 		{
 			name: "unsupported type",
+			yaml: oneMount("{source: /srv/a, destination: /a, type: ext4}"),
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): type "ext4" is not supported: use bind (the default), nfs, nfs4, cifs, glusterfs, ceph or fuse.<program>`},
+		},
+		{
+			name: "nfs source that is a host path",
 			yaml: oneMount("{source: /srv/a, destination: /a, type: nfs}"),
-			want: []string{`runtime class "fast", mount 1 (destination "/a"): type "nfs" is not supported: this version mounts bind only`},
+			want: []string{`runtime class "fast", mount 1 (destination "/a"): nfs mount: source "/srv/a" is not of the form server:/export`},
+		},
+		{
+			name: "network mount with a bad destination and a secret in its options",
+			yaml: oneMount("{source: \"//srv/share\", destination: data, type: cifs, options: [password=hunter2, \"a,b\"]}"),
+			want: []string{`destination "data" is relative`, `cifs mount: option 2 (a,b) contains a comma`},
+		},
+		{
+			name: "fuse without program",
+			yaml: oneMount("{source: \"host:/x\", destination: /x, type: fuse}"),
+			want: []string{`type "fuse" needs the FUSE program: fuse.<program>, e.g. fuse.sshfs`},
+		},
+		{
+			name: "duration without unit",
+			yaml: "mountTimeout: 30\n" + oneMount("{source: /srv/a, destination: /a}"),
+			want: []string{`line 1: duration "30": write it with a unit, e.g. "30s" or "1500ms"`},
+		},
+		{
+			name: "relative stateDir",
+			yaml: "stateDir: state\n" + oneMount("{source: /srv/a, destination: /a}"),
+			want: []string{`stateDir "state" must be an absolute, clean path`},
 		},
 		{
 			name: "several errors across classes all reported",
@@ -228,9 +253,9 @@ func TestParseInvalid(t *testing.T) {
 			// Every problem of one mount is reported, each naming the class and the mount,
 			// even when the propagation or the type is wrong too.
 			name: "several errors in one mount all reported",
-			yaml: oneMount("{source: srv, destination: data/, propagation: shared, type: nfs, options: [ro, bind, rshared, bogus]}"),
+			yaml: oneMount("{source: srv, destination: data/, propagation: shared, type: ext4, options: [ro, bind, rshared, bogus]}"),
 			want: []string{
-				`runtime class "fast", mount 1 (destination "data/"): type "nfs" is not supported`,
+				`runtime class "fast", mount 1 (destination "data/"): type "ext4" is not supported`,
 				`runtime class "fast", mount 1 (destination "data/"): source "srv" is not an absolute path`,
 				`runtime class "fast", mount 1 (destination "data/"): destination "data/" is relative`,
 				`runtime class "fast", mount 1 (destination "data/"): unknown propagation "shared"`,
@@ -273,7 +298,7 @@ func TestDefault(t *testing.T) {
 		{Source: "/run/mountkeeper-demo/slave", Destination: "/demo/slave", Propagation: specmod.Slave, ReadOnly: true},
 		{Source: "/run/mountkeeper-demo/shared", Destination: "/demo/shared", Propagation: specmod.Shared},
 	}}
-	if got := rc.Edits(); !reflect.DeepEqual(got, want) {
+	if got, _ := rc.Edits(nil); !reflect.DeepEqual(got, want) {
 		t.Errorf("default class edits\ngot:  %+v\nwant: %+v", got, want)
 	}
 	if _, _, ok := c.Class(""); ok {
@@ -325,7 +350,7 @@ func TestPropagationNames(t *testing.T) {
 				t.Fatalf("Parse: %v", err)
 			}
 			_, rc, _ := c.Class("fast")
-			e := rc.Edits()
+			e, _ := rc.Edits(nil)
 			if len(e.Mounts) != 1 {
 				t.Fatalf("Edits() has %d mounts, want 1: %+v", len(e.Mounts), e)
 			}
@@ -345,7 +370,7 @@ func TestEditsCarryMountFields(t *testing.T) {
 	want := specmod.Edits{Mounts: []specmod.Mount{{
 		Source: "/srv/a", Destination: "/a", Propagation: specmod.Private, ReadOnly: true, Options: []string{"nosuid", "nodev"},
 	}}}
-	if got := rc.Edits(); !reflect.DeepEqual(got, want) {
+	if got, _ := rc.Edits(nil); !reflect.DeepEqual(got, want) {
 		t.Errorf("Edits()\ngot:  %+v\nwant: %+v", got, want)
 	}
 }
@@ -523,5 +548,17 @@ func TestNodeWideDefaults(t *testing.T) {
 					c.KubeletRootDir(), c.RepairSubPaths(), len(c.RuntimeClasses), tc.root, tc.repair, tc.numClasses)
 			}
 		})
+	}
+}
+
+func TestNetworkMountErrorsHideSecrets(t *testing.T) {
+	_, err := configs.Parse([]byte(oneMount(`{source: "//u:pw123@srv/share", destination: rel, type: cifs, options: [password=hunter2, "x,y"]}`)))
+	if err == nil {
+		t.Fatal("invalid network mount accepted")
+	}
+	for _, secret := range []string{"hunter2", "pw123"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error shows the secret %q: %v", secret, err)
+		}
 	}
 }

@@ -134,7 +134,7 @@ func plan(opts Options, sel Selection, spec *oci.Spec) (Request, error) {
 	if err := checkMountNamespace(spec); err != nil {
 		return Request{}, err
 	}
-	edits, err := prepareNetwork(opts.Network, sel.Class(), rc)
+	edits, err := prepareNetwork(opts.Network, rc)
 	if err != nil {
 		return Request{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -44,7 +45,7 @@ func (m *fakeMounter) MountInContainer(req Request) error {
 
 type fakeNetwork struct{ source string }
 
-func (n fakeNetwork) PrepareHost(class string, m configs.Mount) (string, error) {
+func (n fakeNetwork) PrepareHost(netmount.Spec) (string, error) {
 	if n.source == "" {
 		return "", errors.New("server 10.0.0.1 does not answer")
 	}
@@ -161,9 +162,9 @@ func TestRunMountStage(t *testing.T) {
 		{name: "runbindable rootfs cuts propagating mounts", class: "fast", stdin: state(unbindable, ""),
 			err: `mount /srv/ab -> /a/b (rslave): linux.rootfsPropagation is "runbindable"`},
 		{name: "network mount without the mounter", cfg: network, class: "nfs", stdin: state(plain, ""),
-			err: `mount server:/export -> /data (rslave): type "nfs" needs the network mounter, which this build of the hook does not have`},
+			err: `mount nfs server:/export -> /data: network filesystems are not supported here`},
 		{name: "network mount the mounter cannot prepare", cfg: network, class: "nfs", stdin: state(plain, ""), network: fakeNetwork{},
-			err: `mount server:/export -> /data (rslave): prepare the nfs mount on the host: server 10.0.0.1 does not answer`},
+			err: `mount nfs server:/export -> /data: server 10.0.0.1 does not answer`},
 		{name: "mounter fails, named by Kubernetes names", stdin: state(crio, ""), mntErr: errors.New("mount /srv/p -> /p (rprivate): destination /p: boom"),
 			want: &Request{Pid: 42, Rootfs: crio + "/rootfs", Mounts: []specmod.Mount{{Source: "/srv/p", Destination: "/p", Propagation: specmod.Private}}},
 			err:  `runtime class "private", container ns/pod/app: mount /srv/p -> /p (rprivate): destination /p: boom`},

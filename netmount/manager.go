@@ -184,7 +184,7 @@ func newManager(c Config, sys system) (*Manager, error) {
 		cfg:       c,
 		sys:       sys,
 		log:       c.Log,
-		mountsDir: filepath.Join(dir, "mounts"),
+		mountsDir: filepath.Join(dir, "mounts"), // HostPath agrees
 		stateDir:  filepath.Join(dir, "state"),
 		lock:      lock,
 		entries:   make(map[string]*entry),

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -294,4 +295,16 @@ func sshfsSource(src string) bool {
 		return end > 1
 	}
 	return ok && host != ""
+}
+
+// HostPath is where a Manager with stateDir mounts s on the host.
+func HostPath(stateDir string, s Spec) string {
+	return filepath.Join(stateDir, "mounts", s.Key())
+}
+
+// IsNetworkType says whether a config's mount type names a network filesystem this package
+// mounts (nfs, nfs4, cifs, glusterfs, ceph, fuse.*), as opposed to a bind.
+func IsNetworkType(t string) bool {
+	_, known := fsTypes[t]
+	return known || t == "fuse" || strings.HasPrefix(t, "fuse.")
 }

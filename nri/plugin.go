@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -28,6 +29,9 @@ type Plugin struct {
 	// pinned: the config was named on the command line, so one the runtime hands over in
 	// Configure (plugin_config_path) is not used.
 	pinned bool
+
+	newMounter func(*configs.Config) (Mounter, error)
+	net        Mounter // nil until a config has network mounts
 }
 
 // NewPlugin returns a plugin serving cfg. pinned says cfg was chosen explicitly by the
@@ -53,7 +57,10 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 			p.log.Info("using the config passed by the runtime")
 		}
 	}
-	return api.MustParseEventMask("CreateContainer"), nil
+	if err := p.startMounter(); err != nil {
+		return 0, err
+	}
+	return api.MustParseEventMask("RunPodSandbox,CreateContainer,RemoveContainer"), nil
 }
 
 func (p *Plugin) config() *configs.Config {
@@ -80,7 +87,12 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		log.Error(err)
 		return nil, nil, err
 	}
-	class, edits, ok, err := editsFor(cfg, p.host, pod.GetRuntimeHandler(), ociMounts(ctr.GetMounts()))
+	acquire, cancel := p.acquirer(cfg, ctr.GetId())
+	defer cancel()
+	class, edits, ok, err := editsFor(cfg, p.host, acquire, pod.GetRuntimeHandler(), ociMounts(ctr.GetMounts()))
+	if err != nil {
+		p.release(ctr.GetId()) // the container will not exist: no RemoveContainer will come
+	}
 	switch {
 	case !ok:
 		log.Debugf("no runtime class %q in the config: container left unchanged", class)
@@ -104,12 +116,16 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // editsFor is the one decision shared by the plugin, `mountkeeper render` and the hook: the
 // class of a runtime handler, and its edits checked against the container's mounts and the
 // host. ok is false when the config has no class for the handler.
-func editsFor(cfg *configs.Config, host specmod.Host, handler string, existing []oci.Mount) (string, specmod.Edits, bool, error) {
+// hostPath gives the host path of each network filesystem mount.
+func editsFor(cfg *configs.Config, host specmod.Host, hostPath func(netmount.Spec) (string, error), handler string, existing []oci.Mount) (string, specmod.Edits, bool, error) {
 	class, rc, ok := cfg.Class(handler)
 	if !ok {
 		return class, specmod.Edits{}, false, nil
 	}
-	edits := rc.Edits()
+	edits, err := rc.Edits(hostPath)
+	if err != nil {
+		return class, edits, true, err
+	}
 	if err := edits.Verify(existing, host); err != nil {
 		return class, edits, true, errors.New(oneLine(err))
 	}

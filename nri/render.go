@@ -7,6 +7,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -19,7 +20,10 @@ func RenderSpec(cfg *configs.Config, host specmod.Host, handler, container strin
 	if err := json.Unmarshal(doc, &spec); err != nil {
 		return nil, fmt.Errorf("parse OCI spec: %w", err)
 	}
-	class, edits, ok, err := editsFor(cfg, host, handler, spec.Mounts)
+	// A dry run mounts nothing: a network mount's source is where the plugin mounts it, and
+	// the host check says whether it is mounted there now.
+	wouldMount := func(s netmount.Spec) (string, error) { return netmount.HostPath(cfg.StateDirPath(), s), nil }
+	class, edits, ok, err := editsFor(cfg, host, wouldMount, handler, spec.Mounts)
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("no runtime class %q in the config (it has: %v)", class, cfg.ClassNames())

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/nri"
 )
 
@@ -30,6 +31,7 @@ commands:
   render    print a config.json with the class mounts of a runtime class added (dry run)
   hook      run as an OCI runtime hook: hook prestart|createRuntime|precreate
   validate  check a config file
+  check     check that this node can make the config's network filesystem mounts
   version   print the version
 `
 
@@ -50,6 +52,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runRender(args[1:], stdin, stdout, stderr)
 	case "validate":
 		err = runValidate(args[1:], stdout, stderr)
+	case "check":
+		err = runCheck(args[1:], stdout, stderr)
 	case "hook":
 		err = runHook(args[1:], stdin, stdout, stderr)
 	case "version":
@@ -115,7 +119,15 @@ func runNRI(args []string, stderr io.Writer) error {
 	}
 	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
 	pinned := flagSet(fs, "config")
-	plugin := nri.NewPlugin(cfg, pinned, hostmount.NewChecker(hostmount.Live{}), log)
+	plugin := nri.NewPlugin(cfg, pinned, hostmount.NewChecker(hostmount.Live{}), log).WithMounter(
+		func(cfg *configs.Config) (nri.Mounter, error) {
+			return netmount.NewManager(netmount.Config{
+				StateDir:     cfg.StateDirPath(),
+				MountTimeout: cfg.MountTimeout.Or(configs.DefaultMountTimeout),
+				Grace:        cfg.UnmountGrace.Or(configs.DefaultUnmountGrace),
+				Log:          log,
+			})
+		})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})

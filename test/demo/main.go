@@ -175,7 +175,11 @@ func probeAll(ctx context.Context, cri *harness.Client, id string, class configs
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  MOUNT\tPROPAGATION\tHOST MOUNT MADE LATER\tMOUNT MADE IN CONTAINER\tAS EXPECTED")
 	var wrong []string
-	for _, m := range class.Edits().Mounts {
+	edits, err := class.Edits(nil)
+	if err != nil {
+		return err
+	}
+	for _, m := range edits.Mounts {
 		seen, err := harness.ProbePropagation(ctx, cri, id, m.Source, m.Destination)
 		if err != nil {
 			return err

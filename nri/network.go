@@ -1,0 +1,130 @@
+package nri
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
+)
+
+// Mounter mounts network filesystems on the host and shares them among containers
+// (netmount.Manager).
+type Mounter interface {
+	Ensure(netmount.Spec)
+	Acquire(ctx context.Context, s netmount.Spec, user string) (string, error)
+	Release(user string)
+	ReleaseUnused()
+}
+
+// WithMounter sets how the plugin makes its Mounter, the first time a config has network
+// mounts. cmd passes a netmount.Manager; tests a fake.
+func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) *Plugin {
+	p.newMounter = newMounter
+	return p
+}
+
+// startMounter makes the Mounter once a config needs one. It runs at Configure, so a node
+// that cannot mount (no cgroup2, state dir not writable) fails the plugin's registration
+// loudly instead of each container later.
+func (p *Plugin) startMounter() error {
+	cfg := p.config()
+	if p.net != nil || !cfg.HasNetworkMounts() {
+		return nil
+	}
+	if p.newMounter == nil {
+		return fmt.Errorf("the config has network filesystem mounts, but this plugin was built without a mounter")
+	}
+	m, err := p.newMounter(cfg)
+	if err != nil {
+		return fmt.Errorf("start the network filesystem mounter: %w", err)
+	}
+	p.net = m
+	return nil
+}
+
+// acquirer returns how CreateContainer gets the host path of a network mount: it waits for the
+// mount at most createBudget in all, so the runtime's request timeout (2s by default, after
+// which the container is created WITHOUT the plugin's mounts) is never reached; a mount that
+// is not ready by then fails the container with "not ready" while it goes on mounting, and the
+// kubelet's retry finds it ready.
+func (p *Plugin) acquirer(cfg *configs.Config, ctrID string) (func(netmount.Spec) (string, error), context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CreateBudget.Or(configs.DefaultCreateBudget))
+	if p.net == nil {
+		return nil, cancel
+	}
+	return func(s netmount.Spec) (string, error) { return p.net.Acquire(ctx, s, ctrID) }, cancel
+}
+
+func (p *Plugin) release(ctrID string) {
+	if p.net != nil {
+		p.net.Release(ctrID)
+	}
+}
+
+// RunPodSandbox starts the network mounts of the pod's class right away: mounting takes
+// longer than a CreateContainer request may, and the pod's containers come only after
+// the image pulls.
+func (p *Plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.ensure(pod.GetRuntimeHandler())
+	return nil
+}
+
+func (p *Plugin) ensure(handler string) {
+	if p.net == nil {
+		return
+	}
+	_, rc, ok := p.config().Class(handler)
+	if !ok {
+		return
+	}
+	for _, s := range rc.NetworkSpecs() {
+		p.net.Ensure(s)
+	}
+}
+
+// RemoveContainer drops the container's claim on its network mounts; the last one out starts
+// the unmount grace period.
+func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	p.release(ctr.GetId())
+	return nil
+}
+
+// syncBudget bounds how long Synchronize waits for network mounts in all.
+const syncBudget = time.Second
+
+// Synchronize rebuilds the network mounts' users from the runtime's containers when the plugin
+// (re)connects: mounts found on the node are adopted, not mounted again, and mounts of running
+// pods are started. Mounts nobody uses any more then begin their grace period.
+func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	if p.net == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncBudget)
+	defer cancel()
+	handlers := make(map[string]string, len(pods))
+	for _, pod := range pods {
+		handlers[pod.GetId()] = pod.GetRuntimeHandler()
+		p.ensure(pod.GetRuntimeHandler())
+	}
+	cfg := p.config()
+	for _, ctr := range ctrs {
+		if ctr.GetState() == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		_, rc, ok := cfg.Class(handlers[ctr.GetPodSandboxId()])
+		if !ok {
+			continue
+		}
+		for _, s := range rc.NetworkSpecs() {
+			if _, err := p.net.Acquire(ctx, s, ctr.GetId()); err != nil {
+				p.log.WithField("container", ctr.GetName()).Warnf("network mount for a running container: %v", err)
+			}
+		}
+	}
+	p.net.ReleaseUnused()
+	return nil, nil
+}
