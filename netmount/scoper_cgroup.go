@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,11 +78,23 @@ func (c *CgroupScoper) Remove(unit string) error {
 	return &os.PathError{Op: "rmdir", Path: dir, Err: err}
 }
 
-// Kill kills every process in the unit's cgroup (cgroup.kill, Linux 5.14 or newer).
+// Kill kills every process in the unit's cgroup (cgroup.kill, Linux 5.14 or newer) and
+// removes the cgroup once it is empty. The removal is not tidiness: on Linux 6.18 (seen here) a
+// process later cloned into a cgroup that was ever killed (CLONE_INTO_CGROUP) is killed at
+// once, so the next mount attempt must get a fresh cgroup.
 func (c *CgroupScoper) Kill(unit string) error {
-	err := os.WriteFile(filepath.Join(c.Dir(unit), "cgroup.kill"), []byte("1"), 0o644)
+	dir := c.Dir(unit)
+	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0o644)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := c.Remove(unit)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
 }

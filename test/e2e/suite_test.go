@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,19 +20,27 @@ import (
 // node is one test's world: a private containerd with NRI, host volume sources under a tmpfs,
 // and the mountkeeper plugin connected to it.
 type node struct {
-	t      *testing.T
-	ctx    context.Context
-	dir    string // host side: sources, config
-	ctrd   *harness.Containerd
-	plugin *harness.Plugin
-	bin    string
-	config string
+	t         *testing.T
+	ctx       context.Context
+	dir       string // host side: sources, config
+	ctrd      *harness.Containerd
+	plugin    *harness.Plugin
+	bin       string
+	config    string
+	cgroup    string              // cgroup2 dir the plugin runs in; "" for the test's own
+	byHandler map[string][]string // container IDs created, by runtime handler
 }
 
 // newNode starts containerd with the given runtime handlers and mountkeeper with config (the
 // string SRC is replaced by the node's source directory). Everything is torn down when the
 // test ends, whether it passed or not.
 func newNode(t *testing.T, handlers []string, config string) *node {
+	t.Helper()
+	return newNodeWith(t, handlers, config, "")
+}
+
+// newNodeWith is newNode with the plugin started in the cgroup2 directory pluginCgroup.
+func newNodeWith(t *testing.T, handlers []string, config, pluginCgroup string) *node {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -45,7 +54,7 @@ func newNode(t *testing.T, handlers []string, config string) *node {
 		}
 		os.RemoveAll(dir)
 	})
-	n := &node{t: t, ctx: ctx, dir: dir}
+	n := &node{t: t, ctx: ctx, dir: dir, cgroup: pluginCgroup, byHandler: map[string][]string{}}
 	if n.bin, err = harness.BuildMountkeeper(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +81,14 @@ func newNode(t *testing.T, handlers []string, config string) *node {
 }
 
 // startPlugin starts `mountkeeper nri` on the node's config; it is stopped when the test ends.
-func (n *node) startPlugin() {
+func (n *node) startPlugin() { n.startPluginIn(n.cgroup) }
+
+// startPluginIn starts the plugin in a cgroup2 directory ("" for the test's own cgroup).
+func (n *node) startPluginIn(cgroup string) {
 	n.t.Helper()
 	var err error
-	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config, Socket: n.ctrd.NRISocket(), Log: testWriter{n.t, "mountkeeper"}})
+	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config,
+		Socket: n.ctrd.NRISocket(), Log: testWriter{n.t, "mountkeeper"}, Cgroup: cgroup})
 	if err != nil {
 		n.t.Fatalf("start mountkeeper: %v", err)
 	}
@@ -98,15 +111,34 @@ func (n *node) sourceTmpfs(name, propagation string) string {
 // runContainer runs a privileged busybox container in a new pod of the handler.
 func (n *node) runContainer(handler, name string) (string, error) {
 	n.t.Helper()
+	return n.runContainerArgs(handler, name, nil)
+}
+
+// mustRun runs a container with args (nil: sleep) and fails the test if it cannot.
+func (n *node) mustRun(handler, name string, args []string) string {
+	n.t.Helper()
+	id, err := n.runContainerArgs(handler, name, args)
+	if err != nil {
+		n.t.Fatalf("run container %s of handler %q: %v", name, handler, err)
+	}
+	return id
+}
+
+// containersOf returns the containers created for handler.
+func (n *node) containersOf(handler string) []string { return n.byHandler[handler] }
+
+func (n *node) runContainerArgs(handler, name string, args []string) (string, error) {
+	n.t.Helper()
 	cri := n.ctrd.CRI()
 	pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: name + "-pod", RuntimeHandler: handler})
 	if err != nil {
 		n.t.Fatalf("run pod with handler %q: %v", handler, err)
 	}
-	id, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true})
+	id, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true, Args: args})
 	if err != nil {
 		return "", err
 	}
+	n.byHandler[handler] = append(n.byHandler[handler], id)
 	if err := cri.StartContainer(n.ctx, id); err != nil {
 		n.t.Fatalf("start container %s: %v", name, err)
 	}
@@ -144,4 +176,15 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// freePort returns a loopback TCP port nobody listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -46,6 +46,9 @@ type PluginOptions struct {
 	Socket string   // --socket, usually Containerd.NRISocket()
 	Args   []string // extra flags
 	Log    io.Writer
+	// Cgroup, a cgroup2 directory, is where the plugin starts (placed there at clone time),
+	// so a test can kill the plugin's whole cgroup as a supervisor would.
+	Cgroup string
 }
 
 // StartPlugin starts `mountkeeper nri` and waits until the runtime has configured it.
@@ -63,6 +66,14 @@ func StartPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if o.Cgroup != "" {
+		fd, err := syscall.Open(o.Cgroup, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open cgroup %s: %w", o.Cgroup, err)
+		}
+		defer syscall.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", o.Binary, err)
 	}
@@ -92,6 +103,16 @@ func (p *Plugin) WaitLog(ctx context.Context, substr string, n int, timeout time
 		if time.Now().After(deadline) {
 			return fmt.Errorf("plugin did not log %q %d times within %s; log:\n%s", substr, n, timeout, p.log)
 		}
+	}
+}
+
+// Exited reports whether the plugin process has ended.
+func (p *Plugin) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 

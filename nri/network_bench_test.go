@@ -1,0 +1,103 @@
+package nri
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/test/benchratio"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/privatens"
+)
+
+// BenchmarkNetworkMount creates containers of an sshfs class (real sshd over loopback, real
+// netmount.Manager) through NRI's runtime side: the first one mounts, every later one shares
+// that mount. It reports how many host mounts were made ("host-mounts", target 1) and, as
+// "ratio", the CreateContainer time of containers 2..N against the same plugin adding a plain
+// bind (target within 10%). `make bench` runs it with -benchtime 199x: 200 containers.
+func BenchmarkNetworkMount(b *testing.B) {
+	privatens.Require(b)
+	dir := shortDir(b)
+	b.Cleanup(func() { harness.UnmountAll(dir) })
+	sshd, err := harness.StartSSHD(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sshd.Stop)
+	if err := os.Mkdir(filepath.Join(dir, "plain"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := harness.MountTmpfs(filepath.Join(dir, "state"), "private"); err != nil {
+		b.Fatal(err)
+	}
+	opts := fmt.Sprintf("[port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null]", sshd.Port(), sshd.IdentityFile())
+	cfg, err := configs.Parse([]byte(`stateDir: ` + dir + `/state
+runtimeClasses:
+  sshfs:
+    mounts: [{type: fuse.sshfs, source: "root@127.0.0.1:` + sshd.Export() + `", destination: /data, options: ` + opts + `}]
+  plain:
+    mounts: [{source: ` + dir + `/plain, destination: /data}]
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var manager *netmount.Manager
+	newPlugin := func() *Plugin {
+		return NewPlugin(cfg, true, hostmount.NewChecker(hostmount.Live{}), quietLogger()).WithMounter(
+			func(c *configs.Config) (Mounter, error) {
+				m, err := netmount.NewManager(netmount.Config{StateDir: c.StateDirPath(), Log: quietLogger()})
+				manager = m
+				return m, err
+			})
+	}
+	rt := startRuntime(b, filepath.Join(dir, "nri.sock"))
+	defer rt.Stop()
+	runPlugin(b, newPlugin(), rt.socket)
+	rt.waitSynced(b)
+	b.Cleanup(func() {
+		if manager != nil {
+			manager.Close()
+		}
+	})
+
+	ctx := context.Background()
+	seq := 0
+	create := func(handler string) func() {
+		return func() {
+			seq++
+			req := createRequest(handler)
+			req.Container.Id = fmt.Sprintf("ctr-%d", seq)
+			rsp, err := rt.CreateContainer(ctx, req)
+			if err != nil || len(rsp.GetAdjust().GetMounts()) != 1 {
+				b.Fatalf("CreateContainer (%s): %d mounts, err %v", handler, len(rsp.GetAdjust().GetMounts()), err)
+			}
+		}
+	}
+	// Container 1 mounts (and waits up to the budget); it is not part of the comparison.
+	if err := rt.RunPodSandbox(ctx, &adaptation.RunPodSandboxRequest{Pod: &api.PodSandbox{Id: "pod", RuntimeHandler: "sshfs"}}); err != nil {
+		b.Fatal(err)
+	}
+	create("sshfs")()
+	benchratio.Compare(b, create("plain"), create("sshfs"))
+
+	hostMounts := 0
+	for _, st := range manager.Mounts() {
+		if st.Mounted {
+			hostMounts++
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	b.ReportMetric(float64(strings.Count(string(mi), "fuse.sshfs")), "host-mounts")
+	if hostMounts != 1 {
+		b.Errorf("the manager holds %d mounts, want 1", hostMounts)
+	}
+}

@@ -1,0 +1,77 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Cgroup2 is a cgroup of the cgroup2 hierarchy that a test made, e.g. to run the plugin in and
+// then kill it whole, as a supervisor restarting the agent does.
+type Cgroup2 struct{ Dir string }
+
+// Cgroup2Root is where the cgroup2 hierarchy is mounted: /sys/fs/cgroup on a unified host,
+// /sys/fs/cgroup/unified on a hybrid one.
+func Cgroup2Root() (string, error) {
+	for _, d := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.controllers")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no cgroup2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified")
+}
+
+// NewCgroup2 makes the cgroup name below the cgroup2 root.
+func NewCgroup2(name string) (*Cgroup2, error) {
+	root, err := Cgroup2Root()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	return &Cgroup2{Dir: dir}, nil
+}
+
+// Kill kills every process in the cgroup (cgroup.kill), waits until it is empty, and makes
+// it anew: on Linux 6.18 (seen here) a process cloned into a cgroup that was ever killed is
+// killed at once, and a supervisor restarts the agent in a fresh cgroup of the same name.
+func (c *Cgroup2) Kill() error {
+	if err := c.kill(); err != nil {
+		return err
+	}
+	if err := os.Remove(c.Dir); err != nil {
+		return fmt.Errorf("remove killed cgroup: %w", err)
+	}
+	return os.Mkdir(c.Dir, 0o755)
+}
+
+func (c *Cgroup2) kill() error {
+	if err := os.WriteFile(filepath.Join(c.Dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+		return fmt.Errorf("kill cgroup %s: %w", c.Dir, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		procs, err := os.ReadFile(filepath.Join(c.Dir, "cgroup.procs"))
+		if err != nil || strings.TrimSpace(string(procs)) == "" {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("cgroup %s still has processes 10s after cgroup.kill", c.Dir)
+}
+
+// Remove kills what is left in the cgroup and removes it. Safe to call twice.
+func (c *Cgroup2) Remove() error {
+	if _, err := os.Stat(c.Dir); os.IsNotExist(err) {
+		return nil
+	}
+	if err := c.kill(); err != nil {
+		return err
+	}
+	return os.Remove(c.Dir)
+}
