@@ -36,15 +36,20 @@ func main() {
 // demo is what every scenario gets: the throw-away node and the way to (re)start the plugin.
 type demo struct {
 	ctx    context.Context
+	work   string // the demo's temp dir
 	node   *harness.Containerd
 	bin    string
 	plugin *harness.Plugin
 }
 
 // startPlugin starts `mountkeeper nri` with no --config: the embedded default.
-func (d *demo) startPlugin() error {
+func (d *demo) startPlugin() error { return d.startPluginWith("", "") }
+
+// startPluginWith starts the plugin on config ("" for the embedded default) in a cgroup2
+// directory ("" for the demo's own).
+func (d *demo) startPluginWith(config, cgroup string) error {
 	var err error
-	d.plugin, err = harness.StartPlugin(d.ctx, harness.PluginOptions{Binary: d.bin, Socket: d.node.NRISocket()})
+	d.plugin, err = harness.StartPlugin(d.ctx, harness.PluginOptions{Binary: d.bin, Socket: d.node.NRISocket(), Config: config, Cgroup: cgroup})
 	return err
 }
 
@@ -77,12 +82,12 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	d := &demo{ctx: ctx}
+	d := &demo{ctx: ctx, work: work}
 	if d.bin, err = harness.BuildMountkeeper(work); err != nil {
 		return err
 	}
 	step("starting containerd 2.4.2 + runc 1.5.2 with NRI in a temp dir, runtime handler %q", demoClass)
-	d.node, err = harness.Start(ctx, harness.Options{Handlers: []string{demoClass}, NRI: true})
+	d.node, err = harness.Start(ctx, harness.Options{Handlers: []string{demoClass, sshfsClass}, NRI: true})
 	defer func() {
 		if err := d.node.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "cleanup:", err)
@@ -97,7 +102,7 @@ func run() error {
 	}
 	defer d.stopPlugin()
 
-	for _, scenario := range []func(*demo) error{propagation, subPathRepair} {
+	for _, scenario := range []func(*demo) error{propagation, subPathRepair, networkFilesystem} {
 		if err := scenario(d); err != nil {
 			return err
 		}

@@ -73,7 +73,11 @@ func TestNetworkFilesystem(t *testing.T) {
 	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
 		Options: strings.Split(strings.ReplaceAll(sshOpts(sshd.Port()), " ", ""), ",")}
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
-	t.Cleanup(func() { cleanupScope(t, spec) })
+	t.Cleanup(func() {
+		if err := harness.RemoveMountScope(spec.Key()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 
 	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.25; done"}
 	a1 := n.mustRun("mk-sshfs", "a1", reader)
@@ -191,19 +195,4 @@ func fuseMountsAt(t *testing.T, path string) int {
 		}
 	}
 	return count
-}
-
-// cleanupScope removes what a failed test may leave of the mount: the FUSE mount and the
-// cgroup netmount ran it in.
-func cleanupScope(t *testing.T, spec netmount.Spec) {
-	root, err := harness.Cgroup2Root()
-	if err != nil {
-		return
-	}
-	parent := filepath.Join(root, netmount.DefaultCgroupParent)
-	cg := &harness.Cgroup2{Dir: filepath.Join(parent, "mount-"+spec.Key())}
-	if err := cg.Remove(); err != nil {
-		t.Errorf("cleanup: %v", err)
-	}
-	os.Remove(parent) // only if empty: another mount's cgroup may live there
 }

@@ -75,3 +75,17 @@ func (c *Cgroup2) Remove() error {
 	}
 	return os.Remove(c.Dir)
 }
+
+// RemoveMountScope removes the cgroup a network mount ran in (netmount's cgroup scope
+// mountkeeper.slice/mount-<key>), killing what is left in it, and mountkeeper.slice if that
+// is then empty: for tests and the demo, whose mounts may be cut short.
+func RemoveMountScope(key string) error {
+	root, err := Cgroup2Root()
+	if err != nil {
+		return nil
+	}
+	parent := filepath.Join(root, "mountkeeper.slice")
+	err = (&Cgroup2{Dir: filepath.Join(parent, "mount-"+key)}).Remove()
+	os.Remove(parent) // only if empty: another mount's cgroup may live there
+	return err
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+const sshfsClass = "mountkeeper-demo-sshfs"
+
+// networkFilesystem shows an sshfs class (sshd over loopback): two containers share one host
+// mount made in a cgroup scope of its own; killing the plugin's whole cgroup leaves the FUSE
+// daemon and the readers alone; the restarted plugin adopts the mount; the last container out
+// unmounts it after the grace period. The embedded default cannot know this sshd's port and
+// key, so this scenario restarts the plugin on a config of its own.
+func networkFilesystem(d *demo) error {
+	step("network filesystem: an sshfs class, sshd on 127.0.0.1")
+	sshd, err := harness.StartSSHD(d.work)
+	if err != nil {
+		return err
+	}
+	defer sshd.Stop()
+	if err := os.WriteFile(filepath.Join(sshd.Export(), "motd"), []byte("served by sshd over loopback\n"), 0o644); err != nil {
+		return err
+	}
+	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
+		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
+	defer harness.RemoveMountScope(spec.Key())
+	stateDir := filepath.Join(d.work, "state")
+	config := filepath.Join(d.work, "sshfs.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`stateDir: %s
+unmountGrace: 2s
+runtimeClasses:
+  %s:
+    mounts:
+      - {type: %s, source: "%s", destination: /shared, propagation: HostToContainer, options: [%s]}
+`, stateDir, sshfsClass, spec.Type, spec.Source, strings.Join(spec.Options, ", "))), 0o644); err != nil {
+		return err
+	}
+	cg, err := harness.NewCgroup2(filepath.Base(d.work) + "-plugin")
+	if err != nil {
+		return err
+	}
+	defer cg.Remove()
+	d.stopPlugin()
+	if err := d.startPluginWith(config, cg.Dir); err != nil {
+		return err
+	}
+	fmt.Printf("  plugin restarted on %s, in cgroup %s\n", config, cg.Dir)
+
+	cri := d.node.CRI()
+	var ids []string
+	for _, name := range []string{"reader-1", "reader-2"} {
+		pod, err := cri.RunPod(d.ctx, harness.PodOptions{Name: name, RuntimeHandler: sshfsClass})
+		if err != nil {
+			return err
+		}
+		id, err := cri.CreateContainer(d.ctx, pod, harness.ContainerOptions{Name: name, Args: []string{"sh", "-c",
+			"while true; do cat /shared/motd >/dev/null 2>&1 && echo ok >> /tmp/reads || echo FAIL >> /tmp/reads; sleep 0.25; done"}})
+		if err != nil {
+			return fmt.Errorf("create %s: %w", name, err)
+		}
+		if err := cri.StartContainer(d.ctx, id); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+		out, _, _, _ := cri.Exec(d.ctx, id, "cat", "/shared/motd")
+		fmt.Printf("  %s reads /shared/motd: %s", name, out)
+	}
+	hostPath := netmount.HostPath(stateDir, spec)
+	fmt.Printf("  host mounts at %s: %d (shared by both containers)\n", hostPath, mountsAt(hostPath))
+	fmt.Printf("  the sshfs daemon runs in cgroup %s\n", fuseDaemonCgroup(sshd.Export()))
+
+	step("killing the plugin's whole cgroup (cgroup.kill), as a supervisor restarting the agent would")
+	if err := cg.Kill(); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	out, _, _, _ := cri.Exec(d.ctx, ids[0], "sh", "-c", "echo $(grep -c ok /tmp/reads) ok, $(grep -c FAIL /tmp/reads) failed")
+	fmt.Printf("  reader-1's reads every 250 ms so far: %s", out)
+	if err := d.startPluginWith(config, cg.Dir); err != nil {
+		return err
+	}
+	d.pluginLog("adopted")
+	fmt.Printf("  host mounts after the restart: %d\n", mountsAt(hostPath))
+
+	step("removing both containers: the mount goes after the 2s grace period")
+	for _, id := range ids {
+		cri.StopContainer(d.ctx, id)
+		cri.RemoveContainer(d.ctx, id)
+	}
+	fmt.Printf("  right after: %d mount(s)\n", mountsAt(hostPath))
+	for end := time.Now().Add(10 * time.Second); mountsAt(hostPath) > 0 && time.Now().Before(end); {
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Printf("  a few seconds later: %d mount(s)\n", mountsAt(hostPath))
+	d.pluginLog("unmounted")
+	return nil
+}
+
+func mountsAt(path string) int {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	n := 0
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			n++
+		}
+	}
+	return n
+}
+
+// fuseDaemonCgroup names the cgroup2 group of the sshfs daemon serving export (its command
+// line names the export; its name may be sshfs or mount.fuse.sshfs).
+func fuseDaemonCgroup(export string) string {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if cmd, _ := os.ReadFile(p); strings.Contains(string(cmd), "sshfs") && strings.Contains(string(cmd), export) && !strings.HasPrefix(string(cmd), "sshd") {
+			cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+			for _, line := range strings.Split(string(cg), "\n") {
+				if rest, ok := strings.CutPrefix(line, "0::"); ok {
+					return rest
+				}
+			}
+		}
+	}
+	return "(no sshfs daemon found)"
+}
