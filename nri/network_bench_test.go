@@ -50,6 +50,11 @@ runtimeClasses:
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() {
+		for _, s := range cfg.RuntimeClasses["sshfs"].NetworkSpecs() {
+			harness.RemoveMountScope(s.Key())
+		}
+	})
 	var manager *netmount.Manager
 	newPlugin := func() *Plugin {
 		return NewPlugin(cfg, true, hostmount.NewChecker(hostmount.Live{}), quietLogger()).WithMounter(

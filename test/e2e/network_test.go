@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
@@ -73,9 +74,17 @@ func TestNetworkFilesystem(t *testing.T) {
 	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
 		Options: strings.Split(strings.ReplaceAll(sshOpts(sshd.Port()), " ", ""), ",")}
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
+	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		if err := harness.RemoveMountScope(spec.Key()); err != nil {
-			t.Errorf("cleanup: %v", err)
+		for _, rc := range parsed.RuntimeClasses {
+			for _, s := range rc.NetworkSpecs() {
+				if err := harness.RemoveMountScope(s.Key()); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			}
 		}
 	})
 

@@ -131,7 +131,8 @@ func processesIn(t *testing.T, pidNS, mntNS string) []string {
 		}
 		p := filepath.Join("/proc", e.Name())
 		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-		desc := strconv.Itoa(pid) + " (" + strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")) + ")"
+		stat, _ := os.ReadFile(filepath.Join(p, "stat"))
+		desc := strconv.Itoa(pid) + " (" + strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")) + ") " + string(stat)
 		pn, _ := os.Readlink(filepath.Join(p, "ns", "pid"))
 		mn, _ := os.Readlink(filepath.Join(p, "ns", "mnt"))
 		if pn == pidNS || mn == mntNS {

@@ -54,15 +54,17 @@ func (c *Cgroup2) kill() error {
 	if err := os.WriteFile(filepath.Join(c.Dir, "cgroup.kill"), []byte("1"), 0); err != nil {
 		return fmt.Errorf("kill cgroup %s: %w", c.Dir, err)
 	}
+	// cgroup.procs empties when the processes die; "populated 0" comes only once they are
+	// reaped, and only then can the cgroup be removed.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		procs, err := os.ReadFile(filepath.Join(c.Dir, "cgroup.procs"))
-		if err != nil || strings.TrimSpace(string(procs)) == "" {
+		events, err := os.ReadFile(filepath.Join(c.Dir, "cgroup.events"))
+		if err != nil || strings.Contains(string(events), "populated 0") {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("cgroup %s still has processes 10s after cgroup.kill", c.Dir)
+	return fmt.Errorf("cgroup %s still populated 10s after cgroup.kill", c.Dir)
 }
 
 // Remove kills what is left in the cgroup and removes it. Safe to call twice.

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // SystemdBinary is the systemd that StartSystemd boots (Debian's).
@@ -69,8 +71,11 @@ type Systemd struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once unshare (the parent of systemd) has been reaped
 	pid    int           // systemd, in the host's PID namespace
+	pidfd  int           // systemd's pidfd, -1 when not open
 
 	mu     sync.Mutex
+	killed bool           // Close has begun: Run must not target a PID that may be reused
+	runs   sync.WaitGroup // Run commands under way
 	closed bool
 }
 
@@ -165,7 +170,7 @@ func StartSystemd(ctx context.Context, dir string, binds ...string) (*Systemd, e
 	}
 	sweepStaleSystemd(root)
 
-	s := &Systemd{dir: dir}
+	s := &Systemd{dir: dir, pidfd: -1}
 	if err := s.start(ctx, root, args); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -224,7 +229,12 @@ func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) e
 		children, _ := descendants(cmd.Process.Pid)
 		for _, c := range children {
 			if c.ppid == cmd.Process.Pid && procComm(c.pid) == "systemd" {
-				s.pid = c.pid
+				// systemd cannot be reaped (and its PID reused) while unshare waits for it.
+				pidfd, err := unix.PidfdOpen(c.pid, 0)
+				if err != nil {
+					return fmt.Errorf("pidfd_open systemd: %w", err)
+				}
+				s.pid, s.pidfd = c.pid, pidfd
 				return nil
 			}
 		}
@@ -270,9 +280,14 @@ func (s *Systemd) Run(ctx context.Context, argv ...string) (string, error) {
 	if len(argv) == 0 {
 		return "", errors.New("Run: empty command")
 	}
-	if s.pid == 0 {
+	s.mu.Lock()
+	if s.pid == 0 || s.killed {
+		s.mu.Unlock()
 		return "", errors.New("Run: systemd is not running")
 	}
+	s.runs.Add(1)
+	s.mu.Unlock()
+	defer s.runs.Done()
 	cmd := exec.CommandContext(ctx, "/usr/bin/nsenter", append([]string{"-t", strconv.Itoa(s.pid), "-a", "-r", "-w", "--"}, argv...)...)
 	cmd.Env = systemdEnv
 	var stdout, stderr bytes.Buffer
@@ -287,8 +302,9 @@ func (s *Systemd) Run(ctx context.Context, argv ...string) (string, error) {
 }
 
 // WaitRunning waits until `systemctl is-system-running` says running or degraded (the boot
-// is over; degraded: some unit failed, which is returned as part of no error, see the
-// journal), and fails if it says maintenance, stopping or offline, or systemd exits.
+// is over; degraded: some unit failed, see `systemctl --failed`), and fails if it says
+// maintenance or stopping, or systemd exits. ("offline", systemctl's word for "cannot reach
+// systemd", is what it says until systemd listens.)
 func (s *Systemd) WaitRunning(ctx context.Context) error {
 	var last string
 	for {
@@ -297,7 +313,7 @@ func (s *Systemd) WaitRunning(ctx context.Context) error {
 		switch state {
 		case "running", "degraded":
 			return nil
-		case "maintenance", "stopping", "offline":
+		case "maintenance", "stopping":
 			return fmt.Errorf("systemd is %s", state)
 		}
 		if err != nil {
@@ -330,7 +346,21 @@ func (s *Systemd) Close() error {
 	if s.closed {
 		return nil
 	}
+	s.killed = true
 	var errs []error
+	if s.pidfd >= 0 {
+		// systemd first: its death ends its PID namespace, and unshare, still alive, reaps it
+		// (killed after unshare, it would wait as a zombie for the host's init to reap it).
+		if err := unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill systemd: %w", err))
+		}
+		select {
+		case <-s.exited:
+		case <-time.After(systemdKillTimeout):
+		}
+		unix.Close(s.pidfd)
+		s.pidfd = -1
+	}
 	if s.cgroup != "" {
 		errs = append(errs, killCgroup2(s.cgroup, systemdKillTimeout))
 	}
@@ -341,6 +371,15 @@ func (s *Systemd) Close() error {
 			s.cmd.Process.Kill()
 			errs = append(errs, fmt.Errorf("unshare (pid %d) did not exit after cgroup.kill", s.cmd.Process.Pid))
 		}
+	}
+	// The death of systemd, PID 1 of the namespace, killed what Run started there: wait for
+	// Run to reap it, so no zombie of the namespace outlives Close.
+	runsDone := make(chan struct{})
+	go func() { s.runs.Wait(); close(runsDone) }()
+	select {
+	case <-runsDone:
+	case <-time.After(systemdKillTimeout):
+		errs = append(errs, errors.New("commands started by Run did not end after systemd was killed"))
 	}
 	if s.cgroup != "" {
 		if err := removeCgroupTree(s.cgroup, cgroupTimeout); err != nil {
