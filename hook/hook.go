@@ -78,7 +78,11 @@ func precreate(opts Options, stdin io.Reader, stdout io.Writer) error {
 	if _, _, ok := opts.Config.Class(sel.Handler); parsed && !ok {
 		return unknownClass(opts.Config, sel)
 	}
-	out, err := nri.RenderSpec(opts.Config, opts.Host, sel.Handler, containerName("", meta.Annotations), doc)
+	ro := nri.RenderOptions{RepairSubPaths: true}
+	if opts.Network != nil {
+		ro.Network = opts.Network.PrepareHost
+	}
+	out, err := nri.RenderSpec(opts.Config, opts.Host, sel.Handler, containerName("", meta.Annotations), doc, ro)
 	if err != nil {
 		return err
 	}

@@ -83,13 +83,15 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": ctr.GetName(), "handler": pod.GetRuntimeHandler(),
 	})
 	cfg := p.config()
-	if err := repairSubPaths(cfg, log, pod, ctr); err != nil {
+	existing := ociMounts(ctr.GetMounts())
+	who := pod.GetNamespace() + "/" + pod.GetName() + "/" + ctr.GetName()
+	if err := repairSubPaths(cfg, log, who, existing); err != nil {
 		log.Error(err)
 		return nil, nil, err
 	}
 	acquire, cancel := p.acquirer(cfg, ctr.GetId())
 	defer cancel()
-	class, edits, ok, err := editsFor(cfg, p.host, acquire, pod.GetRuntimeHandler(), ociMounts(ctr.GetMounts()))
+	class, edits, ok, err := editsFor(cfg, p.host, acquire, pod.GetRuntimeHandler(), existing)
 	if err != nil {
 		p.release(ctr.GetId()) // the container will not exist: no RemoveContainer will come
 	}
@@ -98,8 +100,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		log.Debugf("no runtime class %q in the config: container left unchanged", class)
 		return nil, nil, nil
 	case err != nil:
-		err = fmt.Errorf("mountkeeper: runtime class %q, container %s/%s/%s: %w",
-			class, pod.GetNamespace(), pod.GetName(), ctr.GetName(), err)
+		err = fmt.Errorf("mountkeeper: runtime class %q, container %s: %w", class, who, err)
 		log.Error(err)
 		return nil, nil, err
 	}

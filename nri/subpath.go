@@ -3,7 +3,7 @@ package nri
 import (
 	"fmt"
 
-	"github.com/containerd/nri/pkg/api"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/configs"
@@ -15,13 +15,14 @@ import (
 // runtime mounts them (kubernetes #68211, #127602). It runs for every container, whatever its
 // runtime class: the bug is the node's, not a class's. Most containers have no subPath mount
 // and pay only for a prefix check; the others pay one stat per subPath mount.
-func repairSubPaths(cfg *configs.Config, log *logrus.Entry, pod *api.PodSandbox, ctr *api.Container) error {
+// who names the container in the error.
+func repairSubPaths(cfg *configs.Config, log *logrus.Entry, who string, mounts []oci.Mount) error {
 	if !cfg.RepairSubPaths() {
 		return nil
 	}
 	root := cfg.KubeletRootDir()
 	var sources []string
-	for _, m := range ctr.GetMounts() {
+	for _, m := range mounts {
 		if _, ok := subpath.ParseTarget(root, m.Source); ok {
 			sources = append(sources, m.Source)
 		}
@@ -39,7 +40,7 @@ func repairSubPaths(cfg *configs.Config, log *logrus.Entry, pod *api.PodSandbox,
 		}).Infof("repaired stale subPath mount %s", r.Target.Path)
 	}
 	if err != nil {
-		return fmt.Errorf("mountkeeper: container %s/%s/%s: %s", pod.GetNamespace(), pod.GetName(), ctr.GetName(), oneLine(err))
+		return fmt.Errorf("mountkeeper: container %s: %s", who, oneLine(err))
 	}
 	return nil
 }

@@ -74,10 +74,17 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	log, err := newLogger("info", "text", stderr)
+	if err != nil {
+		return err
+	}
+	network := hook.NewManagerNetwork(cfg, log)
+	defer network.Close()
 	return hook.Run(stage, hook.Options{
 		Config:       cfg,
 		RuntimeClass: *class,
 		Host:         hostmount.NewChecker(hostmount.Live{}),
+		Network:      network,
 	}, stdin, stdout)
 }
 

@@ -149,7 +149,7 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read config.json from stdin: %w", err)
 	}
-	out, err := nri.RenderSpec(cfg, hostmount.NewChecker(hostmount.Live{}), *class, *container, doc)
+	out, err := nri.RenderSpec(cfg, hostmount.NewChecker(hostmount.Live{}), *class, *container, doc, nri.RenderOptions{})
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
@@ -148,4 +151,443 @@ func processesIn(t *testing.T, pidNS, mntNS string) []string {
 		}
 	}
 	return out
+}
+
+// systemdConfig is the plugin's config in the systemd scenario. The class mount's
+// propagation is None: the host path is a directory of the host (bound into systemd's
+// namespaces), but the sshfs mount on it lives only in systemd's mount namespace, so the
+// runtime on the host binds an empty directory that is no shared mount.
+const systemdConfig = `
+stateDir: WORK/state
+unmountGrace: 3s
+createBudget: 1500ms
+runtimeClasses:
+  mk-sshfs:
+    mounts:
+      - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: None, options: [SSHOPTS]}
+`
+
+// systemdUnit runs the plugin as a service; systemd kills its whole cgroup on stop and
+// restart (KillMode=control-group, the default).
+const systemdUnit = `[Unit]
+Description=mountkeeper NRI plugin (e2e)
+
+[Service]
+ExecStart=BINARY nri --config CONFIG --socket SOCKET --log-level debug
+Restart=no
+KillMode=control-group
+`
+
+// naiveUnit is the control: an agent that mounts sshfs itself, without a scope of its own,
+// as kubelet does where systemd is not PID 1 (kubernetes #48431).
+const naiveUnit = `[Unit]
+Description=an agent that mounts without a scope (e2e control)
+
+[Service]
+ExecStart=/bin/sh -c 'mount -t fuse.sshfs -o SSHOPTS root@127.0.0.1:EXPORT /tmp/naive && exec sleep infinity'
+Restart=no
+`
+
+// TestSystemdRestart is issue 4's restart scenario under a real systemd booted as PID 1 of
+// namespaces of its own (harness.StartSystemd): the plugin runs as a systemd service
+// (mountkeeper.service) connected to a containerd on the host through its NRI socket, which
+// is bound into the namespaces; sshd serves over loopback (the network namespace is shared).
+// A pod of an sshfs class makes the plugin mount the export in a transient scope unit
+// (mountkeeper-mount-<key>-<n>.scope), not in the service's cgroup; `systemctl restart
+// mountkeeper` kills the service's whole cgroup, yet the FUSE daemon keeps its PID, the mount
+// keeps reading, and the restarted plugin adopts the mount instead of mounting again, rebuilds
+// its users from the runtime (the mount outlives the grace period while the container runs),
+// serves a new container from the same mount, and unmounts once the last container is gone,
+// after which systemd collects the scope.
+//
+// The mount is made in systemd's mount namespace, so the containers that the host's
+// containerd creates see an empty directory at /data, not the export: which containers see
+// is covered by TestNetworkFilesystem, where plugin and runtime share the host's mount
+// namespace. Here reads go through the mount in systemd's namespace (nsenter).
+//
+// A control subtest first shows that the checks can fail: a service that mounts sshfs in its
+// own cgroup loses the FUSE daemon on `systemctl restart`.
+func TestSystemdRestart(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("no FUSE on this machine: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	work, err := os.MkdirTemp("/tmp", "mk-sd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	bin, err := harness.BuildMountkeeper(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshd, err := harness.StartSSHD(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sshd.Stop)
+	const content = "hello from sshfs under systemd\n"
+	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sshOpts := []string{"port=" + strconv.Itoa(sshd.Port()), "IdentityFile=" + sshd.IdentityFile(),
+		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes"}
+	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshOpts}
+	hostPath := netmount.HostPath(filepath.Join(work, "state"), spec)
+
+	ctrd, err := harness.Start(ctx, harness.Options{Handlers: []string{"mk-sshfs"}, NRI: true})
+	if err != nil {
+		t.Fatalf("start containerd: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := ctrd.Close(); err != nil {
+			t.Errorf("cleanup containerd: %v", err)
+		}
+	})
+	// Binary, config, key and state directory live in work; the NRI socket in containerd's
+	// directory: both are bound into the namespaces at the same paths.
+	config := filepath.Join(work, "config.yaml")
+	sdWriteFile(t, config, strings.NewReplacer("WORK", work, "EXPORT", sshd.Export(), "SSHOPTS", strings.Join(sshOpts, ", ")).Replace(systemdConfig))
+	unit := filepath.Join(work, "mountkeeper.service")
+	sdWriteFile(t, unit, strings.NewReplacer("BINARY", bin, "CONFIG", config, "SOCKET", ctrd.NRISocket()).Replace(systemdUnit))
+	naive := filepath.Join(work, "mk-naive.service")
+	sdWriteFile(t, naive, strings.NewReplacer("SSHOPTS", strings.Join(sshOpts, ","), "EXPORT", sshd.Export()).Replace(naiveUnit))
+
+	start := time.Now()
+	sd, err := harness.StartSystemd(ctx, filepath.Join(t.TempDir(), "systemd"), work, ctrd.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sd.Close(); err != nil {
+			t.Errorf("cleanup systemd: %v", err)
+		}
+	})
+	if err := sd.WaitRunning(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("systemd booted in %s", time.Since(start).Round(time.Millisecond))
+	s := &sdScenario{t: t, ctx: ctx, sd: sd}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := sd.Run(context.Background(), "journalctl", "--no-pager", "-o", "short-precise", "-n", "300")
+			t.Logf("journal of systemd's namespaces (last 300 lines):\n%s", out)
+		}
+	})
+
+	t.Run("control: a FUSE daemon in the service's own cgroup dies with systemctl restart", func(t *testing.T) {
+		s := s.with(t)
+		s.run("mkdir", "-p", "/tmp/naive")
+		s.run("cp", naive, "/run/systemd/system/mk-naive.service")
+		s.run("systemctl", "daemon-reload")
+		s.run("systemctl", "start", "mk-naive")
+		t.Cleanup(func() { sd.Run(context.Background(), "systemctl", "stop", "mk-naive") })
+		var daemon int
+		sdEventually(t, 20*time.Second, "the control service mounts sshfs", func() bool {
+			daemon = s.fuseDaemon("/tmp/naive")
+			return daemon != 0
+		})
+		if cg := s.cgroupOf(daemon); cg != "/system.slice/mk-naive.service" {
+			t.Fatalf("the control's FUSE daemon is in %s, want /system.slice/mk-naive.service", cg)
+		}
+		s.run("systemctl", "restart", "mk-naive")
+		if sdAlive(daemon) {
+			t.Errorf("FUSE daemon %d of the control survived systemctl restart: the restart checks below could not fail", daemon)
+		}
+	})
+
+	s.run("cp", unit, "/run/systemd/system/mountkeeper.service")
+	s.run("systemctl", "daemon-reload")
+	s.run("systemctl", "start", "mountkeeper")
+	s.waitJournal(s.invocation(), "connected to", 30*time.Second)
+
+	cri := ctrd.CRI()
+	pod, err := cri.RunPod(ctx, harness.PodOptions{Name: "sshfs-pod", RuntimeHandler: "mk-sshfs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := s.createContainer(cri, pod, "c1")
+
+	var daemon int
+	var scope string
+	t.Run("the mount lands in a transient scope, not in the service's cgroup", func(t *testing.T) {
+		s := s.with(t)
+		if got := s.read(filepath.Join(hostPath, "hello")); got != content {
+			t.Errorf("read %q through the mount in systemd's namespace, want %q", got, content)
+		}
+		if n := s.fuseMounts(hostPath); n != 1 {
+			t.Errorf("%d fuse.sshfs mounts at %s, want 1", n, hostPath)
+		}
+		daemon = s.fuseDaemon(hostPath)
+		if daemon == 0 {
+			t.Fatalf("no FUSE daemon serves %s", hostPath)
+		}
+		cg := s.cgroupOf(daemon)
+		scope = strings.TrimPrefix(cg, "/system.slice/")
+		if !regexp.MustCompile(`^mountkeeper-mount-` + spec.Key() + `-[0-9a-z]+\.scope$`).MatchString(scope) {
+			t.Fatalf("the FUSE daemon %d is in cgroup %s, want /system.slice/mountkeeper-mount-%s-<n>.scope", daemon, cg, spec.Key())
+		}
+		if units := s.run("systemctl", "list-units", "--type=scope", "--state=running", "--plain", "--no-legend", "--no-pager"); !strings.Contains(units, scope) {
+			t.Errorf("systemctl does not list %s as a running scope:\n%s", scope, units)
+		}
+		main := s.mainPID()
+		for _, pid := range s.cgroupProcs("/system.slice/mountkeeper.service") {
+			if pid != main {
+				t.Errorf("process %d (%s) of the mount is in mountkeeper.service's cgroup", pid, sdComm(pid))
+			}
+		}
+	})
+	if daemon == 0 {
+		t.FailNow()
+	}
+
+	t.Run("systemctl restart keeps the mount alive and the plugin adopts it", func(t *testing.T) {
+		s := s.with(t)
+		oldMain, oldInvocation := s.mainPID(), s.invocation()
+		restarted := time.Now()
+		s.run("systemctl", "restart", "mountkeeper")
+		inv := s.invocation()
+		if newMain := s.mainPID(); newMain == oldMain || inv == oldInvocation || sdAlive(oldMain) {
+			t.Fatalf("systemctl restart did not restart the plugin: main PID %d -> %d, invocation %s -> %s", oldMain, newMain, oldInvocation, inv)
+		}
+		s.waitJournal(inv, "adopted the mount found at start-up", 30*time.Second)
+		t.Logf("restarted plugin adopted the mount %s after systemctl restart", time.Since(restarted).Round(time.Millisecond))
+		if !sdAlive(daemon) || s.fuseDaemon(hostPath) != daemon {
+			t.Errorf("FUSE daemon %d did not survive the restart (now %d)", daemon, s.fuseDaemon(hostPath))
+		}
+		if cg := s.cgroupOf(daemon); cg != "/system.slice/"+scope {
+			t.Errorf("FUSE daemon moved to %s", cg)
+		}
+		if got := s.read(filepath.Join(hostPath, "hello")); got != content {
+			t.Errorf("read %q through the mount after the restart", got)
+		}
+		if n := s.fuseMounts(hostPath); n != 1 {
+			t.Errorf("%d fuse.sshfs mounts at %s after the restart, want 1", n, hostPath)
+		}
+		if log := s.journal(inv); strings.Contains(log, `msg="netmount: mounted"`) {
+			t.Errorf("the restarted plugin mounted again:\n%s", log)
+		}
+	})
+
+	t.Run("the restarted plugin keeps the mount for the running container and serves a new one", func(t *testing.T) {
+		s := s.with(t)
+		// Synchronize must have counted c1 as a user: an unused adopted mount would be
+		// unmounted once the 3s grace period is over.
+		time.Sleep(5 * time.Second)
+		if s.fuseDaemon(hostPath) != daemon || s.fuseMounts(hostPath) != 1 {
+			t.Fatalf("the mount of running container c1 went away after the restart (daemon %d, %d mounts)", s.fuseDaemon(hostPath), s.fuseMounts(hostPath))
+		}
+		c2 := s.createContainer(cri, pod, "c2")
+		if s.fuseDaemon(hostPath) != daemon || s.fuseMounts(hostPath) != 1 {
+			t.Errorf("container c2 got another mount (daemon %d, %d mounts)", s.fuseDaemon(hostPath), s.fuseMounts(hostPath))
+		}
+		st, err := cri.ContainerStatus(ctx, c2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, m := range st.GetMounts() {
+			found = found || (m.GetContainerPath() == "/data" && m.GetHostPath() == hostPath)
+		}
+		if !found {
+			t.Errorf("container c2 has no /data from %s: %v", hostPath, st.GetMounts())
+		}
+		for _, id := range []string{c1, c2} {
+			cri.StopContainer(ctx, id)
+			if err := cri.RemoveContainer(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		removed := time.Now()
+		sdEventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
+		t.Logf("unmounted %s after the last container was removed (grace 3s)", time.Since(removed).Round(time.Millisecond))
+		sdEventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
+			return !sdAlive(daemon) && !strings.Contains(s.run("systemctl", "list-units", "--all", "--type=scope", "--plain", "--no-legend", "--no-pager"), scope)
+		})
+	})
+}
+
+// sdScenario runs the checks of TestSystemdRestart in systemd's namespaces.
+type sdScenario struct {
+	t   *testing.T
+	ctx context.Context
+	sd  *harness.Systemd
+}
+
+// with returns s reporting to t (a subtest).
+func (s *sdScenario) with(t *testing.T) *sdScenario {
+	c := *s
+	c.t = t
+	return &c
+}
+
+// run runs argv in systemd's namespaces; it fails the test if argv fails.
+func (s *sdScenario) run(argv ...string) string {
+	s.t.Helper()
+	out, err := s.sd.Run(s.ctx, argv...)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return out
+}
+
+// read reads a file through the mount in systemd's namespace, within 10s.
+func (s *sdScenario) read(path string) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	out, err := s.sd.Run(ctx, "cat", path)
+	if err != nil {
+		s.t.Errorf("read %s: %v", path, err)
+	}
+	return out
+}
+
+// fuseMounts counts the fuse.sshfs mounts at path in systemd's mount namespace.
+func (s *sdScenario) fuseMounts(path string) int {
+	s.t.Helper()
+	n := 0
+	for _, line := range strings.Split(s.run("cat", "/proc/1/mountinfo"), "\n") {
+		pre, post, _ := strings.Cut(line, " - ")
+		if f := strings.Fields(pre); len(f) > 4 && f[4] == path && strings.HasPrefix(post, "fuse.sshfs ") {
+			n++
+		}
+	}
+	return n
+}
+
+// fuseDaemon returns the host PID of the sshfs process serving path in systemd's
+// namespaces, or 0.
+func (s *sdScenario) fuseDaemon(path string) int {
+	s.t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || sdComm(pid) != "sshfs" || s.cgroupOf(pid) == "" {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if slices.Contains(strings.Split(string(cmdline), "\x00"), path) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// cgroupOf returns the cgroup of a host PID as systemd sees it ("/system.slice/x.service"),
+// or "" if the process is not in systemd's cgroup.
+func (s *sdScenario) cgroupOf(pid int) string {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return ""
+	}
+	root := "/" + filepath.Base(s.sd.Cgroup())
+	for _, line := range strings.Split(string(data), "\n") {
+		if cg, ok := strings.CutPrefix(line, "0::"); ok {
+			if rest, ok := strings.CutPrefix(cg, root); ok && (rest == "" || rest[0] == '/') {
+				return rest
+			}
+		}
+	}
+	return ""
+}
+
+// cgroupProcs lists the host PIDs in a cgroup of systemd's ("/system.slice/x.service").
+func (s *sdScenario) cgroupProcs(cg string) []int {
+	s.t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.sd.Cgroup(), cg, "cgroup.procs"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// mainPID returns the host PID of mountkeeper.service's main process.
+func (s *sdScenario) mainPID() int {
+	s.t.Helper()
+	pids := s.cgroupProcs("/system.slice/mountkeeper.service")
+	if len(pids) == 0 {
+		s.t.Fatalf("mountkeeper.service runs no process")
+	}
+	return pids[0]
+}
+
+// invocation returns mountkeeper.service's invocation ID: it changes with every start.
+func (s *sdScenario) invocation() string {
+	s.t.Helper()
+	return strings.TrimSpace(s.run("systemctl", "show", "--property=InvocationID", "--value", "mountkeeper"))
+}
+
+// journal returns what one invocation of mountkeeper.service logged.
+func (s *sdScenario) journal(invocation string) string {
+	s.t.Helper()
+	return s.run("journalctl", "--no-pager", "-o", "cat", "_SYSTEMD_INVOCATION_ID="+invocation)
+}
+
+// waitJournal waits until an invocation of mountkeeper.service logged substr.
+func (s *sdScenario) waitJournal(invocation, substr string, timeout time.Duration) {
+	s.t.Helper()
+	sdEventually(s.t, timeout, "mountkeeper.service logs "+strconv.Quote(substr), func() bool {
+		return strings.Contains(s.journal(invocation), substr)
+	})
+}
+
+// createContainer creates and starts a container in pod, retrying as kubelet does while the
+// plugin says the network mount is not ready.
+func (s *sdScenario) createContainer(cri *harness.Client, pod, name string) string {
+	s.t.Helper()
+	start := time.Now()
+	for {
+		id, err := cri.CreateContainer(s.ctx, pod, harness.ContainerOptions{Name: name})
+		if err == nil {
+			if err := cri.StartContainer(s.ctx, id); err != nil {
+				s.t.Fatal(err)
+			}
+			s.t.Logf("container %s created in %s", name, time.Since(start).Round(time.Millisecond))
+			return id
+		}
+		if !strings.Contains(err.Error(), "not ready") || time.Since(start) > 30*time.Second {
+			s.t.Fatalf("create container %s: %v", name, err)
+		}
+		s.t.Logf("create container %s: %v (retrying)", name, err)
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// sdEventually polls cond every 100ms until it holds, failing the test after timeout.
+func sdEventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+	}
+}
+
+func sdAlive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i > 0 && i+2 < len(stat) && stat[i+2] != 'Z'
+}
+
+func sdComm(pid int) string {
+	b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	return strings.TrimSpace(string(b))
+}
+
+func sdWriteFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
