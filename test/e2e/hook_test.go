@@ -220,7 +220,7 @@ func mountsBelow(mountinfo, dir string) []string {
 // (the same three-way test as TestPropagation).
 func checkThreeWay(t *testing.T, ctx context.Context, exec harness.Execer, base string) {
 	t.Helper()
-	group := peerGroup(t, filepath.Dir(base))
+	group := peerGroup(t, base)
 	out, _, code, err := exec(ctx, "cat", "/proc/self/mountinfo")
 	if err != nil || code != 0 {
 		t.Fatalf("read the container's mountinfo: exit %d, %v", code, err)

@@ -3,13 +3,13 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/hostmount"
 )
 
 const propagationConfig = `
@@ -44,47 +44,14 @@ func TestPropagation(t *testing.T) {
 		t.Fatalf("create container of class mk-e2e: %v", err)
 	}
 
-	// Tags are compared with the host source's peer group: an rshared mount anywhere in the
-	// container makes the runtime share the whole rootfs, so every container mount is
-	// "shared:" in a group of its own; what matters is the relation to the host's group.
-	t.Run("container mounts relate to the host's peer group as asked", func(t *testing.T) {
-		group := peerGroup(t, host)
-		out, _ := n.sh(id, "cat /proc/self/mountinfo")
-		want := map[string]struct{ peer, slave bool }{
-			"/vol/private": {false, false},
-			"/vol/slave":   {false, true},
-			"/vol/shared":  {true, false},
-		}
-		for dst, w := range want {
-			line := mountinfoLine(out, dst)
-			if line == "" {
-				t.Errorf("%s is not mounted in the container; mountinfo:\n%s", dst, out)
-				continue
-			}
-			fields, _, _ := strings.Cut(line, " - ")
-			peer := slices.Contains(strings.Fields(fields), "shared:"+group)
-			slave := slices.Contains(strings.Fields(fields), "master:"+group)
-			if peer != w.peer || slave != w.slave {
-				t.Errorf("%s: peer of host group %s = %v, slave of it = %v; want %v, %v\n%s", dst, group, peer, slave, w.peer, w.slave, line)
-			}
-		}
-	})
-
-	t.Run("mounts propagate for real as asked", func(t *testing.T) {
-		want := map[string]harness.Seen{
-			"private": {HostToContainer: false, ContainerToHost: false},
-			"slave":   {HostToContainer: true, ContainerToHost: false},
-			"shared":  {HostToContainer: true, ContainerToHost: true},
-		}
-		for d, w := range want {
-			got, err := harness.ProbePropagation(n.ctx, n.ctrd.CRI(), id, filepath.Join(host, d), "/vol/"+d)
-			if err != nil {
-				t.Fatalf("probe /vol/%s: %v", d, err)
-			}
-			if got != w {
-				t.Errorf("/vol/%s: saw %+v, want %+v", d, got, w)
-			}
-		}
+	// checkThreeWay compares the container's mount tags with the host source's peer group:
+	// an rshared mount anywhere in the container makes the runtime share the whole rootfs,
+	// so every container mount is "shared:" in a group of its own; what matters is the
+	// relation to the host's group. Then it probes both directions with real mounts.
+	t.Run("mounts relate to the host's peer group and propagate as asked", func(t *testing.T) {
+		checkThreeWay(t, n.ctx, func(ctx context.Context, cmd ...string) (string, string, int, error) {
+			return n.ctrd.CRI().Exec(ctx, id, cmd...)
+		}, host)
 	})
 
 	t.Run("rshared from a private source fails with the plugin's error", func(t *testing.T) {
@@ -128,13 +95,18 @@ func TestPropagation(t *testing.T) {
 	})
 }
 
-// peerGroup returns the peer group number of the shared host mount at dir.
-func peerGroup(t *testing.T, dir string) string {
+// peerGroup returns the peer group number of the shared host mount holding path.
+func peerGroup(t *testing.T, path string) string {
 	t.Helper()
+	m, err := hostmount.MountOfPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := m.Point
 	fields, _, _ := strings.Cut(mountinfoLine(string(mi), dir), " - ")
 	for _, f := range strings.Fields(fields) {
 		if g, ok := strings.CutPrefix(f, "shared:"); ok {
