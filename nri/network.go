@@ -32,7 +32,7 @@ func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) 
 // loudly instead of each container later.
 func (p *Plugin) startMounter() error {
 	cfg := p.config()
-	if p.net != nil || !cfg.HasNetworkMounts() {
+	if p.mounter() != nil || !cfg.HasNetworkMounts() {
 		return nil
 	}
 	if p.newMounter == nil {
@@ -42,8 +42,17 @@ func (p *Plugin) startMounter() error {
 	if err != nil {
 		return fmt.Errorf("start the network filesystem mounter: %w", err)
 	}
+	p.mu.Lock()
 	p.net = m
+	p.mu.Unlock()
 	return nil
+}
+
+// mounter is the Mounter, or nil while no config had network mounts.
+func (p *Plugin) mounter() Mounter {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.net
 }
 
 // acquirer returns how CreateContainer gets the host path of a network mount: it waits for the
@@ -53,15 +62,16 @@ func (p *Plugin) startMounter() error {
 // kubelet's retry finds it ready.
 func (p *Plugin) acquirer(cfg *configs.Config, ctrID string) (func(netmount.Spec) (string, error), context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.CreateBudget.Or(configs.DefaultCreateBudget))
-	if p.net == nil {
+	net := p.mounter()
+	if net == nil {
 		return nil, cancel
 	}
-	return func(s netmount.Spec) (string, error) { return p.net.Acquire(ctx, s, ctrID) }, cancel
+	return func(s netmount.Spec) (string, error) { return net.Acquire(ctx, s, ctrID) }, cancel
 }
 
 func (p *Plugin) release(ctrID string) {
-	if p.net != nil {
-		p.net.Release(ctrID)
+	if net := p.mounter(); net != nil {
+		net.Release(ctrID)
 	}
 }
 
@@ -74,7 +84,8 @@ func (p *Plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 }
 
 func (p *Plugin) ensure(handler string) {
-	if p.net == nil {
+	net := p.mounter()
+	if net == nil {
 		return
 	}
 	_, rc, ok := p.config().Class(handler)
@@ -82,7 +93,7 @@ func (p *Plugin) ensure(handler string) {
 		return
 	}
 	for _, s := range rc.NetworkSpecs() {
-		p.net.Ensure(s)
+		net.Ensure(s)
 	}
 }
 
@@ -100,7 +111,8 @@ const syncBudget = time.Second
 // (re)connects: mounts found on the node are adopted, not mounted again, and mounts of running
 // pods are started. Mounts nobody uses any more then begin their grace period.
 func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	if p.net == nil {
+	net := p.mounter()
+	if net == nil {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, syncBudget)
@@ -120,11 +132,11 @@ func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 			continue
 		}
 		for _, s := range rc.NetworkSpecs() {
-			if _, err := p.net.Acquire(ctx, s, ctr.GetId()); err != nil {
+			if _, err := net.Acquire(ctx, s, ctr.GetId()); err != nil {
 				p.log.WithField("container", ctr.GetName()).Warnf("network mount for a running container: %v", err)
 			}
 		}
 	}
-	p.net.ReleaseUnused()
+	net.ReleaseUnused()
 	return nil, nil
 }

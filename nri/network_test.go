@@ -1,0 +1,143 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
+)
+
+// fakeMounter records what the plugin asks of the network mounter.
+type fakeMounter struct {
+	ensured  []string
+	users    map[string]bool
+	released []string
+	unused   int
+	notReady error
+}
+
+func (f *fakeMounter) Ensure(s netmount.Spec) { f.ensured = append(f.ensured, s.Source) }
+
+func (f *fakeMounter) Acquire(_ context.Context, s netmount.Spec, user string) (string, error) {
+	if f.notReady != nil {
+		return "", f.notReady
+	}
+	f.users[user] = true
+	return "/var/lib/mountkeeper/mounts/" + s.Key(), nil
+}
+
+func (f *fakeMounter) Release(user string) {
+	delete(f.users, user)
+	f.released = append(f.released, user)
+}
+
+func (f *fakeMounter) ReleaseUnused() { f.unused++ }
+
+const networkTestConfig = `
+runtimeClasses:
+  nfs:
+    mounts:
+      - {type: nfs, source: "filer:/export", destination: /data, propagation: HostToContainer, options: [vers=4.1]}
+  plain:
+    mounts:
+      - {source: /srv/plain, destination: /plain}
+`
+
+func networkPlugin(t *testing.T, fm *fakeMounter, host *fakeHost) *Plugin {
+	t.Helper()
+	p := NewPlugin(mustConfig(t, networkTestConfig), true, host, quietLogger()).WithMounter(
+		func(*configs.Config) (Mounter, error) { return fm, nil })
+	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestNetworkMounts(t *testing.T) {
+	ctx := context.Background()
+	nfsPod := &api.PodSandbox{Id: "p1", Name: "pod", Namespace: "ns", RuntimeHandler: "nfs"}
+	spec := netmount.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.1"}}
+	hostPath := "/var/lib/mountkeeper/mounts/" + spec.Key()
+
+	t.Run("RunPodSandbox starts the class's mounts early", func(t *testing.T) {
+		fm := &fakeMounter{users: map[string]bool{}}
+		p := networkPlugin(t, fm, &fakeHost{})
+		p.RunPodSandbox(ctx, nfsPod)
+		p.RunPodSandbox(ctx, &api.PodSandbox{RuntimeHandler: "plain"})
+		if strings.Join(fm.ensured, ",") != "filer:/export" {
+			t.Errorf("ensured %v, want the nfs export only", fm.ensured)
+		}
+	})
+
+	t.Run("CreateContainer binds the host mount and records the user", func(t *testing.T) {
+		fm := &fakeMounter{users: map[string]bool{}}
+		host := &fakeHost{}
+		p := networkPlugin(t, fm, host)
+		adj, _, err := p.CreateContainer(ctx, nfsPod, &api.Container{Id: "c1", Name: "app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mountStrings(adj.GetMounts())
+		if len(got) != 1 || got[0] != hostPath+"->/data:rbind,rslave" {
+			t.Errorf("mounts %v, want the host mount bound rslave without the nfs options", got)
+		}
+		if !fm.users["c1"] || strings.Join(host.asked, ",") != hostPath {
+			t.Errorf("users %v, host asked about %v", fm.users, host.asked)
+		}
+		p.RemoveContainer(ctx, nfsPod, &api.Container{Id: "c1"})
+		if fm.users["c1"] {
+			t.Error("RemoveContainer did not release the container")
+		}
+	})
+
+	t.Run("a mount not ready fails the container and claims nothing", func(t *testing.T) {
+		fm := &fakeMounter{users: map[string]bool{}, notReady: errors.New("nfs filer:/export: not ready: last error: connection refused")}
+		p := networkPlugin(t, fm, &fakeHost{})
+		_, _, err := p.CreateContainer(ctx, nfsPod, &api.Container{Id: "c2", Name: "app"})
+		if err == nil || !strings.Contains(err.Error(), "not ready: last error: connection refused") {
+			t.Fatalf("error %v, want the mounter's not-ready error", err)
+		}
+		if strings.Join(fm.released, ",") != "c2" {
+			t.Errorf("released %v, want c2 (no RemoveContainer comes for a container never created)", fm.released)
+		}
+	})
+
+	t.Run("a host check failing after the mount releases it", func(t *testing.T) {
+		fm := &fakeMounter{users: map[string]bool{}}
+		p := networkPlugin(t, fm, &fakeHost{fail: map[string]string{hostPath: "not shared"}})
+		if _, _, err := p.CreateContainer(ctx, nfsPod, &api.Container{Id: "c3", Name: "app"}); err == nil {
+			t.Fatal("container created although the host check failed")
+		}
+		if fm.users["c3"] {
+			t.Error("the refused container still holds the mount")
+		}
+	})
+
+	t.Run("Synchronize rebuilds users from running containers", func(t *testing.T) {
+		fm := &fakeMounter{users: map[string]bool{}}
+		p := networkPlugin(t, fm, &fakeHost{})
+		pods := []*api.PodSandbox{nfsPod, {Id: "p2", RuntimeHandler: "plain"}}
+		ctrs := []*api.Container{
+			{Id: "running", PodSandboxId: "p1", State: api.ContainerState_CONTAINER_RUNNING},
+			{Id: "stopped", PodSandboxId: "p1", State: api.ContainerState_CONTAINER_STOPPED},
+			{Id: "plain", PodSandboxId: "p2", State: api.ContainerState_CONTAINER_RUNNING},
+		}
+		if _, err := p.Synchronize(ctx, pods, ctrs); err != nil {
+			t.Fatal(err)
+		}
+		var users []string
+		for u := range fm.users {
+			users = append(users, u)
+		}
+		sort.Strings(users)
+		if strings.Join(users, ",") != "running" || fm.unused != 1 {
+			t.Errorf("users %v, ReleaseUnused called %d times; want [running], 1", users, fm.unused)
+		}
+	})
+}
