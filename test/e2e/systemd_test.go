@@ -194,11 +194,12 @@ Restart=no
 // is bound into the namespaces; sshd serves over loopback (the network namespace is shared).
 // A pod of an sshfs class makes the plugin mount the export in a transient scope unit
 // (mountkeeper-mount-<key>-<n>.scope), not in the service's cgroup; `systemctl restart
-// mountkeeper` kills the service's whole cgroup, yet the FUSE daemon keeps its PID, the mount
-// keeps reading, and the restarted plugin adopts the mount instead of mounting again, rebuilds
-// its users from the runtime (the mount outlives the grace period while the container runs),
-// serves a new container from the same mount, and unmounts once the last container is gone,
-// after which systemd collects the scope.
+// mountkeeper` kills the service's whole cgroup, yet the FUSE daemon keeps its PID and its
+// scope, a reader working in the mount every 100 ms sees no failed read, and the restarted
+// plugin adopts the mount instead of mounting again (its journal says so), rebuilds its users
+// from the runtime (the mount outlives the grace period while the container runs), serves a
+// new container from the same mount, and unmounts once the last container is gone (not before
+// the grace period), after which the FUSE daemon exits and systemd collects the scope.
 //
 // The mount is made in systemd's mount namespace, so the containers that the host's
 // containerd creates see an empty directory at /data, not the export: which containers see
@@ -255,7 +256,11 @@ func TestSystemdRestart(t *testing.T) {
 	sdWriteFile(t, naive, strings.NewReplacer("SSHOPTS", strings.Join(sshOpts, ","), "EXPORT", sshd.Export()).Replace(naiveUnit))
 
 	start := time.Now()
-	sd, err := harness.StartSystemd(ctx, filepath.Join(t.TempDir(), "systemd"), work, ctrd.Dir())
+	binds := []string{work, ctrd.Dir()}
+	if !strings.HasPrefix(bin, work+"/") { // $MOUNTKEEPER_BINARY
+		binds = append(binds, bin)
+	}
+	sd, err := harness.StartSystemd(ctx, filepath.Join(t.TempDir(), "systemd"), binds...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +305,9 @@ func TestSystemdRestart(t *testing.T) {
 	s.run("cp", unit, "/run/systemd/system/mountkeeper.service")
 	s.run("systemctl", "daemon-reload")
 	s.run("systemctl", "start", "mountkeeper")
-	s.waitJournal(s.invocation(), "connected to", 30*time.Second)
+	if !s.awaitJournal(s.invocation(), "connected to", 30*time.Second) {
+		t.FailNow()
+	}
 
 	cri := ctrd.CRI()
 	pod, err := cri.RunPod(ctx, harness.PodOptions{Name: "sshfs-pod", RuntimeHandler: "mk-sshfs"})
@@ -331,11 +338,12 @@ func TestSystemdRestart(t *testing.T) {
 		if units := s.run("systemctl", "list-units", "--type=scope", "--state=running", "--plain", "--no-legend", "--no-pager"); !strings.Contains(units, scope) {
 			t.Errorf("systemctl does not list %s as a running scope:\n%s", scope, units)
 		}
-		main := s.mainPID()
-		for _, pid := range s.cgroupProcs("/system.slice/mountkeeper.service") {
-			if pid != main {
-				t.Errorf("process %d (%s) of the mount is in mountkeeper.service's cgroup", pid, sdComm(pid))
+		if procs := s.cgroupProcs("/system.slice/mountkeeper.service"); len(procs) != 1 {
+			var names []string
+			for _, pid := range procs {
+				names = append(names, strconv.Itoa(pid)+" "+sdComm(pid))
 			}
+			t.Errorf("mountkeeper.service's cgroup holds %v, want the plugin alone", names)
 		}
 	})
 	if daemon == 0 {
@@ -344,6 +352,16 @@ func TestSystemdRestart(t *testing.T) {
 
 	t.Run("systemctl restart keeps the mount alive and the plugin adopts it", func(t *testing.T) {
 		s := s.with(t)
+		// A reader in systemd's namespaces reads the mount every 100 ms across the restart.
+		// Its working directory is in the mount: like a container's bind, it keeps the mount it
+		// started on, so a mount replaced by a new one (after its daemon died) reads as
+		// failed, not as a success of the new mount.
+		hello := filepath.Join(hostPath, "hello")
+		s.run("systemd-run", "--unit=mk-reader", "--quiet", "--working-directory="+hostPath, "--", "/bin/sh", "-c",
+			"while true; do if cat hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done")
+		defer s.run("systemctl", "stop", "mk-reader")
+		sdEventually(t, 10*time.Second, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
+		before, _ := s.reads()
 		oldMain, oldInvocation := s.mainPID(), s.invocation()
 		restarted := time.Now()
 		s.run("systemctl", "restart", "mountkeeper")
@@ -351,16 +369,25 @@ func TestSystemdRestart(t *testing.T) {
 		if newMain := s.mainPID(); newMain == oldMain || inv == oldInvocation || sdAlive(oldMain) {
 			t.Fatalf("systemctl restart did not restart the plugin: main PID %d -> %d, invocation %s -> %s", oldMain, newMain, oldInvocation, inv)
 		}
-		s.waitJournal(inv, "adopted the mount found at start-up", 30*time.Second)
-		t.Logf("restarted plugin adopted the mount %s after systemctl restart", time.Since(restarted).Round(time.Millisecond))
-		if !sdAlive(daemon) || s.fuseDaemon(hostPath) != daemon {
-			t.Errorf("FUSE daemon %d did not survive the restart (now %d)", daemon, s.fuseDaemon(hostPath))
-		}
-		if cg := s.cgroupOf(daemon); cg != "/system.slice/"+scope {
+		if !sdAlive(daemon) {
+			t.Errorf("FUSE daemon %d did not survive the restart", daemon)
+		} else if cg := s.cgroupOf(daemon); cg != "/system.slice/"+scope {
 			t.Errorf("FUSE daemon moved to %s", cg)
 		}
-		if got := s.read(filepath.Join(hostPath, "hello")); got != content {
+		if s.awaitJournal(inv, "adopted the mount found at start-up", 10*time.Second) {
+			t.Logf("the restarted plugin adopted the mount within %s of systemctl restart", time.Since(restarted).Round(time.Millisecond))
+		}
+		if got := s.read(hello); got != content {
 			t.Errorf("read %q through the mount after the restart", got)
+		}
+		time.Sleep(time.Until(restarted.Add(2 * time.Second)))
+		if ok, fails := s.reads(); fails > 0 || ok < before+10 {
+			t.Errorf("reads across the restart: %d ok (%d before it), %d failed", ok, before, fails)
+		} else {
+			t.Logf("reads across the restart: %d ok (%d before it), none failed", ok, before)
+		}
+		if now := s.fuseDaemon(hostPath); now != daemon {
+			t.Errorf("the mount is served by FUSE daemon %d after the restart, want %d", now, daemon)
 		}
 		if n := s.fuseMounts(hostPath); n != 1 {
 			t.Errorf("%d fuse.sshfs mounts at %s after the restart, want 1", n, hostPath)
@@ -382,16 +409,14 @@ func TestSystemdRestart(t *testing.T) {
 		if s.fuseDaemon(hostPath) != daemon || s.fuseMounts(hostPath) != 1 {
 			t.Errorf("container c2 got another mount (daemon %d, %d mounts)", s.fuseDaemon(hostPath), s.fuseMounts(hostPath))
 		}
-		st, err := cri.ContainerStatus(ctx, c2)
+		// The container's /data is a bind of the host path (an empty directory on the host:
+		// the mount itself is in systemd's mount namespace).
+		out, _, _, err := cri.Exec(ctx, c2, "cat", "/proc/self/mountinfo")
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := false
-		for _, m := range st.GetMounts() {
-			found = found || (m.GetContainerPath() == "/data" && m.GetHostPath() == hostPath)
-		}
-		if !found {
-			t.Errorf("container c2 has no /data from %s: %v", hostPath, st.GetMounts())
+		if line := mountinfoLine(out, "/data"); len(strings.Fields(line)) < 4 || strings.Fields(line)[3] != hostPath {
+			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, line)
 		}
 		for _, id := range []string{c1, c2} {
 			cri.StopContainer(ctx, id)
@@ -401,7 +426,11 @@ func TestSystemdRestart(t *testing.T) {
 		}
 		removed := time.Now()
 		sdEventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
-		t.Logf("unmounted %s after the last container was removed (grace 3s)", time.Since(removed).Round(time.Millisecond))
+		took := time.Since(removed)
+		t.Logf("unmounted %s after the last container was removed (grace 3s)", took.Round(time.Millisecond))
+		if took < 3*time.Second {
+			t.Errorf("unmounted %s after the last container was removed, within the 3s grace period", took)
+		}
 		sdEventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
 			return !sdAlive(daemon) && !strings.Contains(s.run("systemctl", "list-units", "--all", "--type=scope", "--plain", "--no-legend", "--no-pager"), scope)
 		})
@@ -444,6 +473,16 @@ func (s *sdScenario) read(path string) string {
 	return out
 }
 
+// reads counts the reads of the mk-reader service that succeeded and failed.
+func (s *sdScenario) reads() (ok, fails int) {
+	s.t.Helper()
+	out, err := s.sd.Run(s.ctx, "cat", "/tmp/reads")
+	if err != nil {
+		return 0, 0
+	}
+	return strings.Count(out, "ok\n"), strings.Count(out, "FAIL\n")
+}
+
 // fuseMounts counts the fuse.sshfs mounts at path in systemd's mount namespace.
 func (s *sdScenario) fuseMounts(path string) int {
 	s.t.Helper()
@@ -457,21 +496,31 @@ func (s *sdScenario) fuseMounts(path string) int {
 	return n
 }
 
-// fuseDaemon returns the host PID of the sshfs process serving path in systemd's
-// namespaces, or 0.
+// fuseDaemon returns the host PID of the FUSE daemon serving path in systemd's namespaces
+// (sshfs, run as mount.fuse.sshfs by mount(8)), or 0 if there is none. It fails the test if
+// several serve it.
 func (s *sdScenario) fuseDaemon(path string) int {
 	s.t.Helper()
+	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || sdComm(pid) != "sshfs" || s.cgroupOf(pid) == "" {
+		if err != nil || !sdAlive(pid) || s.cgroupOf(pid) == "" {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if slices.Contains(strings.Split(string(cmdline), "\x00"), path) {
-			return pid
+		argv := strings.Split(string(cmdline), "\x00")
+		if prog := filepath.Base(argv[0]); (prog == "sshfs" || prog == "mount.fuse.sshfs") && slices.Contains(argv, path) {
+			pids = append(pids, pid)
 		}
 	}
+	switch len(pids) {
+	case 0:
+		return 0
+	case 1:
+		return pids[0]
+	}
+	s.t.Fatalf("several FUSE daemons serve %s: %v", path, pids)
 	return 0
 }
 
@@ -509,14 +558,21 @@ func (s *sdScenario) cgroupProcs(cg string) []int {
 	return pids
 }
 
-// mainPID returns the host PID of mountkeeper.service's main process.
+// mainPID returns the host PID of mountkeeper.service's main process (the plugin).
 func (s *sdScenario) mainPID() int {
 	s.t.Helper()
-	pids := s.cgroupProcs("/system.slice/mountkeeper.service")
-	if len(pids) == 0 {
-		s.t.Fatalf("mountkeeper.service runs no process")
+	// systemd names it by its PID in systemd's PID namespace: the last NSpid field.
+	inner := strings.TrimSpace(s.run("systemctl", "show", "--property=MainPID", "--value", "mountkeeper"))
+	for _, pid := range s.cgroupProcs("/system.slice/mountkeeper.service") {
+		status, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" && f[len(f)-1] == inner {
+				return pid
+			}
+		}
 	}
-	return pids[0]
+	s.t.Fatalf("mountkeeper.service has no main process (MainPID=%s)", inner)
+	return 0
 }
 
 // invocation returns mountkeeper.service's invocation ID: it changes with every start.
@@ -531,12 +587,25 @@ func (s *sdScenario) journal(invocation string) string {
 	return s.run("journalctl", "--no-pager", "-o", "cat", "_SYSTEMD_INVOCATION_ID="+invocation)
 }
 
-// waitJournal waits until an invocation of mountkeeper.service logged substr.
-func (s *sdScenario) waitJournal(invocation, substr string, timeout time.Duration) {
+// awaitJournal waits until an invocation of mountkeeper.service logged substr and returns
+// true; it reports an error and returns false if that does not happen within timeout or the
+// service stops first.
+func (s *sdScenario) awaitJournal(invocation, substr string, timeout time.Duration) bool {
 	s.t.Helper()
-	sdEventually(s.t, timeout, "mountkeeper.service logs "+strconv.Quote(substr), func() bool {
-		return strings.Contains(s.journal(invocation), substr)
-	})
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		log := s.journal(invocation)
+		if strings.Contains(log, substr) {
+			return true
+		}
+		if state, _ := s.sd.Run(s.ctx, "systemctl", "is-active", "mountkeeper"); strings.TrimSpace(state) != "active" {
+			s.t.Errorf("mountkeeper.service is %s and did not log %q:\n%s", strings.TrimSpace(state), substr, log)
+			return false
+		}
+		if time.Now().After(deadline) {
+			s.t.Errorf("mountkeeper.service did not log %q within %s:\n%s", substr, timeout, log)
+			return false
+		}
+	}
 }
 
 // createContainer creates and starts a container in pod, retrying as kubelet does while the

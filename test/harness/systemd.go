@@ -53,18 +53,21 @@ var systemdEnv = []string{
 //
 // Its root is an overlay of the host's root filesystem (lower, read-only in effect) with its
 // upper layer on a tmpfs: what happens inside (units written to /etc/systemd/system, files
-// created in /var/lib) never reaches the host. Inside it has its own proc, a read-only sysfs
-// and /proc/sys, cgroup2 at /sys/fs/cgroup (the namespace's root is its own cgroup), a /dev of
-// its own (tmpfs with the host's null, zero, full, random, urandom, tty and fuse, a new devpts
-// instance and shm), and tmpfs on /run and /tmp. Host paths it needs (a binary, a config, a
-// key, a runtime's socket directory) are bound in at the same path (StartSystemd's binds).
+// created in /var/lib) never reaches the host. Inside it has its own proc, cgroup2 at
+// /sys/fs/cgroup (the namespace's root is its own cgroup), tmpfs on /run and /tmp, and, where
+// the recipe in CONTEXT.md shares the host's, read-only sysfs and /proc/sys (or udev and
+// systemd-sysctl units would act on the host's devices and network settings) and a /dev of its
+// own (a tmpfs with the host's null, zero, full, random, urandom, tty and fuse, a new devpts
+// instance and shm; a bound /dev would get systemd-tmpfiles' static nodes), whose console
+// is the file Log reads. Host paths it needs (a binary, a config, a key, a runtime's socket
+// directory) are bound in at the same path (StartSystemd's binds).
 //
 // Everything it mounts is mounted in its own mount namespace: nothing is mounted on the host,
 // and the mounts vanish with the namespace's last process. Every process of it (systemd, its
 // services and scopes, FUSE daemons) is in its cgroup, and every process Run starts is in its
-// PID namespace, so Close ends them all with one cgroup.kill. If the test process dies without
-// Close, systemd gets SIGKILL (parent-death signal) and the kernel kills the rest of the PID
-// namespace; the next StartSystemd removes the empty cgroup it left.
+// PID namespace: Close kills systemd, which ends the PID namespace, then the cgroup. If the
+// test process dies without Close, systemd gets SIGKILL (parent-death signal) and the kernel
+// kills the rest of the PID namespace; the next StartSystemd removes the cgroup it left.
 type Systemd struct {
 	dir    string
 	cgroup string // host path of the cgroup2 directory everything runs in
@@ -143,10 +146,19 @@ func StartSystemd(ctx context.Context, dir string, binds ...string) (*Systemd, e
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("StartSystemd: dir %q is not absolute", dir)
 	}
+	dir = filepath.Clean(dir)
 	args := []string{"-c", bootScript, "mk-systemd-boot", dir}
 	for _, b := range binds {
-		if !filepath.IsAbs(b) || filepath.Clean(b) != b || strings.ContainsAny(b, "\n") {
-			return nil, fmt.Errorf("StartSystemd: bind %q is not an absolute, clean path", b)
+		if !filepath.IsAbs(b) || filepath.Clean(b) != b || b == "/" || strings.ContainsAny(b, "\n") {
+			return nil, fmt.Errorf("StartSystemd: bind %q is not an absolute, clean path below /", b)
+		}
+		// The bind's target is made inside the new root by path: a symlink on the way could
+		// lead it out to the host.
+		if real, err := filepath.EvalSymlinks(b); err != nil || real != b {
+			return nil, fmt.Errorf("StartSystemd: bind %q must be a path without symlinks (it resolves to %q, %v)", b, real, err)
+		}
+		if b == dir || strings.HasPrefix(b, dir+"/") || strings.HasPrefix(dir, b+"/") {
+			return nil, fmt.Errorf("StartSystemd: bind %q overlaps the instance directory %s", b, dir)
 		}
 		fi, err := os.Stat(b)
 		if err != nil {
@@ -158,15 +170,15 @@ func StartSystemd(ctx context.Context, dir string, binds ...string) (*Systemd, e
 			args = append(args, "f:"+b)
 		}
 	}
+	root, err := cgroup2Mount()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
 		return nil, fmt.Errorf("StartSystemd: %s must be empty (it is the instance's own and Close removes it): %v", dir, err)
-	}
-	root, err := cgroup2Mount()
-	if err != nil {
-		return nil, err
 	}
 	sweepStaleSystemd(root)
 
