@@ -500,6 +500,25 @@ func (m *Manager) Acquire(ctx context.Context, s Spec, user string) (string, err
 	}
 }
 
+// Hold records user as using s without waiting for the mount, and starts mounting s if it is
+// neither mounted nor being mounted. It is for containers that already run when the agent
+// starts: their bind was made earlier, and a mount still being checked or re-mounted must not
+// reach its grace period while they use it. It never blocks.
+func (m *Manager) Hold(s Spec, user string) {
+	if err := s.Validate(); err != nil {
+		m.log.WithError(err).WithField("spec", s.String()).Error("netmount: invalid network mount")
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	e := m.ensureLocked(s)
+	e.users[user] = struct{}{}
+	m.stopGraceLocked(e)
+}
+
 func (m *Manager) notReadyLocked(e *entry) error {
 	ago := func(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
 	switch {

@@ -677,3 +677,22 @@ func TestOneManagerPerStateDir(t *testing.T) {
 	}
 	m2.Close()
 }
+
+// A container found running at start-up holds its mount before the adoption check ends: the
+// mount must not reach its grace period under it, as it would if the plugin waited for it.
+func TestHoldKeepsAMountThatIsNotReadyYet(t *testing.T) {
+	sys := newFakeSystem()
+	s := Spec{Type: "nfs", Source: "srv:/held"}
+	const grace = 30 * time.Millisecond
+	m := newTestManager(t, sys, Config{Grace: grace})
+	m.Hold(s, "running-ctr")
+	m.ReleaseUnused()
+	eventually(t, "the held mount is mounted", func() bool { st, _ := statusOf(m, s.Key()); return st.Mounted })
+	m.ReleaseUnused()
+	time.Sleep(4 * grace)
+	if u := sys.unmounts(); len(u) != 0 {
+		t.Fatalf("unmounted %q while held by a running container", u)
+	}
+	m.Release("running-ctr")
+	eventually(t, "the released mount is gone", func() bool { return len(sys.unmounts()) == 1 })
+}

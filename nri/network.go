@@ -3,7 +3,6 @@ package nri
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -16,6 +15,7 @@ import (
 type Mounter interface {
 	Ensure(netmount.Spec)
 	Acquire(ctx context.Context, s netmount.Spec, user string) (string, error)
+	Hold(s netmount.Spec, user string)
 	Release(user string)
 	ReleaseUnused()
 }
@@ -104,19 +104,16 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	return nil
 }
 
-// syncBudget bounds how long Synchronize waits for network mounts in all.
-const syncBudget = time.Second
-
 // Synchronize rebuilds the network mounts' users from the runtime's containers when the plugin
 // (re)connects: mounts found on the node are adopted, not mounted again, and mounts of running
-// pods are started. Mounts nobody uses any more then begin their grace period.
-func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+// pods are started. A running container holds its mounts at once, without waiting for the
+// adoption check or a remount: it must never lose them to a grace period. Mounts nobody uses
+// any more then begin their grace period.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	net := p.mounter()
 	if net == nil {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, syncBudget)
-	defer cancel()
 	handlers := make(map[string]string, len(pods))
 	for _, pod := range pods {
 		handlers[pod.GetId()] = pod.GetRuntimeHandler()
@@ -132,9 +129,7 @@ func (p *Plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs [
 			continue
 		}
 		for _, s := range rc.NetworkSpecs() {
-			if _, err := net.Acquire(ctx, s, ctr.GetId()); err != nil {
-				p.log.WithField("container", ctr.GetName()).Warnf("network mount for a running container: %v", err)
-			}
+			net.Hold(s, ctr.GetId())
 		}
 	}
 	net.ReleaseUnused()

@@ -32,6 +32,8 @@ func (f *fakeMounter) Acquire(_ context.Context, s netmount.Spec, user string) (
 	return "/var/lib/mountkeeper/mounts/" + s.Key(), nil
 }
 
+func (f *fakeMounter) Hold(_ netmount.Spec, user string) { f.users[user] = true }
+
 func (f *fakeMounter) Release(user string) {
 	delete(f.users, user)
 	f.released = append(f.released, user)
