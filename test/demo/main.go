@@ -81,7 +81,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() {
+		harness.UnmountAll(work) // the network scenario's state dir is a mount of itself
+		os.RemoveAll(work)
+	}()
 	d := &demo{ctx: ctx, work: work}
 	if d.bin, err = harness.BuildMountkeeper(work); err != nil {
 		return err
