@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
 )
 
@@ -14,11 +13,11 @@ import (
 // OK or the fix, and fails when any check does.
 func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("check", stderr)
-	cfgPath := fs.String("config", configs.DefaultPath, "config file")
+	loadConfig := configFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, from, err := configs.LoadOrDefault(*cfgPath)
+	cfg, from, err := loadConfig()
 	if err != nil {
 		return err
 	}

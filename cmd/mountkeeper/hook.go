@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 
@@ -43,7 +42,7 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprint(fs.Output(), hookUsage)
 		fs.PrintDefaults()
 	}
-	cfgPath := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	loadConfig := configFlag(fs)
 	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (default: the "+hook.RuntimeHandlerAnnotation+" annotation, else the default class)")
 	stageArg, rest := "", args
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -70,7 +69,7 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	cfg, _, err := configs.LoadOrDefault(*cfgPath)
+	cfg, _, err := loadConfig()
 	if err != nil {
 		return err
 	}

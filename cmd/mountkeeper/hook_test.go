@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -22,14 +20,7 @@ func TestHookCommand(t *testing.T) {
 	os.WriteFile(filepath.Join(bundle, "config.json"), []byte("not json"), 0o644)
 	state := `{"ociVersion":"1.3.0","id":"c1","status":"creating","pid":1,"bundle":"` + bundle + `"}`
 
-	tests := []struct {
-		name   string
-		args   []string
-		stdin  string
-		code   int
-		stdout []string
-		stderr []string
-	}{
+	tests := []cliCase{
 		{name: "no stage", args: []string{"hook"}, code: 2, stderr: []string{"no hook stage given", "usage: mountkeeper hook <stage>"}},
 		{name: "unknown stage", args: []string{"hook", "poststart"}, code: 2, stderr: []string{`hook stage "poststart" is not supported`}},
 		{name: "wrong case", args: []string{"hook", "createruntime"}, code: 2, stderr: []string{`did you mean "createRuntime"?`}},
@@ -54,23 +45,5 @@ func TestHookCommand(t *testing.T) {
 		{name: "createRuntime config.json not JSON", args: []string{"hook", "createRuntime", "--config", cfg, "--runtime-class", "fast"}, stdin: state, code: 1,
 			stderr: []string{"mountkeeper: container c1: " + bundle + "/config.json: not an OCI config"}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(tc.args, strings.NewReader(tc.stdin), &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, errOut.String())
-			}
-			for _, s := range tc.stdout {
-				if !strings.Contains(out.String(), s) {
-					t.Errorf("stdout lacks %q:\n%s", s, out.String())
-				}
-			}
-			for _, s := range tc.stderr {
-				if !strings.Contains(errOut.String(), s) {
-					t.Errorf("stderr lacks %q:\n%s", s, errOut.String())
-				}
-			}
-		})
-	}
+	runCLICases(t, tests)
 }

@@ -78,6 +78,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 var errUsage = errors.New("usage")
 
+// configFlag adds --config to fs and returns what loads it: the named file, or the embedded
+// default when the flag keeps the default path and no file is there.
+func configFlag(fs *flag.FlagSet) func() (*configs.Config, string, error) {
+	path := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	return func() (*configs.Config, string, error) { return configs.LoadOrDefault(*path) }
+}
+
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mountkeeper "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -100,7 +107,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 func runNRI(args []string, stderr io.Writer) error {
 	fs := newFlags("nri", stderr)
-	cfgPath := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	loadConfig := configFlag(fs)
 	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
 	name := fs.String("name", "", "plugin name (default mountkeeper)")
 	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
@@ -113,7 +120,7 @@ func runNRI(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, from, err := configs.LoadOrDefault(*cfgPath)
+	cfg, from, err := loadConfig()
 	if err != nil {
 		return err
 	}
@@ -135,13 +142,13 @@ func runNRI(args []string, stderr io.Writer) error {
 
 func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("render", stderr)
-	cfgPath := fs.String("config", configs.DefaultPath, "config file")
+	loadConfig := configFlag(fs)
 	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"\" or default: the default class)")
 	container := fs.String("container", "", "container name, for messages")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, _, err := configs.LoadOrDefault(*cfgPath)
+	cfg, _, err := loadConfig()
 	if err != nil {
 		return err
 	}
@@ -159,11 +166,11 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
-	cfgPath := fs.String("config", configs.DefaultPath, "config file")
+	loadConfig := configFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, from, err := configs.LoadOrDefault(*cfgPath)
+	cfg, from, err := loadConfig()
 	if err != nil {
 		return err
 	}

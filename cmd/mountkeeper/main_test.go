@@ -21,15 +21,7 @@ func TestCommands(t *testing.T) {
 	os.WriteFile(bad, []byte("runtimeClasses:\n  fast:\n    mounts: [{source: "+src+", destination: data, propagaton: rshared}]\n"), 0o644)
 	spec := `{"ociVersion":"1.2.0","process":{"args":["sh"]},"vendorExtension":{"keep":true},"mounts":[{"destination":"/proc","type":"proc","source":"proc"}]}`
 
-	tests := []struct {
-		name      string
-		args      []string
-		stdin     string
-		code      int
-		stdout    []string
-		stderr    []string
-		notStdout []string
-	}{
+	tests := []cliCase{
 		{name: "version", args: []string{"version"}, stdout: []string{"mountkeeper dev"}},
 		{name: "no command", args: nil, code: 2, stderr: []string{"usage: mountkeeper"}},
 		{name: "unknown command", args: []string{"mount"}, code: 2, stderr: []string{`unknown command "mount"`}},
@@ -45,25 +37,7 @@ func TestCommands(t *testing.T) {
 			stderr: []string{"parse OCI spec"}},
 		{name: "nri bad log format", args: []string{"nri", "--log-format", "xml"}, code: 1, stderr: []string{`--log-format "xml"`}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := run(tc.args, strings.NewReader(tc.stdin), &out, &errOut)
-			if code != tc.code {
-				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, errOut.String())
-			}
-			for _, s := range tc.stdout {
-				if !strings.Contains(out.String(), s) {
-					t.Errorf("stdout lacks %q:\n%s", s, out.String())
-				}
-			}
-			for _, s := range tc.stderr {
-				if !strings.Contains(errOut.String(), s) {
-					t.Errorf("stderr lacks %q:\n%s", s, errOut.String())
-				}
-			}
-		})
-	}
+	runCLICases(t, tests)
 }
 
 func TestRenderOutputIsJSON(t *testing.T) {
