@@ -12,12 +12,7 @@ import (
 // runCheck prints, for every network filesystem mount of the config, one line per check with
 // OK or the fix, and fails when any check does.
 func runCheck(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("check", stderr)
-	loadConfig := configFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	cfg, from, err := loadConfig()
+	cfg, from, err := parseConfigOnly("check", args, stderr)
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,16 @@ func configFlag(fs *flag.FlagSet) func() (*configs.Config, string, error) {
 	return func() (*configs.Config, string, error) { return configs.LoadOrDefault(*path) }
 }
 
+// parseConfigOnly parses the flags of a command whose only flag is --config and loads it.
+func parseConfigOnly(name string, args []string, stderr io.Writer) (*configs.Config, string, error) {
+	fs := newFlags(name, stderr)
+	loadConfig := configFlag(fs)
+	if err := parse(fs, args); err != nil {
+		return nil, "", err
+	}
+	return loadConfig()
+}
+
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mountkeeper "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -165,12 +175,7 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 }
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("validate", stderr)
-	loadConfig := configFlag(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	cfg, from, err := loadConfig()
+	cfg, from, err := parseConfigOnly("validate", args, stderr)
 	if err != nil {
 		return err
 	}
