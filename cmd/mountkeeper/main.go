@@ -40,6 +40,11 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 && launchedByRuntime() {
+		// A pre-registered plugin is started from the runtime's plugin_path with no arguments
+		// at all, its socket in the environment.
+		args = []string{"nri"}
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -77,6 +82,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage")
+
+// launchedByRuntime says the NRI runtime started this process as a pre-registered plugin.
+var launchedByRuntime = func() bool { return os.Getenv("NRI_PLUGIN_SOCKET") != "" }
 
 // configFlag adds --config to fs and returns what loads it: the named file, or the embedded
 // default when the flag keeps the default path and no file is there.

@@ -61,3 +61,15 @@ func TestRenderOutputIsJSON(t *testing.T) {
 		t.Errorf("mounts = %+v", doc.Mounts)
 	}
 }
+
+// A pre-registered plugin gets no arguments: with the runtime's socket in the environment that
+// means `nri`, which then fails here only because the fake socket is not a connection.
+func TestNoArgumentsFromTheRuntimeMeansNRI(t *testing.T) {
+	defer func(f func() bool) { launchedByRuntime = f }(launchedByRuntime)
+	launchedByRuntime = func() bool { return true }
+	t.Setenv("NRI_PLUGIN_SOCKET", "not-a-number")
+	t.Setenv("NRI_PLUGIN_NAME", "mountkeeper")
+	t.Setenv("NRI_PLUGIN_IDX", "10")
+	runCLICases(t, []cliCase{{name: "no arguments", code: 1,
+		stderr: []string{"invalid socket in environment (NRI_PLUGIN_SOCKET=\"not-a-number\")"}}})
+}
