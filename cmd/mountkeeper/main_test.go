@@ -73,3 +73,20 @@ func TestNoArgumentsFromTheRuntimeMeansNRI(t *testing.T) {
 	runCLICases(t, []cliCase{{name: "no arguments", code: 1,
 		stderr: []string{"invalid socket in environment (NRI_PLUGIN_SOCKET=\"not-a-number\")"}}})
 }
+
+func TestCheckCommand(t *testing.T) {
+	if _, err := os.Stat("/sbin/mount.nfs"); err == nil {
+		t.Skip("this node has mount.nfs: the check would pass its helper line")
+	}
+	dir := t.TempDir()
+	nfs := filepath.Join(dir, "nfs.yaml")
+	os.WriteFile(nfs, []byte("runtimeClasses:\n  nfs:\n    mounts: [{type: nfs, source: \"127.0.0.1:/export\", destination: /data, options: [port=1, password=hunter2]}]\n"), 0o644)
+	bind := filepath.Join(dir, "bind.yaml")
+	os.WriteFile(bind, []byte("runtimeClasses:\n  b:\n    mounts: [{source: /srv, destination: /srv}]\n"), 0o644)
+	runCLICases(t, []cliCase{
+		{name: "nfs on a node without it", args: []string{"check", "--config", nfs}, code: 1,
+			stdout: []string{`runtime class "nfs": nfs 127.0.0.1:/export -o port=1,password=***`, "FIX  helper and kernel: mount.nfs", "nfs-common", "127.0.0.1:1 does not answer"},
+			stderr: []string{"problems found"}},
+		{name: "no network mounts", args: []string{"check", "--config", bind}, stdout: []string{"no network filesystem mounts to check"}},
+	})
+}
