@@ -3,6 +3,7 @@ package nri
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -55,13 +56,20 @@ func (p *Plugin) mounter() Mounter {
 	return p.net
 }
 
+// acquireBudget is how long CreateContainer waits for network mounts: most of createBudget,
+// leaving room for the checks after it, so that a mount not ready fails with its own "not
+// ready: last error ..." rather than the overall budget's message.
+func acquireBudget(createBudget time.Duration) time.Duration {
+	return max(createBudget*4/5, createBudget-300*time.Millisecond)
+}
+
 // acquirer returns how CreateContainer gets the host path of a network mount: it waits for the
-// mount at most createBudget in all, so the runtime's request timeout (2s by default, after
-// which the container is created WITHOUT the plugin's mounts) is never reached; a mount that
-// is not ready by then fails the container with "not ready" while it goes on mounting, and the
+// mount at most wait in all, so the runtime's request timeout (2s by default, after which the
+// container is created WITHOUT the plugin's mounts) is never reached; a mount that is not
+// ready by then fails the container with "not ready" while it goes on mounting, and the
 // kubelet's retry finds it ready.
-func (p *Plugin) acquirer(cfg *configs.Config, ctrID string) (func(netmount.Spec) (string, error), context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CreateBudget.Or(configs.DefaultCreateBudget))
+func (p *Plugin) acquirer(ctrID string, wait time.Duration) (func(netmount.Spec) (string, error), context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	net := p.mounter()
 	if net == nil {
 		return nil, cancel

@@ -3,18 +3,23 @@ package nri
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
 // fakeMounter records what the plugin asks of the network mounter.
 type fakeMounter struct {
+	mu       sync.Mutex
 	ensured  []string
 	users    map[string]bool
 	released []string
@@ -22,9 +27,15 @@ type fakeMounter struct {
 	notReady error
 }
 
-func (f *fakeMounter) Ensure(s netmount.Spec) { f.ensured = append(f.ensured, s.Source) }
+func (f *fakeMounter) Ensure(s netmount.Spec) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ensured = append(f.ensured, s.Source)
+}
 
 func (f *fakeMounter) Acquire(_ context.Context, s netmount.Spec, user string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.notReady != nil {
 		return "", f.notReady
 	}
@@ -32,14 +43,26 @@ func (f *fakeMounter) Acquire(_ context.Context, s netmount.Spec, user string) (
 	return "/var/lib/mountkeeper/mounts/" + s.Key(), nil
 }
 
-func (f *fakeMounter) Hold(_ netmount.Spec, user string) { f.users[user] = true }
+func (f *fakeMounter) Hold(_ netmount.Spec, user string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.users[user] = true
+}
 
 func (f *fakeMounter) Release(user string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	delete(f.users, user)
 	f.released = append(f.released, user)
 }
 
 func (f *fakeMounter) ReleaseUnused() { f.unused++ }
+
+func (f *fakeMounter) releasedSnapshot() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.released)
+}
 
 const networkTestConfig = `
 runtimeClasses:
@@ -142,4 +165,32 @@ func TestNetworkMounts(t *testing.T) {
 			t.Errorf("users %v, ReleaseUnused called %d times; want [running], 1", users, fm.unused)
 		}
 	})
+}
+
+// slowHost answers host checks only after a delay, as a stat on a dead server would.
+type slowHost struct{ delay time.Duration }
+
+func (h slowHost) CheckSources([]specmod.Mount) error { time.Sleep(h.delay); return nil }
+
+func TestCreateContainerAnswersWithinTheBudget(t *testing.T) {
+	fm := &fakeMounter{users: map[string]bool{}}
+	cfg := mustConfig(t, "createBudget: 100ms\n"+networkTestConfig)
+	p := NewPlugin(cfg, true, slowHost{delay: 400 * time.Millisecond}, quietLogger()).WithMounter(
+		func(*configs.Config) (Mounter, error) { return fm, nil })
+	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "p1", Name: "pod", Namespace: "ns", RuntimeHandler: "nfs"}
+	_, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Id: "late", Name: "app"})
+	if err == nil || !strings.Contains(err.Error(), "no answer within createBudget 100ms") {
+		t.Fatalf("error %v, want the budget's refusal", err)
+	}
+	// The late decision acquired the mount for a container that will never exist.
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(fm.releasedSnapshot(), "late") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !slices.Contains(fm.releasedSnapshot(), "late") {
+		t.Error("the refused container's late claim on the mount was not released")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -76,20 +77,53 @@ func (p *Plugin) setConfig(cfg *configs.Config) {
 }
 
 // CreateContainer repairs the container's stale subPath mounts, then adds the class mounts of
-// the pod's runtime class. A pod of no configured class gets no class mounts; a class mount that cannot be made exactly as asked fails the container, since
-// a container whose volume is silently missing writes its data into its rootfs and loses it.
+// the pod's runtime class. A pod of no configured class gets no class mounts; a class mount
+// that cannot be made exactly as asked fails the container, since a container whose volume is
+// silently missing writes its data into its rootfs and loses it.
+//
+// The whole decision is bounded by createBudget: a runtime that waits longer than its plugin
+// timeout creates the container WITHOUT the plugin's mounts, so answering "no" in time is
+// what keeps the volume from going silently missing. Each step has its own, shorter bound and
+// a clearer message; this one catches their sum.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	log := p.log.WithFields(logrus.Fields{
 		"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": ctr.GetName(), "handler": pod.GetRuntimeHandler(),
 	})
-	cfg := p.config()
-	existing := ociMounts(ctr.GetMounts())
 	who := pod.GetNamespace() + "/" + pod.GetName() + "/" + ctr.GetName()
-	if err := repairSubPaths(cfg, log, who, existing); err != nil {
+	cfg := p.config()
+	budget := cfg.CreateBudget.Or(configs.DefaultCreateBudget)
+	type result struct {
+		adj *api.ContainerAdjustment
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		adj, err := p.adjust(log, cfg, budget, who, pod, ctr)
+		done <- result{adj, err}
+	}()
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			log.Error(r.err)
+		}
+		return r.adj, nil, r.err
+	case <-timer.C:
+		// The container will not be created; whatever the late decision claimed is released.
+		go func() { <-done; p.release(ctr.GetId()) }()
+		err := fmt.Errorf("mountkeeper: container %s: no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", who, budget)
 		log.Error(err)
 		return nil, nil, err
 	}
-	acquire, cancel := p.acquirer(cfg, ctr.GetId())
+}
+
+func (p *Plugin) adjust(log *logrus.Entry, cfg *configs.Config, budget time.Duration, who string, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
+	existing := ociMounts(ctr.GetMounts())
+	if err := repairSubPaths(cfg, log, who, existing); err != nil {
+		return nil, err
+	}
+	acquire, cancel := p.acquirer(ctr.GetId(), acquireBudget(budget))
 	defer cancel()
 	class, edits, ok, err := editsFor(cfg, p.host, acquire, pod.GetRuntimeHandler(), existing)
 	if err != nil {
@@ -98,11 +132,9 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	switch {
 	case !ok:
 		log.Debugf("no runtime class %q in the config: container left unchanged", class)
-		return nil, nil, nil
+		return nil, nil
 	case err != nil:
-		err = fmt.Errorf("mountkeeper: runtime class %q, container %s: %w", class, who, err)
-		log.Error(err)
-		return nil, nil, err
+		return nil, fmt.Errorf("mountkeeper: runtime class %q, container %s: %w", class, who, err)
 	}
 	adjust := &api.ContainerAdjustment{}
 	added := make([]string, len(edits.Mounts))
@@ -111,7 +143,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		added[i] = m.String()
 	}
 	log.WithField("class", class).Infof("adding %d class mounts: %s", len(added), strings.Join(added, ", "))
-	return adjust, nil, nil
+	return adjust, nil
 }
 
 // editsFor is the one decision shared by the plugin, `mountkeeper render` and the hook: the
