@@ -24,7 +24,8 @@ type Checker struct {
 // NewChecker returns a Checker that reads the host through in, giving up after DefaultTimeout.
 func NewChecker(in Inspector) *Checker { return &Checker{in: in, timeout: DefaultTimeout} }
 
-// WithTimeout returns a copy of c that gives up after d.
+// WithTimeout returns a copy of c that gives up after d; d <= 0 runs the checks inline, for a
+// caller that bounds its whole request itself.
 func (c *Checker) WithTimeout(d time.Duration) *Checker { return &Checker{in: c.in, timeout: d} }
 
 var _ specmod.Host = (*Checker)(nil)

@@ -333,3 +333,11 @@ func run(t *testing.T, name string, args ...string) {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
 	}
 }
+
+func TestBoundedWithoutTimeoutRunsInline(t *testing.T) {
+	var ran bool
+	v, err := Bounded(0, "inline", func() (int, error) { ran = true; return 7, nil })
+	if !ran || v != 7 || err != nil {
+		t.Errorf("Bounded(0) = %d, %v (ran %v); want 7, nil, run before it returned", v, err, ran)
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
@@ -74,7 +73,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	plugin := NewPlugin(cfg, true, hostmount.NewChecker(hostmount.Live{}), quietLogger())
+	plugin := NewPlugin(cfg, true, NewHostChecker(), quietLogger())
 	mk := startRuntime(b, filepath.Join(shortDir(b), "nri.sock"))
 	defer mk.Stop()
 	runPlugin(b, plugin, mk.socket)

@@ -12,7 +12,6 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 	"github.com/mountkeeper/mountkeeper/test/harness"
@@ -57,7 +56,7 @@ runtimeClasses:
 	})
 	var manager *netmount.Manager
 	newPlugin := func() *Plugin {
-		return NewPlugin(cfg, true, hostmount.NewChecker(hostmount.Live{}), quietLogger()).WithMounter(
+		return NewPlugin(cfg, true, NewHostChecker(), quietLogger()).WithMounter(
 			func(c *configs.Config) (Mounter, error) {
 				m, err := netmount.NewManager(netmount.Config{StateDir: c.StateDirPath(), Log: quietLogger()})
 				manager = m

@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
@@ -33,6 +34,13 @@ type Plugin struct {
 
 	newMounter func(*configs.Config) (Mounter, error)
 	net        Mounter // nil until a config has network mounts
+}
+
+// NewHostChecker is the host side the plugin checks through: the live host, with the checks
+// run inline, because CreateContainer bounds its whole decision by createBudget already (one
+// bounded goroutine per request instead of two).
+func NewHostChecker() specmod.Host {
+	return hostmount.NewChecker(hostmount.Live{}).WithTimeout(0)
 }
 
 // NewPlugin returns a plugin serving cfg. pinned says cfg was chosen explicitly by the

@@ -144,7 +144,7 @@ func runNRI(args []string, stderr io.Writer) error {
 	}
 	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
 	pinned := flagSet(fs, "config")
-	plugin := nri.NewPlugin(cfg, pinned, hostmount.NewChecker(hostmount.Live{}), log).WithMounter(
+	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
 			return netmount.NewManager(netmount.Config{
 				StateDir:     cfg.StateDirPath(),
