@@ -48,6 +48,15 @@ func TestApplyJSON(t *testing.T) {
 				"mounts": [` + mustJSON(t, slaveMount) + `]}`,
 		},
 		{
+			name: "unknown fields inside existing mounts survive, in Apply's order",
+			doc: `{"mounts": [{"destination": "/a/deep/x", "type": "bind", "source": "/srv/x", "futureMountField": {"uid": 7}},
+				{"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid"], "x-vendor": true}]}`,
+			edits: private,
+			want: `{"mounts": [{"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid"], "x-vendor": true},
+				` + mustJSON(t, privateMount) + `,
+				{"destination": "/a/deep/x", "type": "bind", "source": "/srv/x", "futureMountField": {"uid": 7}}]}`,
+		},
+		{
 			name:  "private mount leaves linux out",
 			doc:   `{"process": {"args": ["sh"]}}`,
 			edits: private,

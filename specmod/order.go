@@ -12,8 +12,13 @@ import (
 // mounts of one depth. A runtime mounts in list order, so a parent listed after its child would
 // hide the child; containerd's CRI and NRI sort the same way.
 func sortMounts(mounts []oci.Mount) {
-	sort.SliceStable(mounts, func(i, j int) bool {
-		return depth(mounts[i].Destination) < depth(mounts[j].Destination)
+	sortByDepth(mounts, func(m oci.Mount) string { return m.Destination })
+}
+
+// sortByDepth is sortMounts for anything that has a destination.
+func sortByDepth[T any](items []T, destination func(T) string) {
+	sort.SliceStable(items, func(i, j int) bool {
+		return depth(destination(items[i])) < depth(destination(items[j]))
 	})
 }
 
