@@ -18,14 +18,14 @@ func (Live) Stat(path string) (fs.FileInfo, error) { return os.Stat(path) }
 
 // MountPoints finds the mount holding each path by its mount ID, which is exact even where
 // mounts are stacked on one path: with statmount(2) where the kernel has it (Linux >= 6.8),
-// else from mountinfo (mount IDs from statx, Linux >= 5.8), read once per path.
+// else from one read of mountinfo for all paths (mount IDs from statx, Linux >= 5.8).
 func (Live) MountPoints(paths []string) ([]MountPoint, error) {
-	mps := make([]MountPoint, len(paths))
-	for i, p := range paths {
-		m, err := MountOfPath(p)
-		if err != nil {
-			return nil, err
-		}
+	ms, err := MountsOfPaths(paths)
+	if err != nil {
+		return nil, err
+	}
+	mps := make([]MountPoint, len(ms))
+	for i, m := range ms {
 		mps[i] = MountPoint{ID: m.MountinfoID, Path: m.Point, Shared: m.Shared, Slave: m.Slave}
 	}
 	return mps, nil

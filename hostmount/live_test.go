@@ -158,12 +158,12 @@ func TestLiveMountPointsHere(t *testing.T) {
 // it), against the mountinfo fallback, which must agree mount for mount.
 func sameAsMountinfo(t *testing.T, paths []string, mps []MountPoint) {
 	t.Helper()
+	ms, err := mountinfoOf(unix.AT_FDCWD, paths, 0)
+	if err != nil {
+		t.Fatalf("mountinfoOf(%q): %v", paths, err)
+	}
 	fromMountinfo := make([]MountPoint, len(paths))
-	for i, p := range paths {
-		m, err := mountinfoAt(unix.AT_FDCWD, p, 0)
-		if err != nil {
-			t.Fatalf("mountinfoAt(%q): %v", p, err)
-		}
+	for i, m := range ms {
 		fromMountinfo[i] = MountPoint{ID: m.MountinfoID, Path: m.Point, Shared: m.Shared, Slave: m.Slave}
 	}
 	if len(mps) != len(paths) || len(fromMountinfo) != len(paths) {

@@ -37,49 +37,95 @@ func MountOf(fd int) (Mount, error) { return mountAt(fd, "", unix.AT_EMPTY_PATH)
 // MountOfPath describes the mount that path (symlinks followed) lies on.
 func MountOfPath(path string) (Mount, error) { return mountAt(unix.AT_FDCWD, path, 0) }
 
-// mountAt answers with two syscalls, whatever the number of mounts on the node: statx gives
-// the mount's unique ID, statmount the rest. Reading mountinfo instead costs tens of
-// microseconds on a small node and milliseconds on a big one; it is the fallback only.
+// MountsOfPaths describes the mount each path lies on. Where the kernel has no statmount it
+// reads mountinfo once for all of them, not once per path.
+func MountsOfPaths(paths []string) ([]Mount, error) {
+	ms := make([]Mount, len(paths))
+	for i, p := range paths {
+		m, err := statmountAt(unix.AT_FDCWD, p, 0)
+		if errors.Is(err, ErrNoStatmount) {
+			return mountinfoOf(unix.AT_FDCWD, paths, 0)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ms[i] = m
+	}
+	return ms, nil
+}
+
+// mountAt describes the mount path (relative to dirfd) lies on: statmount, else mountinfo.
 func mountAt(dirfd int, path string, flags int) (Mount, error) {
+	m, err := statmountAt(dirfd, path, flags)
+	if !errors.Is(err, ErrNoStatmount) {
+		return m, err
+	}
+	ms, err := mountinfoOf(dirfd, []string{path}, flags)
+	if err != nil {
+		return Mount{}, err
+	}
+	return ms[0], nil
+}
+
+// statmountAt answers with two syscalls, whatever the number of mounts on the node: statx
+// gives the mount's unique ID, statmount the rest. Reading mountinfo instead costs tens of
+// microseconds on a small node and milliseconds on a big one; it is the fallback only.
+func statmountAt(dirfd int, path string, flags int) (Mount, error) {
 	var stx unix.Statx_t
 	if err := unix.Statx(dirfd, path, flags, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
 		return Mount{}, &fs.PathError{Op: "statx", Path: path, Err: err}
 	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
-		m, err := StatmountByID(stx.Mnt_id)
-		if !errors.Is(err, ErrNoStatmount) {
-			return m, err
-		}
+	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		return Mount{}, ErrNoStatmount
 	}
-	return mountinfoAt(dirfd, path, flags)
+	return StatmountByID(stx.Mnt_id)
 }
 
 // MountinfoOf describes the mount fd lies on from /proc/self/mountinfo: the fallback for
 // kernels without statmount, exported so tests can check both agree.
-func MountinfoOf(fd int) (Mount, error) { return mountinfoAt(fd, "", unix.AT_EMPTY_PATH) }
-
-func mountinfoAt(dirfd int, path string, flags int) (Mount, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(dirfd, path, flags, unix.STATX_MNT_ID, &stx); err != nil {
-		return Mount{}, &fs.PathError{Op: "statx", Path: path, Err: err}
-	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return Mount{}, fmt.Errorf("statx %s: the kernel reports no mount ID (Linux 5.8 or newer is needed)", path)
-	}
-	id := int(stx.Mnt_id)
-	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
-		return i.ID != id, i.ID == id
-	})
+func MountinfoOf(fd int) (Mount, error) {
+	ms, err := mountinfoOf(fd, []string{""}, unix.AT_EMPTY_PATH)
 	if err != nil {
-		return Mount{}, fmt.Errorf("read mountinfo: %w", err)
+		return Mount{}, err
 	}
-	if len(infos) != 1 {
-		return Mount{}, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, path)
+	return ms[0], nil
+}
+
+// mountinfoOf finds each path's mount by its mount ID (statx, Linux >= 5.8) in one read of
+// /proc/self/mountinfo.
+func mountinfoOf(dirfd int, paths []string, flags int) ([]Mount, error) {
+	ids := make([]int, len(paths))
+	want := make(map[int]bool, len(paths))
+	for i, p := range paths {
+		var stx unix.Statx_t
+		if err := unix.Statx(dirfd, p, flags, unix.STATX_MNT_ID, &stx); err != nil {
+			return nil, &fs.PathError{Op: "statx", Path: p, Err: err}
+		}
+		if stx.Mask&unix.STATX_MNT_ID == 0 {
+			return nil, fmt.Errorf("statx %s: the kernel reports no mount ID (Linux 5.8 or newer is needed)", p)
+		}
+		ids[i] = int(stx.Mnt_id)
+		want[ids[i]] = true
 	}
-	in := infos[0]
-	shared, slave := parseOptional(in.Optional)
-	return Mount{ID: uint64(id), MountinfoID: id, Root: in.Root, Point: in.Mountpoint,
-		Major: uint32(in.Major), Minor: uint32(in.Minor), Shared: shared, Slave: slave}, nil
+	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return !want[i.ID], false })
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	byID := make(map[int]*mountinfo.Info, len(infos))
+	for _, in := range infos {
+		byID[in.ID] = in
+	}
+	ms := make([]Mount, len(paths))
+	for i, id := range ids {
+		in, ok := byID[id]
+		if !ok {
+			return nil, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, paths[i])
+		}
+		shared, slave := parseOptional(in.Optional)
+		ms[i] = Mount{ID: uint64(id), MountinfoID: id, Root: in.Root, Point: in.Mountpoint,
+			Major: uint32(in.Major), Minor: uint32(in.Minor), Shared: shared, Slave: slave}
+	}
+	return ms, nil
 }
 
 // Layout of struct statmount (include/uapi/linux/mount.h); offsets in bytes. The fixed part is
