@@ -74,7 +74,7 @@ runtimeClasses:
 	}
 	hostPath := netmount.HostPath(stateDir, spec)
 	fmt.Printf("  host mounts at %s: %d (shared by both containers)\n", hostPath, mountsAt(hostPath))
-	fmt.Printf("  the sshfs daemon runs in cgroup %s\n", fuseDaemonCgroup(sshd.Export()))
+	fmt.Printf("  the sshfs daemon runs in cgroup %s\n", harness.ProcessCgroup("sshfs", sshd.Export()))
 
 	step("killing the plugin's whole cgroup (cgroup.kill), as a supervisor restarting the agent would")
 	if err := cg.Kill(); err != nil {
@@ -103,30 +103,11 @@ runtimeClasses:
 	return nil
 }
 
+// mountsAt counts the mounts at path (-1 if mountinfo cannot be read).
 func mountsAt(path string) int {
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	n := 0
-	for _, line := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			n++
-		}
+	n, err := harness.MountsAt(path)
+	if err != nil {
+		return -1
 	}
 	return n
-}
-
-// fuseDaemonCgroup names the cgroup2 group of the sshfs daemon serving export (its command
-// line names the export; its name may be sshfs or mount.fuse.sshfs).
-func fuseDaemonCgroup(export string) string {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if cmd, _ := os.ReadFile(p); strings.Contains(string(cmd), "sshfs") && strings.Contains(string(cmd), export) && !strings.HasPrefix(string(cmd), "sshd") {
-			cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
-			for _, line := range strings.Split(string(cg), "\n") {
-				if rest, ok := strings.CutPrefix(line, "0::"); ok {
-					return rest
-				}
-			}
-		}
-	}
-	return "(no sshfs daemon found)"
 }

@@ -60,27 +60,7 @@ func TestHookSSHFS(t *testing.T) {
 	if got := fuseMountsAt(t, hostPath); got != 1 {
 		t.Errorf("%d host mounts at %s, want 1 shared by both containers", got, hostPath)
 	}
-	if cg := daemonCgroup(t, sshd.Export()); cg != "/mountkeeper.slice/mount-"+spec.Key() {
+	if cg := harness.ProcessCgroup("sshfs", sshd.Export()); cg != "/mountkeeper.slice/mount-"+spec.Key() {
 		t.Errorf("the sshfs daemon runs in cgroup %q, want its own scope /mountkeeper.slice/mount-%s", cg, spec.Key())
 	}
-}
-
-// daemonCgroup returns the cgroup2 path of the sshfs daemon serving export.
-func daemonCgroup(t *testing.T, export string) string {
-	t.Helper()
-	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range cmdlines {
-		cmd, _ := os.ReadFile(p)
-		if !strings.Contains(string(cmd), "sshfs") || !strings.Contains(string(cmd), export) || strings.HasPrefix(string(cmd), "/usr/sbin/sshd") {
-			continue
-		}
-		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
-		for _, line := range strings.Split(string(cg), "\n") {
-			if rest, ok := strings.CutPrefix(line, "0::"); ok {
-				return rest
-			}
-		}
-	}
-	t.Fatalf("no sshfs daemon serving %s", export)
-	return ""
 }

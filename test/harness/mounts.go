@@ -3,63 +3,31 @@ package harness
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
-// mountInfo is one line of /proc/self/mountinfo.
+// mountInfo is what the harness needs of one mount.
 type mountInfo struct {
 	id         int
 	mountPoint string
 	fsType     string
 }
 
-// readMounts parses /proc/self/mountinfo (proc(5)): field 1 is the mount ID, field 5 the mount
-// point, and the filesystem type follows the " - " separator.
+// readMounts reads /proc/self/mountinfo (moby/sys/mountinfo undoes the kernel's escaping).
 func readMounts() ([]mountInfo, error) {
-	const path = "/proc/self/mountinfo"
-	data, err := os.ReadFile(path)
+	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	var out []mountInfo
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		fields, postFields := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(postFields) < 1 {
-			return nil, fmt.Errorf("parse %s line %q", path, line)
-		}
-		id, err := strconv.Atoi(fields[0])
-		if err != nil {
-			return nil, fmt.Errorf("parse mount ID in %s line %q: %w", path, line, err)
-		}
-		out = append(out, mountInfo{id: id, mountPoint: unescapeOctal(fields[4]), fsType: postFields[0]})
+	out := make([]mountInfo, len(infos))
+	for i, in := range infos {
+		out[i] = mountInfo{id: in.ID, mountPoint: in.Mountpoint, fsType: in.FSType}
 	}
 	return out, nil
-}
-
-// unescapeOctal undoes the \NNN escaping the kernel applies to spaces, tabs, newlines and
-// backslashes in mountinfo paths.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // under reports whether path is dir or lies below it.

@@ -1,0 +1,51 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// MountsAt counts the mounts stacked at path in this mount namespace.
+func MountsAt(path string) (int, error) {
+	ms, err := readMounts()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range ms {
+		if m.mountPoint == path {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ProcessCgroup returns the cgroup2 path of the first process whose command line contains
+// every one of words (e.g. "sshfs" and its export, to find a FUSE daemon whose name may be
+// sshfs or mount.fuse.sshfs), and "" when no process does.
+func ProcessCgroup(words ...string) string {
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmdlines {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !containsAll(string(cmd), words) {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		for _, line := range strings.Split(string(cg), "\n") {
+			if rest, ok := strings.CutPrefix(line, "0::"); ok {
+				return rest
+			}
+		}
+	}
+	return ""
+}
+
+func containsAll(s string, words []string) bool {
+	for _, w := range words {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
+}
