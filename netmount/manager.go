@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -271,7 +272,29 @@ func (m *Manager) adopt() error {
 			m.log.WithField("path", path).Warn("netmount: a mount below the state directory has no state file: left alone")
 		}
 	}
+	m.removeStaleScopesLocked()
 	return nil
+}
+
+// removeStaleScopesLocked removes the empty scopes an earlier agent left: one killed during a
+// mount attempt never removed the attempt's scope. A scope with processes (a helper still at
+// work, a FUSE daemon) fails to go and stays; the scopes of the mounts just adopted or being
+// mounted again are not touched.
+func (m *Manager) removeStaleScopesLocked() {
+	units, err := m.sys.scopes()
+	if err != nil {
+		m.log.WithError(err).Warn("netmount: cannot list the mount scopes")
+		return
+	}
+	inUse := make(map[string]bool, len(m.entries))
+	for _, e := range m.entries {
+		inUse[e.unit] = true
+	}
+	for _, u := range units {
+		if !inUse[u] && strings.HasPrefix(u, "mount-") && m.sys.removeScope(u) == nil {
+			m.log.WithField("scope", u).Debug("netmount: removed an empty scope an earlier agent left")
+		}
+	}
 }
 
 // checkAdopted probes a mount found at start-up: a live one is adopted as mounted, a dead

@@ -29,6 +29,7 @@ type fakeSystem struct {
 	unmountCalls []string               // "target" or "-l target"
 	removed      []string               // scopes
 	killed       []string               // scopes
+	scopeUnits   []string               // scopes that exist at start
 	shared       []string
 }
 
@@ -109,6 +110,12 @@ func (f *fakeSystem) removeScope(unit string) error {
 	defer f.mu.Unlock()
 	f.removed = append(f.removed, unit)
 	return nil
+}
+
+func (f *fakeSystem) scopes() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.scopeUnits), nil
 }
 
 func (f *fakeSystem) killScope(unit string) error {
@@ -695,4 +702,23 @@ func TestHoldKeepsAMountThatIsNotReadyYet(t *testing.T) {
 	}
 	m.Release("running-ctr")
 	eventually(t, "the released mount is gone", func() bool { return len(sys.unmounts()) == 1 })
+}
+
+// An agent killed during a mount attempt leaves the attempt's scope; the next one removes it,
+// but not the scope of a mount it adopts.
+func TestNewManagerRemovesScopesLeftByAnEarlierAgent(t *testing.T) {
+	dir := t.TempDir()
+	sys := newFakeSystem()
+	adopted := Spec{Type: "nfs", Source: "srv:/adopted"}
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	writeState(filepath.Join(dir, "state"), adopted.Key(), state{Type: adopted.Type, Source: adopted.Source})
+	sys.mounted[filepath.Join(dir, "mounts", adopted.Key())] = true
+	sys.scopeUnits = []string{"mount-" + adopted.Key(), "mount-0123456789abcdef", "sshd-2222"}
+	newTestManager(t, sys, Config{StateDir: dir})
+	sys.mu.Lock()
+	removed := slices.Clone(sys.removed)
+	sys.mu.Unlock()
+	if !slices.Equal(removed, []string{"mount-0123456789abcdef"}) {
+		t.Errorf("removed scopes %q, want only the stale mount scope", removed)
+	}
 }

@@ -65,6 +65,24 @@ func (c *CgroupScoper) Start(ctx context.Context, job Job) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
+// Units lists the units whose cgroups exist.
+func (c *CgroupScoper) Units() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(c.Root, c.Parent))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var units []string
+	for _, e := range entries {
+		if e.IsDir() {
+			units = append(units, e.Name())
+		}
+	}
+	return units, nil
+}
+
 // Remove implements Scoper: it removes the unit's cgroup if it is empty.
 func (c *CgroupScoper) Remove(unit string) error {
 	dir := c.Dir(unit)

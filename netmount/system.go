@@ -31,6 +31,8 @@ type system interface {
 	unmount(ctx context.Context, target string, lazy bool) error
 	// removeScope removes the scope of unit once it is empty.
 	removeScope(unit string) error
+	// scopes lists the units whose scopes exist (nil where the scoper cannot tell).
+	scopes() ([]string, error)
 	// killScope kills what a failed mount attempt left in the scope of unit (a FUSE daemon
 	// that detached and then hung). It is called only when nothing is mounted for unit.
 	killScope(unit string) error
@@ -186,6 +188,19 @@ func (l *liveSystem) unmount(ctx context.Context, target string, lazy bool) erro
 }
 
 func (l *liveSystem) removeScope(unit string) error { return l.scoper.Remove(unit) }
+
+// scopeLister is a Scoper that can list its scopes (CgroupScoper can; systemd collects the
+// scopes of finished units itself).
+type scopeLister interface {
+	Units() ([]string, error)
+}
+
+func (l *liveSystem) scopes() ([]string, error) {
+	if sl, ok := l.scoper.(scopeLister); ok {
+		return sl.Units()
+	}
+	return nil, nil
+}
 
 // scopeKiller is a Scoper that can kill what runs in a scope (CgroupScoper can; a systemd
 // scope is named with a suffix only systemd-run knows, and --collect cleans it).
