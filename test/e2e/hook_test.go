@@ -43,18 +43,8 @@ func newHookWorld(t *testing.T) *hookWorld {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	dir, err := os.MkdirTemp("/tmp", "mk-hook-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { // runs last: after the containers are gone
-		if err := harness.UnmountAll(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	dir := workDir(t, "mk-hook-") // cleaned up last: after the containers are gone
+	var err error
 	w := &hookWorld{t: t, ctx: ctx, dir: dir, config: filepath.Join(dir, "config.yaml"), host: filepath.Join(dir, "src", "host")}
 	if w.bin, err = harness.BuildMountkeeper(dir); err != nil {
 		t.Fatal(err)

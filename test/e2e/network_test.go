@@ -44,11 +44,7 @@ func TestNetworkFilesystem(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("no FUSE on this machine: %v", err)
 	}
-	work, err := os.MkdirTemp("/tmp", "mk-net-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
+	work := workDir(t, "mk-net-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
 		t.Fatal(err)

@@ -21,11 +21,7 @@ import (
 func TestPreRegisteredPlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("/tmp", "mk-pre-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := workDir(t, "mk-pre-")
 	bin, err := harness.BuildMountkeeper(dir)
 	if err != nil {
 		t.Fatal(err)

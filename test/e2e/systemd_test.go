@@ -214,11 +214,7 @@ func TestSystemdRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	work, err := os.MkdirTemp("/tmp", "mk-sd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
+	work := workDir(t, "mk-sd-")
 	bin, err := harness.BuildMountkeeper(work)
 	if err != nil {
 		t.Fatal(err)
