@@ -455,11 +455,7 @@ func TestSSHFS(t *testing.T) {
 // childCgroupScoper is the CgroupScoper under the parent the outer test chose; at the end it
 // kills every process below it (FUSE daemons, sshd) and removes it.
 func childCgroupScoper(t *testing.T) *CgroupScoper {
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := cgroup2Root(mi)
+	root, err := liveCgroup2Root()
 	if err != nil {
 		t.Fatal(err)
 	}

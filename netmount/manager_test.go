@@ -37,6 +37,21 @@ func newFakeSystem() *fakeSystem {
 	return &fakeSystem{mounted: map[string]bool{}, mountCalls: map[string][]time.Time{}, probeErr: map[string]error{}}
 }
 
+// holdMounts makes every mount attempt wait until the returned channel is closed (then it
+// succeeds) or its context ends.
+func (f *fakeSystem) holdMounts() chan struct{} {
+	release := make(chan struct{})
+	f.mountFn = func(ctx context.Context, _ string, _ int) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return release
+}
+
 func (f *fakeSystem) preflight(Spec) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -278,15 +293,7 @@ func TestAcquireMountsOnceForAllUsers(t *testing.T) {
 
 func TestAcquireWaitsAtMostUntilItsDeadline(t *testing.T) {
 	sys := newFakeSystem()
-	release := make(chan struct{})
-	sys.mountFn = func(ctx context.Context, _ string, _ int) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	release := sys.holdMounts()
 	m := newTestManager(t, sys, Config{})
 
 	start := time.Now()
@@ -387,15 +394,7 @@ func TestAcquireRejectsAnInvalidSpec(t *testing.T) {
 
 func TestEnsureNeverBlocksAndMountsOnce(t *testing.T) {
 	sys := newFakeSystem()
-	release := make(chan struct{})
-	sys.mountFn = func(ctx context.Context, _ string, _ int) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	release := sys.holdMounts()
 	m := newTestManager(t, sys, Config{})
 	start := time.Now()
 	for range 100 {

@@ -137,11 +137,7 @@ func testCgroupScoper(t *testing.T) *CgroupScoper {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create cgroups")
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := cgroup2Root(mi)
+	root, err := liveCgroup2Root()
 	if err != nil {
 		t.Skip(err)
 	}
@@ -270,4 +266,13 @@ func TestCgroupScoperLive(t *testing.T) {
 	if err := sc.Remove("mount-test"); err != nil {
 		t.Errorf("Remove of a removed scope: %v", err)
 	}
+}
+
+// liveCgroup2Root is where this machine mounts the cgroup2 hierarchy.
+func liveCgroup2Root() (string, error) {
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	return cgroup2Root(mi)
 }
