@@ -56,7 +56,13 @@ func TestNetworkFilesystem(t *testing.T) {
 	sshOpts := func(port int) string {
 		return fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", port, sshd.IdentityFile())
 	}
-	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", sshOpts(sshd.Port()), "DEADOPTS", sshOpts(freePort(t))).Replace(networkConfig)
+	// The mk-dead class's server runs now and is stopped before its pods come.
+	stopped, err := harness.StartSSHD(filepath.Join(work, "stopped"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopped.Stop)
+	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", sshOpts(sshd.Port()), "DEADOPTS", sshOpts(stopped.Port())).Replace(networkConfig)
 
 	plugCg, err := harness.NewCgroup2(filepath.Base(work) + "-plugin")
 	if err != nil {
@@ -131,7 +137,8 @@ func TestNetworkFilesystem(t *testing.T) {
 		}
 	})
 
-	t.Run("a dead server fails creation inside the budget; other classes are served", func(t *testing.T) {
+	t.Run("a stopped server fails creation inside the budget; other classes are served", func(t *testing.T) {
+		stopped.Stop()
 		start := time.Now()
 		_, err := n.runContainer("mk-dead", "dead")
 		took := time.Since(start)

@@ -7,7 +7,6 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -188,15 +187,4 @@ func workDir(t *testing.T, prefix string) string {
 		}
 	})
 	return dir
-}
-
-// freePort returns a loopback TCP port nobody listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
