@@ -193,12 +193,6 @@ func newTestManager(t *testing.T, sys *fakeSystem, c Config) *Manager {
 
 var testSpec = Spec{Type: "fuse.sshfs", Source: "root@10.0.0.1:/srv", Options: []string{"port=22", "password=hunter2"}}
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
