@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package testenv
+
+const cgoEnabled = false
