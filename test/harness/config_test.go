@@ -1,11 +1,15 @@
 package harness
 
 import (
+	"errors"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // TestConfigAccepted checks that containerd parses the rendered config and that no setting
@@ -17,8 +21,11 @@ func TestConfigAccepted(t *testing.T) {
 		NRI:               true,
 		NRIRequestTimeout: 5 * time.Second,
 	}.withDefaults()
+	if errors.Is(err, fs.ErrNotExist) {
+		testenv.Skip(t, "%v", err)
+	}
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	l := layout{dir: t.TempDir()}
 	if err := writeConfig(l, opts); err != nil {

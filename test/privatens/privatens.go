@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // reexecEnv marks a test binary re-executed by Run. Its value is the parent's mount
@@ -21,7 +23,8 @@ const Env = "MOUNTKEEPER_PRIVATE_MOUNT_NS"
 
 // Run returns true when the test runs in a private mount namespace and may mount. Otherwise
 // it re-runs this test alone in one (unshare -m --propagation private), reports the outcome
-// as its own, and returns false: the caller returns at once. It skips without root.
+// as its own, and returns false: the caller returns at once. It skips without root (see
+// testenv.Require).
 func Run(t *testing.T) bool {
 	t.Helper()
 	if parent := os.Getenv(reexecEnv); parent != "" {
@@ -36,13 +39,13 @@ func Run(t *testing.T) bool {
 	return false
 }
 
-// Require skips tb unless the whole test binary runs in a private mount namespace (Env set),
+// Require skips tb (fails it under testenv.Strict) unless the whole test binary runs in a private mount namespace (Env set),
 // as benchmarks must: a benchmark cannot be re-executed alone.
 func Require(tb testing.TB) {
 	tb.Helper()
 	outer := os.Getenv(Env)
 	if outer == "" {
-		tb.Skipf("mounts: run as %s=$(readlink /proc/self/ns/mnt) unshare -m --propagation private go test ... (make unit and make bench do)", Env)
+		testenv.Skip(tb, "mounts: run as %s=$(readlink /proc/self/ns/mnt) unshare -m --propagation private go test ... (make unit and make bench do)", Env)
 	}
 	refuseHostNamespace(tb, outer)
 }
@@ -56,12 +59,10 @@ func refuseHostNamespace(tb testing.TB, host string) {
 
 func reexec(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a mount namespace and mount")
-	}
+	testenv.Require(t, "root", "unshare")
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skipf("unshare(1) not found: %v", err)
+		t.Fatal(err)
 	}
 	ns, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {

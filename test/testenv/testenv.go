@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -50,13 +51,22 @@ var checks = map[string]func() string{
 }
 
 // Require skips (or, when Strict, fails) tb unless the machine has every named dependency:
-// "root", "fuse", "cgo", or the name of a program that must be on PATH (e.g. "sshfs",
-// "unshare", "systemd-run").
+// "root", "fuse", "cgo", an absolute path that must exist (e.g. harness.RuncBinary()), or the
+// name of a program that must be on PATH (e.g. "sshfs", "unshare", "systemd-run").
 func Require(tb testing.TB, needs ...string) {
 	tb.Helper()
 	for _, n := range needs {
 		check, ok := checks[n]
-		if !ok {
+		switch {
+		case ok:
+		case filepath.IsAbs(n):
+			check = func() string {
+				if _, err := os.Stat(n); err != nil {
+					return fmt.Sprintf("%s is missing (test/tools/install.sh installs it): %v", n, err)
+				}
+				return ""
+			}
+		default:
 			check = func() string {
 				if _, err := exec.LookPath(n); err != nil {
 					return fmt.Sprintf("%s not found: %v", n, err)
