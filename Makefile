@@ -9,6 +9,8 @@ LDFLAGS := -X main.version=$(VERSION)
 # Where test/tools/install.sh caches containerd and runc; exported for the tests.
 export MOUNTKEEPER_CACHE ?= /var/cache/mountkeeper-test
 export MOUNTKEEPER_BIN   ?= $(MOUNTKEEPER_CACHE)/bin
+# Extra `go test` flags for unit and e2e: .ci/run sets -json to count the results.
+TESTFLAGS ?=
 # Tests that mount run in a private mount namespace of their own, so nothing they mount can
 # outlive them.
 PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshare -m --propagation private
@@ -29,19 +31,20 @@ vet:
 tools:
 	bash test/tools/install.sh
 
-unit:
-	$(PRIVATE_NS) $(GO) test -count=1 ./...
+# unit depends on tools: built before gcc, sshfs or runc are installed, tests would skip.
+unit: tools
+	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
 e2e: tools build
-	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -count=1 -timeout 30m -v ./test/e2e/
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
 
-test: vet unit e2e
+test: tools vet unit e2e
 
 demo: tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(PRIVATE_NS) $(GO) run ./test/demo
 
 # Ratios against a baseline measured in the same run (see test/benchratio).
-bench:
+bench: tools
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench CreateContainer -benchtime 3000x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench NetworkMount -benchtime 199x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./subpath/ | grep -E 'ratio|^ok|FAIL'
