@@ -11,6 +11,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // BenchmarkRuncRunHook measures what the hook adds to starting a container: `runc run` of a
@@ -18,14 +19,10 @@ import (
 // three mounts (rprivate, rslave, rshared, with the host checks), against the same container
 // without the hook. The ratio is candidate/baseline, measured interleaved in one run.
 //
-// It needs root and the harness's runc (test/tools/install.sh); it skips without them.
+// It needs root and the harness's runc (test/tools/install.sh); it skips without them (fails
+// under MOUNTKEEPER_REQUIRE_ALL=1, see testenv).
 func BenchmarkRuncRunHook(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to run containers with runc")
-	}
-	if _, err := os.Stat(harness.RuncBinary()); err != nil {
-		b.Skipf("no runc at %s (run test/tools/install.sh): %v", harness.RuncBinary(), err)
-	}
+	testenv.Require(b, "root", harness.RuncBinary())
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("/tmp", "mk-bench-hook-")
 	if err != nil {

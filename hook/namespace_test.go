@@ -14,6 +14,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // TestMain lets the test binary play the namespace helper: NamespaceMounter re-executes
@@ -36,15 +37,13 @@ type nsFixture struct {
 
 func newNSFixture(t *testing.T) *nsFixture {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.Require(t, "root", "unshare")
 	if !nsenter.Available() {
-		t.Skip("built without cgo")
+		testenv.Skip(t, "built without cgo")
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skip("needs unshare(1)")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	f := &nsFixture{rootfs: filepath.Join(dir, "rootfs"), src: filepath.Join(dir, "src"), outside: filepath.Join(dir, "outside")}

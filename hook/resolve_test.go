@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // hostileRoot builds a rootfs whose image holds the symlinks an attacker (or a careless
@@ -60,7 +62,7 @@ func mountProc(t *testing.T, rootDir string) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("proc", p, "proc", 0, ""); err != nil {
-		t.Skipf("mount proc at %s: %v (needs root)", p, err)
+		testenv.Skip(t, "mount proc at %s: %v (needs root)", p, err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
@@ -110,7 +112,7 @@ func TestResolveDestinationRefusesHostileTrees(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.proc && !withProc {
-				t.Skip("needs root to mount proc")
+				testenv.Skip(t, "needs root to mount proc")
 			}
 			var undo undoLog
 			f, err := resolveDestination(root, tt.dst, tt.dir, &undo)
@@ -205,7 +207,7 @@ func TestCheckMountPoint(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.proc && !withProc {
-				t.Skip("needs root to mount proc")
+				testenv.Skip(t, "needs root to mount proc")
 			}
 			var undo undoLog
 			f, err := resolveDestination(root, tt.dst, tt.dir, &undo)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 type fakeProbe map[string]string // path -> content; present means it exists
@@ -77,7 +79,7 @@ func TestDetectScoper(t *testing.T) {
 			}
 			if err != nil {
 				if tt.wantName == "systemd" && strings.Contains(err.Error(), "systemd-run is missing") {
-					t.Skip("systemd-run is not installed here")
+					testenv.Skip(t, "systemd-run is not installed here")
 				}
 				t.Fatal(err)
 			}
@@ -134,16 +136,14 @@ func TestWithPath(t *testing.T) {
 // processes killed first) when the test ends. It skips without root or cgroup2.
 func testCgroupScoper(t *testing.T) *CgroupScoper {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
+	testenv.Require(t, "root")
 	root, err := liveCgroup2Root()
 	if err != nil {
-		t.Skip(err)
+		testenv.Skip(t, "%v", err)
 	}
 	sc := &CgroupScoper{Root: root, Parent: fmt.Sprintf("mountkeeper-test-%d-%d.slice", os.Getpid(), time.Now().UnixNano())}
 	if err := os.Mkdir(filepath.Join(root, sc.Parent), 0o755); err != nil {
-		t.Skipf("cannot create a cgroup here: %v", err)
+		testenv.Skip(t, "cannot create a cgroup here: %v", err)
 	}
 	t.Cleanup(func() { removeCgroupTree(t, filepath.Join(root, sc.Parent)) })
 	return sc

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 func TestCommands(t *testing.T) {
@@ -32,7 +34,7 @@ func TestCommands(t *testing.T) {
 		{name: "render adds the mount and keeps unknown fields", args: []string{"render", "--config", good, "--runtime-class", "fast"}, stdin: spec,
 			stdout: []string{`"destination": "/data"`, `"rprivate"`, `"vendorExtension"`, `"keep": true`}},
 		{name: "render unknown class", args: []string{"render", "--config", good, "--runtime-class", "kata"}, stdin: spec, code: 1,
-			stderr: []string{`no runtime class "kata"`, "[fast]"}},
+			stderr: []string{`no runtime class "kata"`, "(it has: fast)"}},
 		{name: "render not JSON", args: []string{"render", "--config", good, "--runtime-class", "fast"}, stdin: "mounts: []", code: 1,
 			stderr: []string{"parse OCI spec"}},
 		{name: "nri bad log format", args: []string{"nri", "--log-format", "xml"}, code: 1, stderr: []string{`--log-format "xml"`}},
@@ -76,7 +78,7 @@ func TestNoArgumentsFromTheRuntimeMeansNRI(t *testing.T) {
 
 func TestCheckCommand(t *testing.T) {
 	if _, err := os.Stat("/sbin/mount.nfs"); err == nil {
-		t.Skip("this node has mount.nfs: the check would pass its helper line")
+		testenv.Skip(t, "this node has mount.nfs: the check would pass its helper line")
 	}
 	dir := t.TempDir()
 	nfs := filepath.Join(dir, "nfs.yaml")
