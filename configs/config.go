@@ -4,13 +4,14 @@
 package configs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path"
 	"sort"
 	"time"
 
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -24,65 +25,76 @@ const DefaultClass = "default"
 // DefaultKubeletRoot is kubelet's --root-dir default.
 const DefaultKubeletRoot = "/var/lib/kubelet"
 
-// Config is the whole configuration file: node-wide keys next to the runtime classes.
+// Config is the configuration in force: every default resolved when it was loaded, every class
+// mount validated and translated once, so callers read plain values.
 type Config struct {
 	// KubeletRoot is kubelet's --root-dir, where subPath bind targets live.
-	KubeletRoot string `yaml:"kubeletRoot"`
-	// SubPathRepair re-resolves stale subPath mounts of any container at CreateContainer
-	// (default true).
-	SubPathRepair *bool `yaml:"subPathRepair"`
+	KubeletRoot string
+	// SubPathRepair repairs stale subPath mounts of any container at CreateContainer.
+	SubPathRepair bool
 	// StateDir holds the host mounts of network filesystems and their state.
-	StateDir string `yaml:"stateDir"`
-	// MountTimeout bounds one mount attempt of a network filesystem (default 30s).
-	MountTimeout Duration `yaml:"mountTimeout"`
-	// UnmountGrace is how long a network mount stays after its last container is removed
-	// (default 30s), so a restarting pod does not remount.
-	UnmountGrace Duration `yaml:"unmountGrace"`
-	// CreateBudget is how long CreateContainer waits for a network mount that is not ready
-	// (default 1.5s). It must stay below the runtime's plugin_request_timeout (2s by default):
-	// a plugin that answers late is dropped and the container created WITHOUT its mounts.
+	StateDir string
+	// MountTimeout bounds one mount attempt of a network filesystem.
+	MountTimeout time.Duration
+	// UnmountGrace is how long a network mount stays after its last container is removed, so
+	// a restarting pod does not remount.
+	UnmountGrace time.Duration
+	// CreateBudget is how long CreateContainer waits for a network mount that is not ready.
+	// It stays below the runtime's plugin_request_timeout (2s by default): a plugin that
+	// answers late is dropped and the container created WITHOUT its mounts.
+	CreateBudget   time.Duration
+	RuntimeClasses map[string]RuntimeClass
+}
+
+// file is the configuration as the YAML file spells it; unset keys are zero.
+type file struct {
+	KubeletRoot    string                  `yaml:"kubeletRoot"`
+	SubPathRepair  *bool                   `yaml:"subPathRepair"`
+	StateDir       string                  `yaml:"stateDir"`
+	MountTimeout   Duration                `yaml:"mountTimeout"`
+	UnmountGrace   Duration                `yaml:"unmountGrace"`
 	CreateBudget   Duration                `yaml:"createBudget"`
 	RuntimeClasses map[string]RuntimeClass `yaml:"runtimeClasses"`
 }
 
-// Defaults of the network-filesystem keys.
+// Defaults of the keys a config may leave out.
 const (
+	DefaultStateDir     = "/var/lib/mountkeeper"
 	DefaultMountTimeout = 30 * time.Second
 	DefaultUnmountGrace = 30 * time.Second
 	DefaultCreateBudget = 1500 * time.Millisecond
 )
 
-// StateDirPath returns stateDir or its default.
-func (c *Config) StateDirPath() string {
-	if c.StateDir == "" {
-		return netmount.DefaultStateDir
+// resolve returns the config in force for a validated file: defaults filled in, each class
+// mount translated into what it mounts.
+func (f *file) resolve() *Config {
+	c := &Config{
+		KubeletRoot:    cmp.Or(f.KubeletRoot, DefaultKubeletRoot),
+		SubPathRepair:  f.SubPathRepair == nil || *f.SubPathRepair,
+		StateDir:       cmp.Or(f.StateDir, DefaultStateDir),
+		MountTimeout:   cmp.Or(time.Duration(f.MountTimeout), DefaultMountTimeout),
+		UnmountGrace:   cmp.Or(time.Duration(f.UnmountGrace), DefaultUnmountGrace),
+		CreateBudget:   cmp.Or(time.Duration(f.CreateBudget), DefaultCreateBudget),
+		RuntimeClasses: make(map[string]RuntimeClass, len(f.RuntimeClasses)),
 	}
-	return c.StateDir
+	for name, rc := range f.RuntimeClasses {
+		mounts := make([]Mount, len(rc.Mounts))
+		for i, m := range rc.Mounts {
+			mounts[i] = m.resolve()
+		}
+		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts}
+	}
+	return c
 }
 
 // HasNetworkMounts says whether any class mounts a network filesystem.
 func (c *Config) HasNetworkMounts() bool {
 	for _, rc := range c.RuntimeClasses {
-		for _, m := range rc.Mounts {
-			if _, ok := m.NetworkSpec(); ok {
-				return true
-			}
+		if len(rc.NetworkSpecs()) > 0 {
+			return true
 		}
 	}
 	return false
-}
-
-// KubeletRootDir returns kubeletRoot or its default.
-func (c *Config) KubeletRootDir() string {
-	if c.KubeletRoot == "" {
-		return DefaultKubeletRoot
-	}
-	return c.KubeletRoot
-}
-
-// RepairSubPaths says whether stale subPath mounts are repaired.
-func (c *Config) RepairSubPaths() bool {
-	return c.SubPathRepair == nil || *c.SubPathRepair
 }
 
 // RuntimeClass is what the containers of one CRI runtime handler get.
@@ -90,7 +102,8 @@ type RuntimeClass struct {
 	Mounts []Mount `yaml:"mounts"`
 }
 
-// Mount is one class mount as the config file spells it.
+// Mount is one class mount: the keys as the config file spells them, and, once loaded, what it
+// mounts.
 type Mount struct {
 	Source      string   `yaml:"source"`
 	Destination string   `yaml:"destination"`
@@ -98,6 +111,22 @@ type Mount struct {
 	ReadOnly    bool     `yaml:"readOnly"`
 	Type        string   `yaml:"type"` // bind (default)
 	Options     []string `yaml:"options"`
+
+	// Bind is the bind mount into the container. For a network filesystem its source is
+	// empty until the filesystem's host path is known, and it has no options.
+	Bind specmod.Mount `yaml:"-"`
+	// Network is the network filesystem the mount needs on the host; nil for a bind.
+	Network *netspec.Spec `yaml:"-"`
+}
+
+// resolve fills in Bind and Network of a validated mount.
+func (m Mount) resolve() Mount {
+	m.Bind, _ = m.specMount()
+	if ns, ok := m.networkSpec(); ok {
+		m.Network = &ns
+		m.Bind.Source, m.Bind.Options = "", nil
+	}
+	return m
 }
 
 // ClassName maps a CRI runtime handler to its class name.
@@ -115,46 +144,24 @@ func (c *Config) Class(handler string) (string, RuntimeClass, bool) {
 	return name, rc, ok
 }
 
-// Edits returns the spec edits for a class. The config must have been validated. hostPath
-// gives the host path of each network filesystem mount: the NRI plugin mounts it (or waits
-// for it) there, a dry run only computes it. A class without network mounts may pass nil.
-func (rc RuntimeClass) Edits(hostPath func(netmount.Spec) (string, error)) (specmod.Edits, error) {
-	var e specmod.Edits
-	for _, m := range rc.Mounts {
-		sm, _ := m.specMount()
-		if ns, ok := m.NetworkSpec(); ok {
-			if hostPath == nil {
-				return e, fmt.Errorf("mount %s -> %s: network filesystems are not supported here", ns, m.Destination)
-			}
-			src, err := hostPath(ns)
-			if err != nil {
-				return e, fmt.Errorf("mount %s -> %s: %w", ns, m.Destination, err)
-			}
-			sm.Source, sm.Options = src, nil
-		}
-		e.Mounts = append(e.Mounts, sm)
-	}
-	return e, nil
-}
-
 // NetworkSpecs returns the class's network filesystems.
-func (rc RuntimeClass) NetworkSpecs() []netmount.Spec {
-	var specs []netmount.Spec
+func (rc RuntimeClass) NetworkSpecs() []netspec.Spec {
+	var specs []netspec.Spec
 	for _, m := range rc.Mounts {
-		if ns, ok := m.NetworkSpec(); ok {
-			specs = append(specs, ns)
+		if m.Network != nil {
+			specs = append(specs, *m.Network)
 		}
 	}
 	return specs
 }
 
-// NetworkSpec returns the network filesystem a mount of a network type (nfs, cifs, fuse.sshfs,
+// networkSpec returns the network filesystem a mount of a network type (nfs, cifs, fuse.sshfs,
 // ...) asks for: its options are the filesystem's mount options, not bind options.
-func (m Mount) NetworkSpec() (netmount.Spec, bool) {
-	if !netmount.IsNetworkType(m.Type) {
-		return netmount.Spec{}, false
+func (m Mount) networkSpec() (netspec.Spec, bool) {
+	if !netspec.IsNetworkType(m.Type) {
+		return netspec.Spec{}, false
 	}
-	return netmount.Spec{Type: m.Type, Source: m.Source, Options: m.Options}, true
+	return netspec.Spec{Type: m.Type, Source: m.Source, Options: m.Options}, true
 }
 
 func (m Mount) specMount() (specmod.Mount, error) {
@@ -175,8 +182,8 @@ func (m Mount) specMount() (specmod.Mount, error) {
 	}, nil
 }
 
-// Validate reports every problem in the config, each naming the class and the mount.
-func (c *Config) Validate() error {
+// validate reports every problem in the config file, each naming the class and the mount.
+func (c *file) validate() error {
 	var errs []error
 	if c.KubeletRoot != "" && !isAbsClean(c.KubeletRoot) {
 		errs = append(errs, fmt.Errorf("kubeletRoot %q must be an absolute, clean path", c.KubeletRoot))
@@ -192,19 +199,21 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %s is negative", d.key, time.Duration(d.v)))
 		}
 	}
-	if len(c.RuntimeClasses) == 0 && !c.RepairSubPaths() {
+	if len(c.RuntimeClasses) == 0 && c.SubPathRepair != nil && !*c.SubPathRepair {
 		errs = append(errs, errors.New("runtimeClasses is empty and subPathRepair is false: mountkeeper would change no container"))
 	}
-	for _, name := range c.ClassNames() {
+	for _, name := range sortedKeys(c.RuntimeClasses) {
 		errs = append(errs, validateClass(name, c.RuntimeClasses[name]))
 	}
 	return errors.Join(errs...)
 }
 
 // ClassNames returns the configured class names, sorted.
-func (c *Config) ClassNames() []string {
-	names := make([]string, 0, len(c.RuntimeClasses))
-	for n := range c.RuntimeClasses {
+func (c *Config) ClassNames() []string { return sortedKeys(c.RuntimeClasses) }
+
+func sortedKeys(classes map[string]RuntimeClass) []string {
+	names := make([]string, 0, len(classes))
+	for n := range classes {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -239,7 +248,7 @@ func validateClass(name string, rc RuntimeClass) error {
 // validateMount returns every problem of one mount, so that the caller can name the class and
 // the mount in each.
 func validateMount(m Mount) []error {
-	if ns, ok := m.NetworkSpec(); ok {
+	if ns, ok := m.networkSpec(); ok {
 		return validateNetworkMount(m, ns)
 	}
 	var errs []error
@@ -276,7 +285,7 @@ func isAbsClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }
 
 // validateNetworkMount checks a network filesystem mount: its filesystem (type, source shape,
 // options) and the bind into the container (destination, propagation).
-func validateNetworkMount(m Mount, ns netmount.Spec) []error {
+func validateNetworkMount(m Mount, ns netspec.Spec) []error {
 	var errs []error
 	if err := ns.Validate(); err != nil {
 		errs = append(errs, err)

@@ -1,7 +1,6 @@
 package configs_test
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // oneMount is a config with class "fast" holding one mount given as a YAML flow mapping.
@@ -28,7 +28,7 @@ func TestParseInvalid(t *testing.T) {
 		{
 			name: "unknown top-level key",
 			yaml: "kubeletRot: /var/lib/kubelet\n" + oneMount("{source: /srv/a, destination: /a}"),
-			want: []string{"field kubeletRot not found in type configs.Config"},
+			want: []string{"field kubeletRot not found at the top level"},
 		},
 		{
 			name: "unknown mount key",
@@ -298,7 +298,7 @@ func TestDefault(t *testing.T) {
 		{Source: "/run/mountkeeper-demo/slave", Destination: "/demo/slave", Propagation: specmod.Slave, ReadOnly: true},
 		{Source: "/run/mountkeeper-demo/shared", Destination: "/demo/shared", Propagation: specmod.Shared},
 	}}
-	if got, _ := rc.Edits(nil); !reflect.DeepEqual(got, want) {
+	if got := edits(rc); !reflect.DeepEqual(got, want) {
 		t.Errorf("default class edits\ngot:  %+v\nwant: %+v", got, want)
 	}
 	if _, _, ok := c.Class(""); ok {
@@ -306,21 +306,26 @@ func TestDefault(t *testing.T) {
 	}
 }
 
-func TestDefaultYAML(t *testing.T) {
-	y := configs.DefaultYAML()
+// edits is the class's bind mounts as a spec edit.
+func edits(rc configs.RuntimeClass) specmod.Edits {
+	var e specmod.Edits
+	for _, m := range rc.Mounts {
+		e.Mounts = append(e.Mounts, m.Bind)
+	}
+	return e
+}
+
+func TestDefaultYAMLFile(t *testing.T) {
+	y, err := os.ReadFile("default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := configs.Parse(y)
 	if err != nil {
-		t.Fatalf("Parse(DefaultYAML()): %v", err)
+		t.Fatalf("Parse(default.yaml): %v", err)
 	}
 	if !reflect.DeepEqual(c, configs.Default()) {
-		t.Errorf("Parse(DefaultYAML()) = %+v, want Default() = %+v", c, configs.Default())
-	}
-	// DefaultYAML hands out a copy: scribbling on it must not change the embedded default.
-	for i := range y {
-		y[i] = '!'
-	}
-	if bytes.Contains(configs.DefaultYAML(), []byte("!!!!")) {
-		t.Errorf("DefaultYAML returned the embedded bytes, not a copy: a caller changed the default")
+		t.Errorf("Parse(default.yaml) = %+v, want Default() = %+v", c, configs.Default())
 	}
 }
 
@@ -350,7 +355,7 @@ func TestPropagationNames(t *testing.T) {
 				t.Fatalf("Parse: %v", err)
 			}
 			_, rc, _ := c.Class("fast")
-			e, _ := rc.Edits(nil)
+			e := edits(rc)
 			if len(e.Mounts) != 1 {
 				t.Fatalf("Edits() has %d mounts, want 1: %+v", len(e.Mounts), e)
 			}
@@ -370,7 +375,7 @@ func TestEditsCarryMountFields(t *testing.T) {
 	want := specmod.Edits{Mounts: []specmod.Mount{{
 		Source: "/srv/a", Destination: "/a", Propagation: specmod.Private, ReadOnly: true, Options: []string{"nosuid", "nodev"},
 	}}}
-	if got, _ := rc.Edits(nil); !reflect.DeepEqual(got, want) {
+	if got := edits(rc); !reflect.DeepEqual(got, want) {
 		t.Errorf("Edits()\ngot:  %+v\nwant: %+v", got, want)
 	}
 }
@@ -510,7 +515,7 @@ func TestLoadOrDefault(t *testing.T) {
 	})
 	t.Run("missing DefaultPath falls back to the embedded default", func(t *testing.T) {
 		if _, err := os.Stat(configs.DefaultPath); !errors.Is(err, fs.ErrNotExist) {
-			t.Skipf("%s is present on this machine (stat: %v): the fallback cannot be tested here", configs.DefaultPath, err)
+			testenv.Skip(t, "%s is present on this machine (stat: %v): the fallback cannot be tested here", configs.DefaultPath, err)
 		}
 		c, from, err := configs.LoadOrDefault(configs.DefaultPath)
 		if err != nil {
@@ -543,9 +548,9 @@ func TestNodeWideDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.KubeletRootDir() != tc.root || c.RepairSubPaths() != tc.repair || len(c.RuntimeClasses) != tc.numClasses {
+			if c.KubeletRoot != tc.root || c.SubPathRepair != tc.repair || len(c.RuntimeClasses) != tc.numClasses {
 				t.Errorf("kubeletRoot %q, repair %v, %d classes; want %q, %v, %d",
-					c.KubeletRootDir(), c.RepairSubPaths(), len(c.RuntimeClasses), tc.root, tc.repair, tc.numClasses)
+					c.KubeletRoot, c.SubPathRepair, len(c.RuntimeClasses), tc.root, tc.repair, tc.numClasses)
 			}
 		})
 	}

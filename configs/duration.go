@@ -23,11 +23,3 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	*d = Duration(v)
 	return nil
 }
-
-// Or returns d, or def when d is unset.
-func (d Duration) Or(def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return time.Duration(d)
-}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -20,21 +21,22 @@ var defaultYAML []byte
 func Parse(data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	var c Config
-	if err := dec.Decode(&c); err != nil {
+	var f file
+	if err := dec.Decode(&f); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("config is empty")
 		}
-		return nil, err
+		// The decoder names Go types; the top level is the file, not a type a user knows.
+		return nil, errors.New(strings.ReplaceAll(err.Error(), "in type configs.file", "at the top level"))
 	}
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("config has more than one YAML document: keep one")
 	}
-	if err := c.Validate(); err != nil {
+	if err := f.validate(); err != nil {
 		return nil, err
 	}
-	return &c, nil
+	return f.resolve(), nil
 }
 
 // Load reads and parses the config at path. Errors name the path.
@@ -58,9 +60,6 @@ func Default() *Config {
 	}
 	return c
 }
-
-// DefaultYAML is the embedded default, for `mountkeeper validate` and the docs.
-func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
 
 // LoadOrDefault loads path; if path is DefaultPath and does not exist, it returns the embedded
 // default instead. A path named explicitly must exist. The second value says where the config

@@ -45,7 +45,7 @@ func ChildMain(stdin io.Reader, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, oneLine(err))
+		fmt.Fprintln(stderr, err) // the parent joins its lines into the refusal
 		return 1
 	}
 	return 0

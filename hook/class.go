@@ -3,6 +3,7 @@ package hook
 import (
 	"fmt"
 
+	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
 )
 
@@ -51,17 +52,13 @@ var nameAnnotations = [][3]string{
 	{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"},
 }
 
-// containerName names a container in messages: namespace/pod/container when a CRI runtime
-// annotated the spec, else the runtime's container ID, else "" (precreate has no ID).
-func containerName(id string, annotations map[string]string) string {
+// containerOf identifies a container for messages from the names a CRI runtime annotated the
+// spec with, and its runtime ID (precreate has none).
+func containerOf(id string, annotations map[string]string) classmount.Container {
 	for _, keys := range nameAnnotations {
-		ns, pod, ctr := annotations[keys[0]], annotations[keys[1]], annotations[keys[2]]
-		if ctr != "" {
-			if pod != "" {
-				return ns + "/" + pod + "/" + ctr
-			}
-			return ctr
+		if ctr := annotations[keys[2]]; ctr != "" {
+			return classmount.Container{Namespace: annotations[keys[0]], Pod: annotations[keys[1]], Name: ctr, ID: id}
 		}
 	}
-	return id
+	return classmount.Container{ID: id}
 }

@@ -29,7 +29,7 @@ func TestSelectClass(t *testing.T) {
 	}
 }
 
-func TestContainerName(t *testing.T) {
+func TestContainerOf(t *testing.T) {
 	tests := []struct {
 		id          string
 		annotations map[string]string
@@ -42,8 +42,8 @@ func TestContainerName(t *testing.T) {
 		{id: "abc", annotations: map[string]string{"io.kubernetes.cri.sandbox-name": "pod"}, want: "abc"},
 	}
 	for _, tt := range tests {
-		if got := containerName(tt.id, tt.annotations); got != tt.want {
-			t.Errorf("containerName(%q, %v) = %q, want %q", tt.id, tt.annotations, got, tt.want)
+		if got := containerOf(tt.id, tt.annotations).String(); got != tt.want {
+			t.Errorf("containerOf(%q, %v) = %q, want %q", tt.id, tt.annotations, got, tt.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package hook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,23 +13,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
-
-// fakeHost fails the sources in fail, like specmod's tests.
-type fakeHost struct{ fail map[string]string }
-
-func (h fakeHost) CheckSources(ms []specmod.Mount) error {
-	var errs []error
-	for _, m := range ms {
-		if why, ok := h.fail[m.Source]; ok {
-			errs = append(errs, &specmod.MountError{Mount: m, Err: errors.New(why)})
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // fakeMounter records the request instead of mounting.
 type fakeMounter struct {
@@ -45,7 +35,9 @@ func (m *fakeMounter) MountInContainer(req Request) error {
 
 type fakeNetwork struct{ source string }
 
-func (n fakeNetwork) PrepareHost(netmount.Spec) (string, error) {
+func (fakeNetwork) Release(string) {}
+
+func (n fakeNetwork) HostPath(context.Context, netspec.Spec, string) (string, error) {
 	if n.source == "" {
 		return "", errors.New("server 10.0.0.1 does not answer")
 	}
@@ -76,9 +68,10 @@ func TestRunMountStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	network := &configs.Config{RuntimeClasses: map[string]configs.RuntimeClass{
-		"nfs": {Mounts: []configs.Mount{{Source: "server:/export", Destination: "/data", Type: "nfs", Propagation: "rslave"}}},
-	}}
+	network, err := configs.Parse([]byte("runtimeClasses:\n  nfs:\n    mounts: [{source: \"server:/export\", destination: /data, type: nfs, propagation: rslave}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	dir := t.TempDir()
 	n := 0
@@ -117,8 +110,8 @@ func TestRunMountStage(t *testing.T) {
 		cfg     *configs.Config
 		class   string
 		stdin   string
-		host    fakeHost
-		network NetworkMounter
+		host    *specmodtest.Host
+		network classmount.Network
 		mntErr  error
 		want    *Request // nil: the mounter must not be called
 		err     string
@@ -139,11 +132,11 @@ func TestRunMountStage(t *testing.T) {
 			want: &Request{Pid: 42, Rootfs: plain + "/rootfs", Mounts: []specmod.Mount{{Source: "/run/mk/nfs/1", Destination: "/data", Propagation: specmod.Slave}}}},
 
 		{name: "unknown class from the flag", class: "kata", stdin: state(plain, ""),
-			err: `runtime class "kata", container ctr1: runtime class "kata" (from --runtime-class) is not in the config (it has: fast, private): hook mode is enabled per runtime class`},
+			err: `mountkeeper: runtime class "kata", container ctr1: the class is not in the config (the class came from --runtime-class; the config has: fast, private): hook mode is enabled per runtime class`},
 		{name: "unknown class from the annotation", stdin: state(plain, `,"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"gvisor"}`),
-			err: `runtime class "gvisor" (from annotation io.kubernetes.cri-o.RuntimeHandler) is not in the config`},
+			err: `runtime class "gvisor", container ctr1: the class is not in the config (the class came from annotation io.kubernetes.cri-o.RuntimeHandler;`},
 		{name: "no default class", cfg: noDefault, stdin: state(plain, ""),
-			err: `runtime class "default" (from default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation) is not in the config (it has: fast, private)`},
+			err: `runtime class "default", container ctr1: the class is not in the config (the class came from default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation; the config has: fast, private)`},
 		{name: "malformed state", class: "fast", stdin: `{"pid":42,"bundle":`, err: "parse the OCI state on stdin: unexpected end of JSON input"},
 		{name: "empty state", class: "fast", stdin: ``, err: "the OCI state on stdin is empty"},
 		{name: "missing bundle", class: "fast", stdin: state(filepath.Join(dir, "gone"), ""),
@@ -157,7 +150,7 @@ func TestRunMountStage(t *testing.T) {
 		{name: "class mount would hide a mount the runtime made", class: "fast", stdin: state(below, ""),
 			err: `mount /srv/ab -> /a/b (rslave): the container already has a mount below it, at /a/b/c/d (source "/pod/vol"): the runtime made it before the hook runs`},
 		{name: "host check fails, every mount reported on one line", class: "fast", stdin: state(plain, ""),
-			host: fakeHost{fail: map[string]string{"/srv/s": "host mount point /srv is private", "/srv/ab": "source /srv/ab does not exist on the host"}},
+			host: &specmodtest.Host{Fail: map[string]string{"/srv/s": "host mount point /srv is private", "/srv/ab": "source /srv/ab does not exist on the host"}},
 			err:  "mount /srv/ab -> /a/b (rslave): source /srv/ab does not exist on the host; mount /srv/s -> /s (rshared): host mount point /srv is private"},
 		{name: "runbindable rootfs cuts propagating mounts", class: "fast", stdin: state(unbindable, ""),
 			err: `mount /srv/ab -> /a/b (rslave): linux.rootfsPropagation is "runbindable"`},
@@ -215,7 +208,7 @@ func TestRunPrecreate(t *testing.T) {
 		`"mounts":[{"destination":"/proc","type":"proc","source":"proc"}]}`
 	tests := []struct {
 		name, class, stdin string
-		host               fakeHost
+		host               *specmodtest.Host
 		wantDst            []string
 		wantRootfsProp     string
 		err                string
@@ -224,11 +217,11 @@ func TestRunPrecreate(t *testing.T) {
 		{name: "default class", stdin: spec, wantDst: []string{"/proc", "/d"}},
 		{name: "class from the annotation", stdin: strings.Replace(spec, `"root"`, `"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"fast"},"root"`, 1),
 			wantDst: []string{"/proc", "/data"}, wantRootfsProp: "rslave"},
-		{name: "unknown class", class: "kata", stdin: spec, err: `runtime class "kata" (from --runtime-class) is not in the config (it has: default, fast)`},
+		{name: "unknown class", class: "kata", stdin: spec, err: `runtime class "kata", container (unnamed): the class is not in the config (the class came from --runtime-class; the config has: default, fast)`},
 		{name: "not JSON", class: "fast", stdin: "{", err: "parse OCI spec: unexpected end of JSON input"},
 		{name: "not JSON, unknown class: the parse error first", class: "kata", stdin: "[1]", err: "parse OCI spec: json: cannot unmarshal array"},
-		{name: "host check fails as in the plugin", class: "fast", stdin: spec, host: fakeHost{fail: map[string]string{src: "host mount point / is private"}},
-			err: `runtime class "fast", container "": mount ` + src + ` -> /data (rslave): host mount point / is private`},
+		{name: "host check fails as in the plugin", class: "fast", stdin: spec, host: &specmodtest.Host{Fail: map[string]string{src: "host mount point / is private"}},
+			err: `mountkeeper: runtime class "fast", container (unnamed): mount ` + src + ` -> /data (rslave): host mount point / is private`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

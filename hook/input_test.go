@@ -184,9 +184,13 @@ func FuzzParseState(f *testing.F) {
 	})
 }
 
-var fuzzConfig = &configs.Config{RuntimeClasses: map[string]configs.RuntimeClass{
-	"fuzz": {Mounts: []configs.Mount{{Source: "/srv/fuzz", Destination: "/mk-fuzz"}}},
-}}
+var fuzzConfig = func() *configs.Config {
+	c, err := configs.Parse([]byte("runtimeClasses:\n  fuzz:\n    mounts: [{source: /srv/fuzz, destination: /mk-fuzz}]\n"))
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
 
 // FuzzParseSpec: no input panics, and an accepted spec has a root path; precreate's
 // rendering of an accepted spec keeps every top-level key.
@@ -206,7 +210,9 @@ func FuzzParseSpec(f *testing.F) {
 			t.Fatalf("ParseSpec accepted a spec without root.path: %q", data)
 		}
 		_ = rootfsPath("/bundle", spec)
-		_ = checkMountNamespace(spec)
+		if spec.Linux != nil {
+			_ = hasMountNamespace(spec.Linux.Namespaces)
+		}
 		_ = SelectClass("", spec.Annotations)
 
 		var out bytes.Buffer

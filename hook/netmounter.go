@@ -8,6 +8,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // ManagerNetwork is the NetworkMounter of a hook invocation: a netmount.Manager on the node's
@@ -30,23 +31,22 @@ func NewManagerNetwork(cfg *configs.Config, log *logrus.Logger) *ManagerNetwork 
 	return &ManagerNetwork{cfg: cfg, log: log}
 }
 
-// PrepareHost mounts s (or finds it mounted) and returns its host path, waiting at most
+// HostPath mounts s (or finds it mounted) and returns its host path, waiting at most
 // mountTimeout: a hook has no 2 s plugin budget, but a dead server must not hang the runtime.
-func (n *ManagerNetwork) PrepareHost(s netmount.Spec) (string, error) {
+func (n *ManagerNetwork) HostPath(ctx context.Context, s netspec.Spec, _ string) (string, error) {
 	n.once.Do(func() {
-		n.m, n.err = netmount.NewManager(netmount.Config{
-			StateDir:     n.cfg.StateDirPath(),
-			MountTimeout: n.cfg.MountTimeout.Or(configs.DefaultMountTimeout),
-			Log:          n.log,
-		})
+		n.m, n.err = netmount.NewManager(netmount.ConfigFrom(n.cfg, n.log))
 	})
 	if n.err != nil {
 		return "", n.err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.MountTimeout.Or(configs.DefaultMountTimeout))
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.MountTimeout)
 	defer cancel()
 	return n.m.Acquire(ctx, s, "hook")
 }
+
+// Release does nothing: hook mode keeps no count of a mount's containers (see above).
+func (n *ManagerNetwork) Release(string) {}
 
 // Close stops the Manager's background work; the mounts stay.
 func (n *ManagerNetwork) Close() {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -33,7 +34,7 @@ var _ specmod.Host = (*Checker)(nil)
 // CheckSources returns one MountError per mount whose source is missing or whose host mount
 // point does not propagate as the mount's propagation needs; each says how to fix it.
 func (c *Checker) CheckSources(mounts []specmod.Mount) error {
-	_, err := Bounded(c.timeout, "check the host side of "+describeMounts(mounts), func() (struct{}, error) {
+	_, err := bounded.Run(c.timeout, "check the host side of "+describeMounts(mounts), func() (struct{}, error) {
 		return struct{}{}, c.checkSources(mounts)
 	})
 	return err

@@ -1,6 +1,7 @@
-// Package hostmount answers questions about the host side of a mount: does the source exist,
-// which mount point holds it, and does that mount propagate (shared, slave) so that a container
-// mount can be rslave or rshared.
+// Package hostmount checks the host side of class bind mounts: does the source exist, and does
+// the mount holding it propagate (shared, slave) as an rslave or rshared container mount needs.
+// Reading the mount table is package mounttable's job; bounding calls that may hang is package
+// bounded's.
 //
 // It is a top-level package because the NRI plugin (nri/) and the OCI hook (hook/) both need it,
 // and it has side effects: it belongs neither in specmod, which is pure, nor in configs.

@@ -1,9 +1,6 @@
 package hostmount
 
-import (
-	"io/fs"
-	"strings"
-)
+import "io/fs"
 
 // MountPoint is the host mount that holds a path.
 type MountPoint struct {
@@ -32,13 +29,4 @@ type Inspector interface {
 	// MountPoints returns the mount point holding each path, in order. One call serves all
 	// mounts of a container so the mount table is read at most once.
 	MountPoints(paths []string) ([]MountPoint, error)
-}
-
-// parseOptional reads the propagation out of mountinfo's optional fields ("shared:1 master:2").
-func parseOptional(optional string) (shared, slave bool) {
-	for _, f := range strings.Fields(optional) {
-		shared = shared || strings.HasPrefix(f, "shared:")
-		slave = slave || strings.HasPrefix(f, "master:")
-	}
-	return shared, slave
 }

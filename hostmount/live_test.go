@@ -13,50 +13,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/mounttable"
 	"github.com/mountkeeper/mountkeeper/specmod"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
-
-func TestBoundedTimesOut(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block) // let the abandoned call finish
-	v, err := Bounded(10*time.Millisecond, "stat /nfs/dead", func() (int, error) {
-		<-block
-		return 42, nil
-	})
-	if err == nil {
-		t.Fatalf("bounded returned %d for a call that never answers, want an error", v)
-	}
-	if want := "stat /nfs/dead: no answer within 10ms (is a network filesystem on the path dead?)"; err.Error() != want {
-		t.Errorf("bounded error\ngot:  %s\nwant: %s", err, want)
-	}
-	if v != 0 {
-		t.Errorf("bounded returned %d with its timeout error, want the zero value", v)
-	}
-}
-
-func TestBoundedPassesResultThrough(t *testing.T) {
-	cause := errors.New("boom")
-	tests := []struct {
-		name    string
-		v       int
-		err     error
-		wantErr error
-	}{
-		{name: "value", v: 42},
-		{name: "error", v: 7, err: cause, wantErr: cause},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			// The timeout is far beyond what the call needs; nothing here depends on timing.
-			v, err := Bounded(time.Hour, "x", func() (int, error) { return tt.v, tt.err })
-			if v != tt.v || !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
-				t.Errorf("bounded = %d, %v; want %d, %v", v, err, tt.v, tt.wantErr)
-			}
-		})
-	}
-}
 
 // blockingInspector never answers until release is closed.
 type blockingInspector struct{ release chan struct{} }
@@ -158,12 +119,17 @@ func TestLiveMountPointsHere(t *testing.T) {
 // it), against the mountinfo fallback, which must agree mount for mount.
 func sameAsMountinfo(t *testing.T, paths []string, mps []MountPoint) {
 	t.Helper()
-	ms, err := mountinfoOf(unix.AT_FDCWD, paths, 0)
-	if err != nil {
-		t.Fatalf("mountinfoOf(%q): %v", paths, err)
-	}
 	fromMountinfo := make([]MountPoint, len(paths))
-	for i, m := range ms {
+	for i, p := range paths {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mounttable.MountinfoOf(fd)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatalf("MountinfoOf(%s): %v", p, err)
+		}
 		fromMountinfo[i] = MountPoint{ID: m.MountinfoID, Path: m.Point, Shared: m.Shared, Slave: m.Slave}
 	}
 	if len(mps) != len(paths) || len(fromMountinfo) != len(paths) {
@@ -331,13 +297,5 @@ func run(t *testing.T, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-func TestBoundedWithoutTimeoutRunsInline(t *testing.T) {
-	var ran bool
-	v, err := Bounded(0, "inline", func() (int, error) { ran = true; return 7, nil })
-	if !ran || v != 7 || err != nil {
-		t.Errorf("Bounded(0) = %d, %v (ran %v); want 7, nil, run before it returned", v, err, ran)
 	}
 }

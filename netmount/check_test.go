@@ -6,38 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-func TestServerAddress(t *testing.T) {
-	tests := []struct {
-		spec Spec
-		want string
-		err  string
-	}{
-		{Spec{Type: "nfs", Source: "filer:/export"}, "filer:2049", ""},
-		{Spec{Type: "nfs4", Source: "[fd00::1]:/export", Options: []string{"port=20490"}}, "[fd00::1]:20490", ""},
-		{Spec{Type: "cifs", Source: "//files.example.com/share", Options: []string{"password=hunter2"}}, "files.example.com:445", ""},
-		{Spec{Type: "glusterfs", Source: "gluster1:/vol0"}, "gluster1:24007", ""},
-		{Spec{Type: "ceph", Source: "mon1,mon2:/data"}, "mon1:3300", ""},
-		{Spec{Type: "ceph", Source: "admin@fsid.cephfs=/data"}, "", "cannot tell the server"},
-		{Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv", Options: []string{"port=2222"}}, "127.0.0.1:2222", ""},
-		{Spec{Type: "fuse.sshfs", Source: "backup:"}, "backup:22", ""},
-		{Spec{Type: "fuse.s3fs", Source: "bucket"}, "", "no known server port"},
-		{Spec{Type: "nfs", Source: "filer:/x", Options: []string{"port=nfs"}}, "", "port=nfs is not a number"},
-	}
-	for _, tc := range tests {
-		got, err := ServerAddress(tc.spec)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%v: error %v, want %q", tc.spec, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%v: got %q, %v; want %q", tc.spec, got, err, tc.want)
-		}
-	}
-}
+	"github.com/mountkeeper/mountkeeper/netspec"
+)
 
 type stubScoper struct{ Scoper }
 
@@ -50,21 +21,21 @@ func TestCheck(t *testing.T) {
 	noScope := func() (Scoper, error) { return nil, errors.New("no systemd and no cgroup2 mounted") }
 	complete := fakeEnv{programs: map[string]bool{"mount": true, "sshfs": true}, helpers: map[string]bool{"mount.fuse": true},
 		fss: map[string]bool{"fuse": true}, files: map[string]bool{"/dev/fuse": true}}
-	sshfs := Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv", Options: []string{"port=2222", "password=hunter2"}}
+	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv", Options: []string{"port=2222", "password=hunter2"}}
 
 	tests := []struct {
 		name   string
 		env    fakeEnv
 		scoper func() (Scoper, error)
 		dial   func(string, string, time.Duration) (net.Conn, error)
-		spec   Spec
+		spec   netspec.Spec
 		want   []string // one entry per finding: "OK <text>" or "FIX <text>" substrings
 	}{
 		{"all good", complete, scoper, answers, sshfs,
 			[]string{"OK mount helper and kernel", "OK mounts run in their own cgroup scope", "OK 127.0.0.1:2222 answers"}},
 		{"server down, no scope", complete, noScope, refused, sshfs,
 			[]string{"OK mount helper", "FIX no systemd and no cgroup2", "FIX 127.0.0.1:2222 does not answer on TCP"}},
-		{"nfs without helper or kernel", fakeEnv{programs: map[string]bool{"mount": true}}, scoper, answers, Spec{Type: "nfs", Source: "filer:/x"},
+		{"nfs without helper or kernel", fakeEnv{programs: map[string]bool{"mount": true}}, scoper, answers, netspec.Spec{Type: "nfs", Source: "filer:/x"},
 			[]string{"FIX mount.nfs", "FIX ", "OK mounts run", "OK filer:2049 answers"}},
 	}
 	for _, tc := range tests {

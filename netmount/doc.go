@@ -9,7 +9,7 @@
 //
 // The pieces, each with its side effects behind a small interface so the rules are testable:
 //
-//   - Spec names one mount; Validate checks its shape, String redacts its secrets.
+//   - netspec.Spec (package netspec) names one mount: its shape, key and redaction.
 //   - Preflight checks, through Env, that the node has the mount helper and kernel support,
 //     and names the package that provides a missing piece.
 //   - Scoper runs the mount helper in a scope of its own (a transient systemd scope, or a cgroup

@@ -21,6 +21,9 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // Environment of the re-executed test binary.
@@ -44,7 +47,7 @@ type agentConfig struct {
 	StateDir     string
 	CgroupRoot   string
 	CgroupParent string
-	Spec         Spec
+	Spec         netspec.Spec
 }
 
 func runFakeAgent(cfgJSON string) int {
@@ -119,8 +122,8 @@ func TestSSHFS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sshSpec := func(port int, extra ...string) Spec {
-		return Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: append([]string{
+	sshSpec := func(port int, extra ...string) netspec.Spec {
+		return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: append([]string{
 			"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
 			"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
 		}, extra...)}
@@ -137,7 +140,7 @@ func TestSSHFS(t *testing.T) {
 	}
 	defer m1.Close()
 	spec := sshSpec(port1)
-	scopeOf := func(s Spec) string { return "/" + sc.Parent + "/mount-" + s.Key() }
+	scopeOf := func(s netspec.Spec) string { return "/" + sc.Parent + "/mount-" + s.Key() }
 
 	var path string
 	t.Run("Acquire mounts the export", func(t *testing.T) {
@@ -282,7 +285,7 @@ func TestSSHFS(t *testing.T) {
 		}
 		start := time.Now()
 		for _, a := range []struct {
-			s    Spec
+			s    netspec.Spec
 			user string
 			want string
 		}{{spec2, "ctr-c", path2}, {spec, "ctr-a", path}, {spec, "ctr-b", path}} {
@@ -338,7 +341,7 @@ func TestSSHFS(t *testing.T) {
 			_, ok2 := statusOf(m2, spec2.Key())
 			return !ok1 && !ok2
 		})
-		for _, s := range []Spec{spec, spec2} {
+		for _, s := range []netspec.Spec{spec, spec2} {
 			if _, err := os.Stat(filepath.Join(stateDir, "state", s.Key()+".json")); !os.IsNotExist(err) {
 				t.Errorf("state of %s left after its unmount: %v", s.Key(), err)
 			}
@@ -355,7 +358,7 @@ func TestSSHFS(t *testing.T) {
 		})
 	})
 
-	var dead Spec
+	var dead netspec.Spec
 	var deadPath string
 	outer := t
 	t.Run("a dead server fails inside the budget, and the background retry mounts", func(t *testing.T) {
@@ -368,7 +371,7 @@ func TestSSHFS(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), dead.String()+": not ready: ") || !strings.Contains(err.Error(), "port="+strconv.Itoa(port2)) {
 			t.Errorf("Acquire against a dead server = %v, want '<spec>: not ready: ...'", err)
 		}
-		if took > 1200*time.Millisecond {
+		if took > 1500*time.Millisecond { // 500ms of slack for a loaded machine
 			t.Errorf("Acquire with a 1s budget took %s", took)
 		}
 		// sshfs run by mount(8) reports a refused connection as "read: Connection reset by
@@ -395,12 +398,12 @@ func TestSSHFS(t *testing.T) {
 
 	t.Run("an nfs mount fails the preflight on a node without mount.nfs", func(t *testing.T) {
 		if _, err := (LiveEnv{}).LookHelper("mount.nfs"); err == nil {
-			t.Skip("this node has mount.nfs")
+			testenv.Skip(t, "this node has mount.nfs: the preflight would pass its helper check")
 		}
-		nfs := Spec{Type: "nfs", Source: "127.0.0.1:/export"}
+		nfs := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export"}
 		start := time.Now()
 		_, err := acquire(t, m2, 5*time.Second, nfs, "ctr-e")
-		if took := time.Since(start); took > time.Second {
+		if took := time.Since(start); took > 3*time.Second { // far below the 5s deadline
 			t.Errorf("Acquire took %s for a node that lacks the helper", took)
 		}
 		for _, want := range []string{"nfs 127.0.0.1:/export: not ready: last error: ", "mount.nfs", "install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"} {
@@ -415,7 +418,7 @@ func TestSSHFS(t *testing.T) {
 	// new agent must not adopt it as it is.
 	t.Run("a new Manager mounts again a mount whose FUSE daemon died", func(t *testing.T) {
 		if deadPath == "" {
-			t.Skip("no mount from the previous subtest")
+			t.Fatal("no mount from the previous subtest: its failure above is the cause")
 		}
 		m2.Close()
 		old := daemonsOf(t, deadPath)
@@ -674,19 +677,17 @@ func run(t *testing.T, name string, args ...string) {
 // reexecInPrivateNamespace runs this test again in a private mount namespace and checks that
 // nothing it started outlives it: no process naming its directory, no cgroup.
 func reexecInPrivateNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a mount namespace, cgroups and FUSE mounts")
-	}
+	testenv.Require(t, "root")
 	for _, prog := range []string{"unshare", "mount", "umount", "sshd", "sshfs", "ssh-keygen"} {
 		if _, err := lookPath(prog); err != nil {
-			t.Skipf("%s not found: %v", prog, err)
+			testenv.Skip(t, "%s not found: %v", prog, err)
 		}
 	}
-	if err := Preflight(LiveEnv{}, Spec{Type: "fuse.sshfs", Source: "h:/"}); err != nil {
-		t.Skipf("this node cannot mount sshfs: %v", err)
+	if err := Preflight(LiveEnv{}, netspec.Spec{Type: "fuse.sshfs", Source: "h:/"}); err != nil {
+		testenv.Skip(t, "this node cannot mount sshfs: %v", err)
 	}
 	if out, err := exec.Command("unshare", "-m", "--propagation", "private", "true").CombinedOutput(); err != nil {
-		t.Skipf("cannot create a mount namespace here: %v: %s", err, out)
+		testenv.Skip(t, "cannot create a mount namespace here: %v: %s", err, out)
 	}
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -694,7 +695,7 @@ func reexecInPrivateNamespace(t *testing.T) {
 	}
 	root, err := cgroup2Root(mi)
 	if err != nil {
-		t.Skip(err)
+		testenv.Skip(t, "%v", err)
 	}
 	ns, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {

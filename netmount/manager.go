@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // Defaults of Config.
 const (
-	DefaultStateDir       = "/var/lib/mountkeeper"
-	DefaultMountTimeout   = 30 * time.Second
 	DefaultUnmountTimeout = 10 * time.Second
-	DefaultGrace          = 30 * time.Second
 	DefaultRetryBackoff   = time.Second
 	// MaxRetryBackoff caps the doubling delay between mount attempts.
 	MaxRetryBackoff = 30 * time.Second
@@ -56,18 +56,25 @@ type Config struct {
 	lockWait time.Duration // how long NewManager waits for StateDir's lock; tests shorten it
 }
 
+// ConfigFrom is the Manager config that a mountkeeper config asks for.
+func ConfigFrom(c *configs.Config, log *logrus.Logger) Config {
+	return Config{StateDir: c.StateDir, MountTimeout: c.MountTimeout, Grace: c.UnmountGrace, Log: log}
+}
+
+// withDefaults fills in what a Config built by hand (tests) leaves out; the defaults a config
+// file may leave out are configs' own.
 func (c Config) withDefaults() Config {
 	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
+		c.StateDir = configs.DefaultStateDir
 	}
 	if c.MountTimeout <= 0 {
-		c.MountTimeout = DefaultMountTimeout
+		c.MountTimeout = configs.DefaultMountTimeout
 	}
 	if c.UnmountTimeout <= 0 {
 		c.UnmountTimeout = DefaultUnmountTimeout
 	}
 	if c.Grace <= 0 {
-		c.Grace = DefaultGrace
+		c.Grace = configs.DefaultUnmountGrace
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = DefaultRetryBackoff
@@ -84,7 +91,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Manager mounts network filesystems on the host, once per Spec.Key, and shares each among
+// Manager mounts network filesystems on the host, once per netspec.Spec.Key, and shares each among
 // its users (container IDs). Mounting runs in the background; no method waits on the network
 // longer than its caller allows. Reference counts are kept in memory only: after a restart the
 // plugin calls Acquire again for every running container.
@@ -121,7 +128,7 @@ func (p phase) String() string {
 
 // entry is one host mount. Its fields are guarded by Manager.mu.
 type entry struct {
-	spec     Spec
+	spec     netspec.Spec
 	key      string
 	hostPath string
 	unit     string
@@ -218,7 +225,7 @@ func (m *Manager) prepare() error {
 	return nil
 }
 
-func (m *Manager) newEntry(s Spec) *entry {
+func (m *Manager) newEntry(s netspec.Spec) *entry {
 	key := s.Key()
 	return &entry{
 		spec:     s,
@@ -342,7 +349,7 @@ func (m *Manager) probe(e *entry) error {
 // Ensure starts mounting s in the background unless it is mounted or being mounted. It never
 // blocks. Call it early: when a pod of a class with network mounts is created, and at start-up
 // for the running pods, so that the mount is ready when the containers come.
-func (m *Manager) Ensure(s Spec) {
+func (m *Manager) Ensure(s netspec.Spec) {
 	if err := s.Validate(); err != nil {
 		m.log.WithError(err).WithField("spec", s.String()).Error("netmount: invalid network mount")
 		return
@@ -354,7 +361,7 @@ func (m *Manager) Ensure(s Spec) {
 	}
 }
 
-func (m *Manager) ensureLocked(s Spec) *entry {
+func (m *Manager) ensureLocked(s netspec.Spec) *entry {
 	e := m.entries[s.Key()]
 	if e == nil {
 		e = m.newEntry(s)
@@ -485,7 +492,7 @@ func (m *Manager) saveState(e *entry) error {
 // returns "<spec>: not ready: ..." with the last error or the attempt under way, while the
 // mount goes on in the background, so that the kubelet's retry succeeds; if the node lacks
 // what s needs (see Preflight) it says so at once. It never blocks past ctx.
-func (m *Manager) Acquire(ctx context.Context, s Spec, user string) (string, error) {
+func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (string, error) {
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	}
@@ -527,7 +534,7 @@ func (m *Manager) Acquire(ctx context.Context, s Spec, user string) (string, err
 // neither mounted nor being mounted. It is for containers that already run when the agent
 // starts: their bind was made earlier, and a mount still being checked or re-mounted must not
 // reach its grace period while they use it. It never blocks.
-func (m *Manager) Hold(s Spec, user string) {
+func (m *Manager) Hold(s netspec.Spec, user string) {
 	if err := s.Validate(); err != nil {
 		m.log.WithError(err).WithField("spec", s.String()).Error("netmount: invalid network mount")
 		return
@@ -693,7 +700,7 @@ func (m *Manager) unmount(e *entry) {
 // MountStatus describes one mount the Manager knows.
 type MountStatus struct {
 	Key      string
-	Spec     string // Spec.String(): secrets redacted
+	Spec     string // netspec.Spec.String(): secrets redacted
 	HostPath string
 	Users    []string // sorted
 	Mounted  bool

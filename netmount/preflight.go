@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // Env is what Preflight reads of the node.
@@ -39,11 +41,12 @@ func (e *PreflightError) Error() string { return strings.Join(e.Problems, "; ") 
 // (mount.nfs, mount.cifs, ..., or for fuse.<program> the program and mount.fuse), and kernel
 // support for the filesystem (and /dev/fuse for FUSE filesystems). It returns a
 // *PreflightError naming every missing piece, or the error of s.Validate.
-func Preflight(env Env, s Spec) error {
+func Preflight(env Env, s netspec.Spec) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	ft, prog, _ := lookupType(s.Type)
+	ft, _ := netspec.Lookup(s.Type)
+	prog := ft.Program
 	var problems []string
 	missing := func(what, debian, rhel string) {
 		problems = append(problems, fmt.Sprintf("%s not found: install %s (Debian/Ubuntu) or %s (RHEL/Fedora)", what, debian, rhel))
@@ -52,14 +55,13 @@ func Preflight(env Env, s Spec) error {
 		missing("mount", "mount", "util-linux")
 	}
 	if prog == "" {
-		if _, err := env.LookHelper(ft.helper); err != nil {
-			missing(fmt.Sprintf("%s (the helper \"mount -t %s\" runs)", ft.helper, s.Type), ft.debian, ft.rhel)
+		if _, err := env.LookHelper(ft.Helper); err != nil {
+			missing(fmt.Sprintf("%s (the helper \"mount -t %s\" runs)", ft.Helper, s.Type), ft.Debian, ft.RHEL)
 		}
 	} else {
-		pkgs, known := fusePackages[prog]
 		if _, err := env.LookPath(prog); err != nil {
-			if known {
-				missing(fmt.Sprintf("%s (the FUSE program of %s)", prog, s.Type), pkgs[0], pkgs[1])
+			if ft.KnownPackages {
+				missing(fmt.Sprintf("%s (the FUSE program of %s)", prog, s.Type), ft.Debian, ft.RHEL)
 			} else {
 				problems = append(problems, fmt.Sprintf("%s (the FUSE program of %s) not found: install the package that provides it", prog, s.Type))
 			}
@@ -73,12 +75,12 @@ func Preflight(env Env, s Spec) error {
 	fss, err := env.Filesystems()
 	switch {
 	case err != nil:
-		problems = append(problems, fmt.Sprintf("cannot tell whether the kernel supports %s: %v", ft.kernelFS, err))
-	case !fss[ft.kernelFS]:
+		problems = append(problems, fmt.Sprintf("cannot tell whether the kernel supports %s: %v", ft.KernelFS, err))
+	case !fss[ft.KernelFS]:
 		problems = append(problems, fmt.Sprintf("the kernel does not support %s (not in /proc/filesystems, no module for it): run \"modprobe %s\", or use a kernel with %s support",
-			ft.kernelFS, ft.module, ft.kernelFS))
+			ft.KernelFS, ft.Module, ft.KernelFS))
 	}
-	if ft.fuse && !env.Exists("/dev/fuse") {
+	if ft.FUSE && !env.Exists("/dev/fuse") {
 		problems = append(problems, "/dev/fuse does not exist: run \"modprobe fuse\" (or create it: mknod /dev/fuse c 10 229)")
 	}
 	if len(problems) > 0 {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // fakeEnv is a node described by tables.
@@ -51,20 +53,20 @@ func TestPreflight(t *testing.T) {
 		change(&e)
 		return e
 	}
-	nfs := Spec{Type: "nfs", Source: "server:/export"}
-	sshfs := Spec{Type: "fuse.sshfs", Source: "root@h:/x"}
+	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
+	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@h:/x"}
 	tests := []struct {
 		name string
 		env  fakeEnv
-		spec Spec
+		spec netspec.Spec
 		want []string // substrings of the error; nil: no error
 		not  []string // must not be in the error
 	}{
 		{name: "nfs ok", env: fullEnv(), spec: nfs},
-		{name: "nfs4 ok", env: fullEnv(), spec: Spec{Type: "nfs4", Source: "server:/"}},
-		{name: "cifs ok", env: fullEnv(), spec: Spec{Type: "cifs", Source: "//s/share"}},
-		{name: "glusterfs ok", env: fullEnv(), spec: Spec{Type: "glusterfs", Source: "s:/vol"}},
-		{name: "ceph ok", env: fullEnv(), spec: Spec{Type: "ceph", Source: "mon:/"}},
+		{name: "nfs4 ok", env: fullEnv(), spec: netspec.Spec{Type: "nfs4", Source: "server:/"}},
+		{name: "cifs ok", env: fullEnv(), spec: netspec.Spec{Type: "cifs", Source: "//s/share"}},
+		{name: "glusterfs ok", env: fullEnv(), spec: netspec.Spec{Type: "glusterfs", Source: "s:/vol"}},
+		{name: "ceph ok", env: fullEnv(), spec: netspec.Spec{Type: "ceph", Source: "mon:/"}},
 		{name: "sshfs ok", env: fullEnv(), spec: sshfs},
 		{name: "sshfs with its own helper and no mount.fuse", spec: sshfs,
 			env: without(func(e *fakeEnv) { e.helpers = map[string]bool{"mount.fuse.sshfs": true} })},
@@ -72,20 +74,20 @@ func TestPreflight(t *testing.T) {
 		{name: "no mount.nfs", spec: nfs, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.nfs") }),
 			want: []string{`mount.nfs (the helper "mount -t nfs" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)`},
 			not:  []string{"kernel"}},
-		{name: "no mount.nfs4", spec: Spec{Type: "nfs4", Source: "s:/"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.nfs4") }),
+		{name: "no mount.nfs4", spec: netspec.Spec{Type: "nfs4", Source: "s:/"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.nfs4") }),
 			want: []string{"mount.nfs4 (", "install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}},
-		{name: "no mount.cifs", spec: Spec{Type: "cifs", Source: "//s/share"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.cifs") }),
+		{name: "no mount.cifs", spec: netspec.Spec{Type: "cifs", Source: "//s/share"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.cifs") }),
 			want: []string{"mount.cifs (", "install cifs-utils (Debian/Ubuntu) or cifs-utils (RHEL/Fedora)"}},
-		{name: "no mount.glusterfs", spec: Spec{Type: "glusterfs", Source: "s:/v"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.glusterfs") }),
+		{name: "no mount.glusterfs", spec: netspec.Spec{Type: "glusterfs", Source: "s:/v"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.glusterfs") }),
 			want: []string{"mount.glusterfs (", "install glusterfs-client (Debian/Ubuntu) or glusterfs-fuse (RHEL/Fedora)"}},
-		{name: "no mount.ceph", spec: Spec{Type: "ceph", Source: "m:/"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.ceph") }),
+		{name: "no mount.ceph", spec: netspec.Spec{Type: "ceph", Source: "m:/"}, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.ceph") }),
 			want: []string{"mount.ceph (", "install ceph-common (Debian/Ubuntu) or ceph-common (RHEL/Fedora)"}},
 		{name: "no sshfs", spec: sshfs, env: without(func(e *fakeEnv) { delete(e.programs, "sshfs") }),
 			want: []string{"sshfs (the FUSE program of fuse.sshfs) not found: install sshfs (Debian/Ubuntu) or fuse-sshfs (RHEL/Fedora)"},
 			not:  []string{"mount.fuse"}},
 		{name: "no mount.fuse", spec: sshfs, env: without(func(e *fakeEnv) { delete(e.helpers, "mount.fuse") }),
 			want: []string{`mount.fuse (the helper "mount -t fuse.sshfs" runs; mount.fuse.sshfs would do too) not found: install fuse3 (Debian/Ubuntu) or fuse3 (RHEL/Fedora)`}},
-		{name: "unknown FUSE program", spec: Spec{Type: "fuse.frobfs", Source: "x"}, env: fullEnv(),
+		{name: "unknown FUSE program", spec: netspec.Spec{Type: "fuse.frobfs", Source: "x"}, env: fullEnv(),
 			want: []string{"frobfs (the FUSE program of fuse.frobfs) not found: install the package that provides it"}},
 		{name: "no mount(8)", spec: nfs, env: without(func(e *fakeEnv) { delete(e.programs, "mount") }),
 			want: []string{"mount not found: install mount (Debian/Ubuntu) or util-linux (RHEL/Fedora)"}},
@@ -93,15 +95,15 @@ func TestPreflight(t *testing.T) {
 		{name: "kernel without nfs", spec: nfs, env: without(func(e *fakeEnv) { delete(e.fss, "nfs") }),
 			want: []string{`the kernel does not support nfs (not in /proc/filesystems, no module for it): run "modprobe nfs"`},
 			not:  []string{"mount.nfs"}},
-		{name: "kernel without nfs4", spec: Spec{Type: "nfs4", Source: "s:/"}, env: without(func(e *fakeEnv) { delete(e.fss, "nfs4") }),
+		{name: "kernel without nfs4", spec: netspec.Spec{Type: "nfs4", Source: "s:/"}, env: without(func(e *fakeEnv) { delete(e.fss, "nfs4") }),
 			want: []string{`the kernel does not support nfs4`, `"modprobe nfsv4"`}},
-		{name: "kernel without cifs", spec: Spec{Type: "cifs", Source: "//s/x"}, env: without(func(e *fakeEnv) { delete(e.fss, "cifs") }),
+		{name: "kernel without cifs", spec: netspec.Spec{Type: "cifs", Source: "//s/x"}, env: without(func(e *fakeEnv) { delete(e.fss, "cifs") }),
 			want: []string{`the kernel does not support cifs`, `"modprobe cifs"`}},
-		{name: "kernel without ceph", spec: Spec{Type: "ceph", Source: "m:/"}, env: without(func(e *fakeEnv) { delete(e.fss, "ceph") }),
+		{name: "kernel without ceph", spec: netspec.Spec{Type: "ceph", Source: "m:/"}, env: without(func(e *fakeEnv) { delete(e.fss, "ceph") }),
 			want: []string{`the kernel does not support ceph`, `"modprobe ceph"`}},
 		{name: "kernel without fuse", spec: sshfs, env: without(func(e *fakeEnv) { delete(e.fss, "fuse") }),
 			want: []string{`the kernel does not support fuse`, `"modprobe fuse"`}},
-		{name: "glusterfs needs fuse", spec: Spec{Type: "glusterfs", Source: "s:/v"}, env: without(func(e *fakeEnv) { delete(e.fss, "fuse") }),
+		{name: "glusterfs needs fuse", spec: netspec.Spec{Type: "glusterfs", Source: "s:/v"}, env: without(func(e *fakeEnv) { delete(e.fss, "fuse") }),
 			want: []string{`the kernel does not support fuse`}},
 		{name: "no /dev/fuse", spec: sshfs, env: without(func(e *fakeEnv) { e.files = nil }),
 			want: []string{`/dev/fuse does not exist: run "modprobe fuse"`}},
@@ -112,7 +114,7 @@ func TestPreflight(t *testing.T) {
 		{name: "a node like this one: no NFS at all", spec: nfs,
 			env:  without(func(e *fakeEnv) { delete(e.helpers, "mount.nfs"); delete(e.fss, "nfs") }),
 			want: []string{"mount.nfs (", "nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)", "the kernel does not support nfs"}},
-		{name: "invalid spec", spec: Spec{Type: "nfs", Source: "x"}, env: fullEnv(),
+		{name: "invalid spec", spec: netspec.Spec{Type: "nfs", Source: "x"}, env: fullEnv(),
 			want: []string{"is not of the form server:/export"}},
 	}
 	for _, tt := range tests {

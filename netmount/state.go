@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // state is what StateDir/state/<key>.json holds about one host mount. It is written once the
@@ -25,7 +27,9 @@ type state struct {
 	MountedAt time.Time `json:"mountedAt"`
 }
 
-func (st state) spec() Spec { return Spec{Type: st.Type, Source: st.Source, Options: st.Options} }
+func (st state) spec() netspec.Spec {
+	return netspec.Spec{Type: st.Type, Source: st.Source, Options: st.Options}
+}
 
 func statePath(dir, key string) string { return filepath.Join(dir, key+".json") }
 
@@ -117,4 +121,9 @@ func lockStateDir(dir string, wait time.Duration) (*os.File, error) {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// HostPath is where a Manager with stateDir mounts s on the host.
+func HostPath(stateDir string, s netspec.Spec) string {
+	return filepath.Join(stateDir, "mounts", s.Key())
 }

@@ -11,16 +11,18 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // system is what the Manager does to the host; liveSystem does it, tests use a fake. Every
 // method that may touch a network filesystem takes a context that bounds it.
 type system interface {
 	// preflight checks that the node can mount s (see Preflight).
-	preflight(s Spec) error
+	preflight(s netspec.Spec) error
 	// mount mounts s at target in the scope unit, and returns once the mount is in mountinfo.
 	// ctx bounds it; timeout is ctx's, for the message.
-	mount(ctx context.Context, s Spec, unit, target string, timeout time.Duration) error
+	mount(ctx context.Context, s netspec.Spec, unit, target string, timeout time.Duration) error
 	// mountsBelow lists the mount points below dir (from mountinfo: nothing is touched).
 	mountsBelow(dir string) (map[string]bool, error)
 	// isMounted says whether target is a mount point (from mountinfo: nothing is touched).
@@ -50,12 +52,12 @@ type liveSystem struct {
 
 var _ system = (*liveSystem)(nil)
 
-func (l *liveSystem) preflight(s Spec) error { return Preflight(l.env, s) }
+func (l *liveSystem) preflight(s netspec.Spec) error { return Preflight(l.env, s) }
 
 // maxOutput bounds what is read of a helper's output for an error message.
 const maxOutput = 4096
 
-func (l *liveSystem) mount(ctx context.Context, s Spec, unit, target string, timeout time.Duration) error {
+func (l *liveSystem) mount(ctx context.Context, s netspec.Spec, unit, target string, timeout time.Duration) error {
 	mountCmd, err := l.env.LookPath("mount")
 	if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // sessionScoper runs commands in a session of their own and no particular cgroup: enough to
@@ -52,14 +54,14 @@ func (m mountAt) LookPath(file string) (string, error) {
 }
 
 func TestLiveSystemMountFailures(t *testing.T) {
-	cifs := Spec{Type: "cifs", Source: "//srv/share", Options: []string{"username=bob%s3cr3tpw", "password=hunter2"}}
-	nfs := Spec{Type: "nfs", Source: "srv:/export"}
+	cifs := netspec.Spec{Type: "cifs", Source: "//srv/share", Options: []string{"username=bob%s3cr3tpw", "password=hunter2"}}
+	nfs := netspec.Spec{Type: "nfs", Source: "srv:/export"}
 	noNFS := fullEnv()
 	delete(noNFS.helpers, "mount.nfs")
 	tests := []struct {
 		name    string
 		env     fakeEnv
-		spec    Spec
+		spec    netspec.Spec
 		script  string
 		timeout time.Duration
 		want    string // the error, exactly

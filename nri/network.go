@@ -8,15 +8,15 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // Mounter mounts network filesystems on the host and shares them among containers
 // (netmount.Manager).
 type Mounter interface {
-	Ensure(netmount.Spec)
-	Acquire(ctx context.Context, s netmount.Spec, user string) (string, error)
-	Hold(s netmount.Spec, user string)
+	Ensure(netspec.Spec)
+	Acquire(ctx context.Context, s netspec.Spec, user string) (string, error)
+	Hold(s netspec.Spec, user string)
 	Release(user string)
 	ReleaseUnused()
 }
@@ -63,19 +63,18 @@ func acquireBudget(createBudget time.Duration) time.Duration {
 	return max(createBudget*4/5, createBudget-300*time.Millisecond)
 }
 
-// acquirer returns how CreateContainer gets the host path of a network mount: it waits for the
-// mount at most wait in all, so the runtime's request timeout (2s by default, after which the
-// container is created WITHOUT the plugin's mounts) is never reached; a mount that is not
-// ready by then fails the container with "not ready" while it goes on mounting, and the
-// kubelet's retry finds it ready.
-func (p *Plugin) acquirer(ctrID string, wait time.Duration) (func(netmount.Spec) (string, error), context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	net := p.mounter()
-	if net == nil {
-		return nil, cancel
-	}
-	return func(s netmount.Spec) (string, error) { return net.Acquire(ctx, s, ctrID) }, cancel
+// mounterNetwork is how the engine gets the host path of a network mount in the plugin: it
+// waits for the mount until the decision's context ends (acquireBudget), so the runtime's
+// request timeout (2s by default, after which the container is created WITHOUT the plugin's
+// mounts) is never reached; a mount that is not ready by then fails the container with "not
+// ready" while it goes on mounting, and the kubelet's retry finds it ready.
+type mounterNetwork struct{ m Mounter }
+
+func (n mounterNetwork) HostPath(ctx context.Context, s netspec.Spec, user string) (string, error) {
+	return n.m.Acquire(ctx, s, user)
 }
+
+func (n mounterNetwork) Release(user string) { n.m.Release(user) }
 
 func (p *Plugin) release(ctrID string) {
 	if net := p.mounter(); net != nil {

@@ -58,7 +58,7 @@ runtimeClasses:
 	newPlugin := func() *Plugin {
 		return NewPlugin(cfg, true, NewHostChecker(), quietLogger()).WithMounter(
 			func(c *configs.Config) (Mounter, error) {
-				m, err := netmount.NewManager(netmount.Config{StateDir: c.StateDirPath(), Log: quietLogger()})
+				m, err := netmount.NewManager(netmount.ConfigFrom(c, quietLogger()))
 				manager = m
 				return m, err
 			})

@@ -13,8 +13,9 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 
 // fakeMounter records what the plugin asks of the network mounter.
@@ -27,13 +28,13 @@ type fakeMounter struct {
 	notReady error
 }
 
-func (f *fakeMounter) Ensure(s netmount.Spec) {
+func (f *fakeMounter) Ensure(s netspec.Spec) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ensured = append(f.ensured, s.Source)
 }
 
-func (f *fakeMounter) Acquire(_ context.Context, s netmount.Spec, user string) (string, error) {
+func (f *fakeMounter) Acquire(_ context.Context, s netspec.Spec, user string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.notReady != nil {
@@ -43,7 +44,7 @@ func (f *fakeMounter) Acquire(_ context.Context, s netmount.Spec, user string) (
 	return "/var/lib/mountkeeper/mounts/" + s.Key(), nil
 }
 
-func (f *fakeMounter) Hold(_ netmount.Spec, user string) {
+func (f *fakeMounter) Hold(_ netspec.Spec, user string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.users[user] = true
@@ -74,7 +75,7 @@ runtimeClasses:
       - {source: /srv/plain, destination: /plain}
 `
 
-func networkPlugin(t *testing.T, fm *fakeMounter, host *fakeHost) *Plugin {
+func networkPlugin(t *testing.T, fm *fakeMounter, host *specmodtest.Host) *Plugin {
 	t.Helper()
 	p := NewPlugin(mustConfig(t, networkTestConfig), true, host, quietLogger()).WithMounter(
 		func(*configs.Config) (Mounter, error) { return fm, nil })
@@ -87,12 +88,12 @@ func networkPlugin(t *testing.T, fm *fakeMounter, host *fakeHost) *Plugin {
 func TestNetworkMounts(t *testing.T) {
 	ctx := context.Background()
 	nfsPod := &api.PodSandbox{Id: "p1", Name: "pod", Namespace: "ns", RuntimeHandler: "nfs"}
-	spec := netmount.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.1"}}
+	spec := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.1"}}
 	hostPath := "/var/lib/mountkeeper/mounts/" + spec.Key()
 
 	t.Run("RunPodSandbox starts the class's mounts early", func(t *testing.T) {
 		fm := &fakeMounter{users: map[string]bool{}}
-		p := networkPlugin(t, fm, &fakeHost{})
+		p := networkPlugin(t, fm, &specmodtest.Host{})
 		p.RunPodSandbox(ctx, nfsPod)
 		p.RunPodSandbox(ctx, &api.PodSandbox{RuntimeHandler: "plain"})
 		if strings.Join(fm.ensured, ",") != "filer:/export" {
@@ -102,7 +103,7 @@ func TestNetworkMounts(t *testing.T) {
 
 	t.Run("CreateContainer binds the host mount and records the user", func(t *testing.T) {
 		fm := &fakeMounter{users: map[string]bool{}}
-		host := &fakeHost{}
+		host := &specmodtest.Host{}
 		p := networkPlugin(t, fm, host)
 		adj, _, err := p.CreateContainer(ctx, nfsPod, &api.Container{Id: "c1", Name: "app"})
 		if err != nil {
@@ -112,8 +113,8 @@ func TestNetworkMounts(t *testing.T) {
 		if len(got) != 1 || got[0] != hostPath+"->/data:rbind,rslave" {
 			t.Errorf("mounts %v, want the host mount bound rslave without the nfs options", got)
 		}
-		if !fm.users["c1"] || strings.Join(host.asked, ",") != hostPath {
-			t.Errorf("users %v, host asked about %v", fm.users, host.asked)
+		if !fm.users["c1"] || strings.Join(host.Asked(), ",") != hostPath {
+			t.Errorf("users %v, host asked about %v", fm.users, host.Asked())
 		}
 		p.RemoveContainer(ctx, nfsPod, &api.Container{Id: "c1"})
 		if fm.users["c1"] {
@@ -123,7 +124,7 @@ func TestNetworkMounts(t *testing.T) {
 
 	t.Run("a mount not ready fails the container and claims nothing", func(t *testing.T) {
 		fm := &fakeMounter{users: map[string]bool{}, notReady: errors.New("nfs filer:/export: not ready: last error: connection refused")}
-		p := networkPlugin(t, fm, &fakeHost{})
+		p := networkPlugin(t, fm, &specmodtest.Host{})
 		_, _, err := p.CreateContainer(ctx, nfsPod, &api.Container{Id: "c2", Name: "app"})
 		if err == nil || !strings.Contains(err.Error(), "not ready: last error: connection refused") {
 			t.Fatalf("error %v, want the mounter's not-ready error", err)
@@ -135,7 +136,7 @@ func TestNetworkMounts(t *testing.T) {
 
 	t.Run("a host check failing after the mount releases it", func(t *testing.T) {
 		fm := &fakeMounter{users: map[string]bool{}}
-		p := networkPlugin(t, fm, &fakeHost{fail: map[string]string{hostPath: "not shared"}})
+		p := networkPlugin(t, fm, &specmodtest.Host{Fail: map[string]string{hostPath: "not shared"}})
 		if _, _, err := p.CreateContainer(ctx, nfsPod, &api.Container{Id: "c3", Name: "app"}); err == nil {
 			t.Fatal("container created although the host check failed")
 		}
@@ -146,7 +147,7 @@ func TestNetworkMounts(t *testing.T) {
 
 	t.Run("Synchronize rebuilds users from running containers", func(t *testing.T) {
 		fm := &fakeMounter{users: map[string]bool{}}
-		p := networkPlugin(t, fm, &fakeHost{})
+		p := networkPlugin(t, fm, &specmodtest.Host{})
 		pods := []*api.PodSandbox{nfsPod, {Id: "p2", RuntimeHandler: "plain"}}
 		ctrs := []*api.Container{
 			{Id: "running", PodSandboxId: "p1", State: api.ContainerState_CONTAINER_RUNNING},
@@ -167,21 +168,24 @@ func TestNetworkMounts(t *testing.T) {
 	})
 }
 
-// slowHost answers host checks only after a delay, as a stat on a dead server would.
-type slowHost struct{ delay time.Duration }
+// stuckHost answers host checks only once released, as a stat on a dead server would: the
+// order (budget first, answer after) holds however loaded the machine is.
+type stuckHost struct{ release chan struct{} }
 
-func (h slowHost) CheckSources([]specmod.Mount) error { time.Sleep(h.delay); return nil }
+func (h stuckHost) CheckSources([]specmod.Mount) error { <-h.release; return nil }
 
 func TestCreateContainerAnswersWithinTheBudget(t *testing.T) {
 	fm := &fakeMounter{users: map[string]bool{}}
 	cfg := mustConfig(t, "createBudget: 100ms\n"+networkTestConfig)
-	p := NewPlugin(cfg, true, slowHost{delay: 400 * time.Millisecond}, quietLogger()).WithMounter(
+	host := stuckHost{release: make(chan struct{})}
+	p := NewPlugin(cfg, true, host, quietLogger()).WithMounter(
 		func(*configs.Config) (Mounter, error) { return fm, nil })
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}
 	pod := &api.PodSandbox{Id: "p1", Name: "pod", Namespace: "ns", RuntimeHandler: "nfs"}
 	_, _, err := p.CreateContainer(context.Background(), pod, &api.Container{Id: "late", Name: "app"})
+	close(host.release)
 	if err == nil || !strings.Contains(err.Error(), "no answer within createBudget 100ms") {
 		t.Fatalf("error %v, want the budget's refusal", err)
 	}

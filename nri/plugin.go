@@ -1,11 +1,12 @@
-// Package nri runs mountkeeper as a containerd / CRI-O NRI plugin: at CreateContainer it finds
-// the pod's runtime class, checks the class mounts against the container and the host, and
-// answers with a container adjustment that adds them, or with an error that fails the container.
+// Package nri runs mountkeeper as a containerd / CRI-O NRI plugin: a front end of the decision
+// engine (classmount). At CreateContainer it hands the container to the engine and answers with
+// a container adjustment that adds the class mounts, or with the engine's refusal, which fails
+// the container. It also drives the network mounts' lifecycle (RunPodSandbox, RemoveContainer,
+// Synchronize) and the connection to the runtime (run.go).
 package nri
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -15,10 +16,11 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hostmount"
-	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/subpath"
 )
 
 // Plugin is the NRI plugin. Its methods are the NRI stub's event handlers.
@@ -85,92 +87,77 @@ func (p *Plugin) setConfig(cfg *configs.Config) {
 }
 
 // CreateContainer repairs the container's stale subPath mounts, then adds the class mounts of
-// the pod's runtime class. A pod of no configured class gets no class mounts; a class mount
-// that cannot be made exactly as asked fails the container, since a container whose volume is
-// silently missing writes its data into its rootfs and loses it.
+// the pod's runtime class (classmount decides). A pod of no configured class gets no class
+// mounts; a class mount that cannot be made exactly as asked fails the container, since a
+// container whose volume is silently missing writes its data into its rootfs and loses it.
 //
 // The whole decision is bounded by createBudget: a runtime that waits longer than its plugin
 // timeout creates the container WITHOUT the plugin's mounts, so answering "no" in time is
 // what keeps the volume from going silently missing. Each step has its own, shorter bound and
 // a clearer message; this one catches their sum.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	log := p.log.WithFields(logrus.Fields{
-		"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": ctr.GetName(), "handler": pod.GetRuntimeHandler(),
-	})
-	who := pod.GetNamespace() + "/" + pod.GetName() + "/" + ctr.GetName()
+	req := classmount.Request{
+		Handler: pod.GetRuntimeHandler(),
+		Container: classmount.Container{
+			Namespace: pod.GetNamespace(), Pod: pod.GetName(), Name: ctr.GetName(), ID: ctr.GetId(),
+		},
+		Mounts: ociMounts(ctr.GetMounts()),
+	}
+	log := p.log.WithFields(logrus.Fields{"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": req.Container.String(), "handler": req.Handler})
 	cfg := p.config()
-	budget := cfg.CreateBudget.Or(configs.DefaultCreateBudget)
 	type result struct {
-		adj *api.ContainerAdjustment
+		d   classmount.Decision
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		adj, err := p.adjust(log, cfg, budget, who, pod, ctr)
-		done <- result{adj, err}
+		ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
+		defer cancel()
+		d, err := p.engine(cfg).Decide(ctx, req)
+		done <- result{d, err}
 	}()
-	timer := time.NewTimer(budget)
+	timer := time.NewTimer(cfg.CreateBudget)
 	defer timer.Stop()
 	select {
 	case r := <-done:
+		r.d.LogRepairs(log)
 		if r.err != nil {
 			log.Error(r.err)
+			return nil, nil, r.err
 		}
-		return r.adj, nil, r.err
+		return adjustment(log, r.d), nil, nil
 	case <-timer.C:
 		// The container will not be created; whatever the late decision claimed is released.
 		go func() { <-done; p.release(ctr.GetId()) }()
-		err := fmt.Errorf("mountkeeper: container %s: no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", who, budget)
+		err := classmount.Refuse(req.Handler, req.Container, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", cfg.CreateBudget))
 		log.Error(err)
 		return nil, nil, err
 	}
 }
 
-func (p *Plugin) adjust(log *logrus.Entry, cfg *configs.Config, budget time.Duration, who string, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
-	existing := ociMounts(ctr.GetMounts())
-	if err := repairSubPaths(cfg, log, who, existing); err != nil {
-		return nil, err
+// engine is the decision engine for cfg with the plugin's side effects.
+func (p *Plugin) engine(cfg *configs.Config) *classmount.Engine {
+	e := &classmount.Engine{Config: cfg, Host: p.host, SubPaths: subpath.NewRepairer(cfg.KubeletRoot)}
+	if m := p.mounter(); m != nil {
+		e.Network = mounterNetwork{m}
 	}
-	acquire, cancel := p.acquirer(ctr.GetId(), acquireBudget(budget))
-	defer cancel()
-	class, edits, ok, err := editsFor(cfg, p.host, acquire, pod.GetRuntimeHandler(), existing)
-	if err != nil {
-		p.release(ctr.GetId()) // the container will not exist: no RemoveContainer will come
-	}
-	switch {
-	case !ok:
-		log.Debugf("no runtime class %q in the config: container left unchanged", class)
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("mountkeeper: runtime class %q, container %s: %w", class, who, err)
+	return e
+}
+
+// adjustment translates a decision into the runtime's terms.
+func adjustment(log *logrus.Entry, d classmount.Decision) *api.ContainerAdjustment {
+	if !d.Configured {
+		log.Debugf("no runtime class %q in the config: container left unchanged", d.Class)
+		return nil
 	}
 	adjust := &api.ContainerAdjustment{}
-	added := make([]string, len(edits.Mounts))
-	for i, m := range edits.Mounts {
+	added := make([]string, len(d.Mounts))
+	for i, m := range d.Mounts {
 		adjust.AddMount(nriMount(m))
 		added[i] = m.String()
 	}
-	log.WithField("class", class).Infof("adding %d class mounts: %s", len(added), strings.Join(added, ", "))
-	return adjust, nil
-}
-
-// editsFor is the one decision shared by the plugin, `mountkeeper render` and the hook: the
-// class of a runtime handler, and its edits checked against the container's mounts and the
-// host. ok is false when the config has no class for the handler.
-// hostPath gives the host path of each network filesystem mount.
-func editsFor(cfg *configs.Config, host specmod.Host, hostPath func(netmount.Spec) (string, error), handler string, existing []oci.Mount) (string, specmod.Edits, bool, error) {
-	class, rc, ok := cfg.Class(handler)
-	if !ok {
-		return class, specmod.Edits{}, false, nil
-	}
-	edits, err := rc.Edits(hostPath)
-	if err != nil {
-		return class, edits, true, err
-	}
-	if err := edits.Verify(existing, host); err != nil {
-		return class, edits, true, errors.New(oneLine(err))
-	}
-	return class, edits, true, nil
+	log.WithField("class", d.Class).Infof("adding %d class mounts: %s", len(added), strings.Join(added, ", "))
+	return adjust
 }
 
 func ociMounts(ms []*api.Mount) []oci.Mount {
@@ -184,10 +171,4 @@ func ociMounts(ms []*api.Mount) []oci.Mount {
 func nriMount(m specmod.Mount) *api.Mount {
 	o := m.OCI()
 	return &api.Mount{Destination: o.Destination, Type: o.Type, Source: o.Source, Options: o.Options}
-}
-
-// oneLine joins a multi-error into one line: the runtime shows the message in a pod event,
-// where line breaks are lost or cut.
-func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }

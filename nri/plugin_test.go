@@ -2,7 +2,6 @@ package nri
 
 import (
 	"context"
-	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -11,7 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 
 const testConfig = `
@@ -25,23 +24,6 @@ runtimeClasses:
       - {source: /srv/slave, destination: /slave, propagation: HostToContainer, readOnly: true}
       - {source: /srv/shared, destination: /shared, propagation: Bidirectional, options: [nosuid]}
 `
-
-// fakeHost fails the sources it is told to and records what it was asked.
-type fakeHost struct {
-	fail  map[string]string
-	asked []string
-}
-
-func (h *fakeHost) CheckSources(ms []specmod.Mount) error {
-	var errs []error
-	for _, m := range ms {
-		h.asked = append(h.asked, m.Source)
-		if why, ok := h.fail[m.Source]; ok {
-			errs = append(errs, &specmod.MountError{Mount: m, Err: errors.New(why)})
-		}
-	}
-	return errors.Join(errs...)
-}
 
 func quietLogger() *logrus.Logger {
 	l := logrus.New()
@@ -118,7 +100,7 @@ func TestCreateContainer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			host := &fakeHost{fail: tc.fail}
+			host := &specmodtest.Host{Fail: tc.fail}
 			p := NewPlugin(mustConfig(t, testConfig), true, host, quietLogger())
 			pod := &api.PodSandbox{Name: "pod", Namespace: "ns", RuntimeHandler: tc.handler}
 			ctr := &api.Container{Name: "app", Mounts: tc.existing}
@@ -154,7 +136,7 @@ func TestCreateContainer(t *testing.T) {
 func TestConfigureTakesRuntimeConfigUnlessPinned(t *testing.T) {
 	other := "runtimeClasses:\n  other:\n    mounts: [{source: /o, destination: /o}]\n"
 	for _, pinned := range []bool{false, true} {
-		p := NewPlugin(mustConfig(t, testConfig), pinned, &fakeHost{}, quietLogger())
+		p := NewPlugin(mustConfig(t, testConfig), pinned, &specmodtest.Host{}, quietLogger())
 		if _, err := p.Configure(context.Background(), other, "test", "1"); err != nil {
 			t.Fatalf("pinned=%v: Configure: %v", pinned, err)
 		}
@@ -163,7 +145,7 @@ func TestConfigureTakesRuntimeConfigUnlessPinned(t *testing.T) {
 			t.Errorf("pinned=%v: runtime config in use = %v", pinned, has)
 		}
 	}
-	p := NewPlugin(mustConfig(t, testConfig), false, &fakeHost{}, quietLogger())
+	p := NewPlugin(mustConfig(t, testConfig), false, &specmodtest.Host{}, quietLogger())
 	_, err := p.Configure(context.Background(), "runtimeClasses: {x: {mounts: []}}", "test", "1")
 	if err == nil || !strings.Contains(err.Error(), `runtime class "x" has no mounts`) {
 		t.Errorf("invalid runtime config: got %v", err)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 
 // testRuntime is NRI's own runtime side, started in-process: the real plugin connects to it
@@ -136,7 +138,7 @@ func TestPluginOverNRI(t *testing.T) {
 	socket := filepath.Join(shortDir(t), "nri.sock")
 	rt := startRuntime(t, socket)
 	defer func() { rt.Stop() }()
-	host := &fakeHost{fail: map[string]string{}}
+	host := &specmodtest.Host{Fail: map[string]string{}}
 	cs := runPlugin(t, NewPlugin(mustConfig(t, testConfig), true, host, quietLogger()), socket)
 	rt.waitSynced(t)
 
@@ -161,7 +163,7 @@ func TestPluginOverNRI(t *testing.T) {
 		t.Errorf("handler without class: mounts %v, err %v", rsp.GetAdjust().GetMounts(), err)
 	}
 
-	host.fail["/srv/shared"] = "host mount point /srv is private"
+	host.Fail["/srv/shared"] = "host mount point /srv is private"
 	_, err = rt.CreateContainer(ctx, createRequest("fast"))
 	if err == nil || !strings.Contains(err.Error(), "/srv/shared -> /shared (rshared): host mount point /srv is private") {
 		t.Errorf("host problem: the runtime got %v", err)
@@ -172,7 +174,7 @@ func TestPluginOverNRI(t *testing.T) {
 	cs.cut()
 	rt = startRuntime(t, socket)
 	rt.waitSynced(t)
-	delete(host.fail, "/srv/shared")
+	delete(host.Fail, "/srv/shared")
 	rsp, err = rt.CreateContainer(ctx, createRequest("fast"))
 	if err != nil || len(rsp.GetAdjust().GetMounts()) != 3 {
 		t.Fatalf("after runtime restart: mounts %v, err %v", rsp.GetAdjust().GetMounts(), err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
@@ -48,7 +49,7 @@ func TestSubPathRepairOverNRI(t *testing.T) {
 	rt := startRuntime(t, socket)
 	defer rt.Stop()
 	cfg := mustConfig(t, "kubeletRoot: "+kubelet.Root+"\n")
-	runPlugin(t, NewPlugin(cfg, true, &fakeHost{}, quietLogger()), socket)
+	runPlugin(t, NewPlugin(cfg, true, &specmodtest.Host{}, quietLogger()), socket)
 	rt.waitSynced(t)
 
 	create := func(source string) error {

@@ -10,27 +10,8 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
-
-// fakeHost fails the sources in fail with the given reason and records every source it was
-// asked about, call by call.
-type fakeHost struct {
-	fail  map[string]string
-	calls [][]string
-}
-
-func (h *fakeHost) CheckSources(ms []specmod.Mount) error {
-	var asked []string
-	var errs []error
-	for _, m := range ms {
-		asked = append(asked, m.Source)
-		if why, ok := h.fail[m.Source]; ok {
-			errs = append(errs, &specmod.MountError{Mount: m, Err: errors.New(why)})
-		}
-	}
-	h.calls = append(h.calls, asked)
-	return errors.Join(errs...)
-}
 
 func mnt(src, dst string, p specmod.Propagation) specmod.Mount {
 	return specmod.Mount{Source: src, Destination: dst, Propagation: p}
@@ -113,10 +94,10 @@ func TestVerify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := &fakeHost{fail: tt.fail}
+			h := &specmodtest.Host{Fail: tt.fail}
 			err := specmod.Edits{Mounts: tt.mounts}.Verify(tt.existing, h)
-			if !reflect.DeepEqual(h.calls, tt.wantCalls) {
-				t.Errorf("host was asked about %q, want %q", h.calls, tt.wantCalls)
+			if !reflect.DeepEqual(h.Calls(), tt.wantCalls) {
+				t.Errorf("host was asked about %q, want %q", h.Calls(), tt.wantCalls)
 			}
 			if tt.want == nil {
 				if err != nil {

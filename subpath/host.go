@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/mounttable"
 )
 
 // Host performs the side effects of a repair. Apart from Stat (Stale's one call) and the Open
@@ -84,5 +84,5 @@ func (n *Node) Close() {
 	}
 }
 
-// Mount describes one mount (hostmount reads it with statmount(2) or mountinfo).
-type Mount = hostmount.Mount
+// Mount describes one mount (package mounttable reads it with statmount(2) or mountinfo).
+type Mount = mounttable.Mount

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/mounttable"
 )
 
 // Live is the running host. It needs Linux >= 5.6 (openat2), CAP_SYS_ADMIN in the mount
@@ -112,15 +112,15 @@ func (Live) Path(n *Node) (string, error) {
 // /proc/self/mountinfo.
 func (Live) Mount(n *Node) (Mount, error) {
 	if n.UniqueMountID {
-		m, err := hostmount.StatmountByID(n.MountID)
-		if !errors.Is(err, hostmount.ErrNoStatmount) {
+		m, err := mounttable.StatmountByID(n.MountID)
+		if !errors.Is(err, mounttable.ErrNoStatmount) {
 			if err != nil {
 				return Mount{}, fmt.Errorf("mount of %s: %w", n.Name, err)
 			}
 			return m, nil
 		}
 	}
-	m, err := hostmount.MountinfoOf(n.fd)
+	m, err := mounttable.MountinfoOf(n.fd)
 	if err != nil {
 		return Mount{}, fmt.Errorf("mount of %s: %w", n.Name, err)
 	}

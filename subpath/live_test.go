@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/mounttable"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
@@ -64,7 +64,7 @@ func TestLiveInNamespace(t *testing.T) {
 			if got.Root != tt.root || got.Point != tt.point || got.Shared != tt.shared || got.Slave {
 				t.Errorf("Mount(%s) = %+v; want root %s, point %s, shared %v", tt.path, got, tt.root, tt.point, tt.shared)
 			}
-			fallback, err := hostmount.MountinfoOf(n.fd)
+			fallback, err := mounttable.MountinfoOf(n.fd)
 			if err != nil {
 				t.Fatalf("MountinfoOf(%s): %v", tt.path, err)
 			}

@@ -15,9 +15,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/nri"
 )
 
@@ -74,6 +76,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.As(err, new(*classmount.Error)):
+		fmt.Fprintln(stderr, err) // a refusal names mountkeeper itself
+		return 1
 	case err != nil:
 		fmt.Fprintln(stderr, "mountkeeper:", err)
 		return 1
@@ -146,12 +151,7 @@ func runNRI(args []string, stderr io.Writer) error {
 	pinned := flagSet(fs, "config")
 	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
-			return netmount.NewManager(netmount.Config{
-				StateDir:     cfg.StateDirPath(),
-				MountTimeout: cfg.MountTimeout.Or(configs.DefaultMountTimeout),
-				Grace:        cfg.UnmountGrace.Or(configs.DefaultUnmountGrace),
-				Log:          log,
-			})
+			return netmount.NewManager(netmount.ConfigFrom(cfg, log))
 		})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -174,9 +174,18 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read config.json from stdin: %w", err)
 	}
-	out, err := nri.RenderSpec(cfg, hostmount.NewChecker(hostmount.Live{}), *class, *container, doc, nri.RenderOptions{})
-	if err != nil {
+	// A dry run: network filesystems are shown where they would be mounted, and the host check
+	// says whether they are mounted there now; subPath binds are left alone.
+	engine := &classmount.Engine{Config: cfg, Host: hostmount.NewChecker(hostmount.Live{}), Network: dryRunNetwork{cfg.StateDir}}
+	out, d, err := engine.Render(context.Background(), *class, classmount.Container{Name: *container}, doc)
+	switch {
+	case err != nil:
 		return err
+	case !d.Configured:
+		// Unlike the plugin, which leaves pods of unknown handlers alone, render fails: whoever
+		// asks for a render of a class expects that class to exist.
+		return classmount.Refuse(*class, classmount.Container{Name: *container},
+			fmt.Errorf("no runtime class %q in the config (it has: %s)", d.Class, strings.Join(cfg.ClassNames(), ", ")))
 	}
 	_, err = stdout.Write(append(out, '\n'))
 	return err
@@ -219,3 +228,12 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
 }
+
+// dryRunNetwork names where each network filesystem would be mounted, without mounting it.
+type dryRunNetwork struct{ stateDir string }
+
+func (n dryRunNetwork) HostPath(_ context.Context, s netspec.Spec, _ string) (string, error) {
+	return netmount.HostPath(n.stateDir, s), nil
+}
+
+func (dryRunNetwork) Release(string) {}

@@ -183,11 +183,8 @@ func probeAll(ctx context.Context, cri *harness.Client, id string, class configs
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  MOUNT\tPROPAGATION\tHOST MOUNT MADE LATER\tMOUNT MADE IN CONTAINER\tAS EXPECTED")
 	var wrong []string
-	edits, err := class.Edits(nil)
-	if err != nil {
-		return err
-	}
-	for _, m := range edits.Mounts {
+	for _, cm := range class.Mounts {
+		m := cm.Bind
 		seen, err := harness.ProbePropagation(ctx, cri, id, m.Source, m.Destination)
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
@@ -28,7 +29,7 @@ func networkFilesystem(d *demo) error {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "motd"), []byte("served by sshd over loopback\n"), 0o644); err != nil {
 		return err
 	}
-	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
 		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
 	defer harness.RemoveMountScope(spec.Key())
 	stateDir := filepath.Join(d.work, "state")

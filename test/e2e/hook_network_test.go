@@ -12,7 +12,9 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // TestHookSSHFS runs an sshfs class in hook mode under plain runc: the createRuntime hook
@@ -20,9 +22,7 @@ import (
 // hook process), binds it into the container, and a second container of the class reuses the
 // same host mount.
 func TestHookSSHFS(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no FUSE on this machine: %v", err)
-	}
+	testenv.Require(t, "fuse")
 	w := newHookWorld(t)
 	sshd, err := harness.StartSSHD(w.dir)
 	if err != nil {
@@ -32,7 +32,7 @@ func TestHookSSHFS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello over sshfs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
 		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
 	t.Cleanup(func() {
 		if err := harness.RemoveMountScope(spec.Key()); err != nil {

@@ -376,9 +376,9 @@ func TestHookBadInput(t *testing.T) {
 		{name: "config.json is not JSON", stdin: state(notJSON), class: "mk-bad",
 			want: "mountkeeper: container mk-hook-target: " + notJSON + "/config.json: not an OCI config: unexpected end of JSON input"},
 		{name: "runtime class not in the config", stdin: state(target), class: "mk-nope",
-			want: `mountkeeper: runtime class "mk-nope", container mk-hook-target: runtime class "mk-nope" (from --runtime-class) is not in the config (it has: mk-bad)`},
+			want: `mountkeeper: runtime class "mk-nope", container mk-hook-target: the class is not in the config (the class came from --runtime-class; the config has: mk-bad)`},
 		{name: "no class named and no default class", stdin: state(target),
-			want: `runtime class "default" (from default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation) is not in the config`},
+			want: `runtime class "default", container mk-hook-target: the class is not in the config (the class came from default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation;`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -456,7 +456,7 @@ func TestHookRuncRefusesEscapes(t *testing.T) {
 		{name: "relative symlink climbing out", link: "../../../../../../../../etc", class: "mk-escape",
 			want: `/data is a symlink to "../../../../../../../../etc", which leads out of the container's rootfs`},
 		{name: "runtime class not in the config", link: "/etc", class: "mk-nope",
-			want: `runtime class "mk-nope" (from --runtime-class) is not in the config (it has: mk-escape)`},
+			want: `the class is not in the config (the class came from --runtime-class; the config has: mk-escape)`},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 const networkConfig = `
@@ -41,9 +43,7 @@ runtimeClasses:
 // while other classes are served; an nfs class on a node without mount.nfs is refused naming
 // the helper and its packages; removing the last container unmounts after the grace period.
 func TestNetworkFilesystem(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no FUSE on this machine: %v", err)
-	}
+	testenv.Require(t, "fuse")
 	work := workDir(t, "mk-net-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
@@ -73,7 +73,7 @@ func TestNetworkFilesystem(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(n.src(), "plain"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
 		Options: strings.Split(strings.ReplaceAll(sshOpts(sshd.Port()), " ", ""), ",")}
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
 	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/mounttable"
 )
 
 const propagationConfig = `
@@ -98,7 +98,7 @@ func TestPropagation(t *testing.T) {
 // peerGroup returns the peer group number of the shared host mount holding path.
 func peerGroup(t *testing.T, path string) string {
 	t.Helper()
-	m, err := hostmount.MountOfPath(path)
+	m, err := mounttable.OfPath(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // TestSystemdBoot checks the harness's systemd: it boots as PID 1 of its own namespaces
@@ -209,9 +211,7 @@ Restart=no
 // A control subtest first shows that the checks can fail: a service that mounts sshfs in its
 // own cgroup loses the FUSE daemon on `systemctl restart`.
 func TestSystemdRestart(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no FUSE on this machine: %v", err)
-	}
+	testenv.Require(t, "fuse")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	work := workDir(t, "mk-sd-")
@@ -230,7 +230,7 @@ func TestSystemdRestart(t *testing.T) {
 	}
 	sshOpts := []string{"port=" + strconv.Itoa(sshd.Port()), "IdentityFile=" + sshd.IdentityFile(),
 		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes"}
-	spec := netmount.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshOpts}
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshOpts}
 	hostPath := netmount.HostPath(filepath.Join(work, "state"), spec)
 
 	ctrd, err := harness.Start(ctx, harness.Options{Handlers: []string{"mk-sshfs"}, NRI: true})

@@ -1,4 +1,4 @@
-package netmount
+package netspec
 
 import (
 	"regexp"

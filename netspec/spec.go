@@ -1,11 +1,14 @@
-package netmount
+// Package netspec describes network filesystem mounts without touching the node: a Spec's type,
+// source shape and options, the key that names its host mount, the server it talks to, and the
+// redaction of its secrets for logs. It is pure, so that config validation (configs) and the
+// mounter (netmount) share one definition without configs depending on the mounter.
+package netspec
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -52,7 +55,7 @@ func (s Spec) String() string {
 	var b strings.Builder
 	b.WriteString(s.Type)
 	b.WriteByte(' ')
-	b.WriteString(redactSource(s.Source))
+	b.WriteString(RedactSource(s.Source))
 	if len(s.Options) > 0 {
 		b.WriteString(" -o ")
 		for i, o := range s.Options {
@@ -127,7 +130,9 @@ func sourceSecret(src string) (secret string, at int) {
 	return userinfo[i+1:], start + i + 1
 }
 
-func redactSource(src string) string {
+// RedactSource returns src with the password in its user information, if any, replaced by
+// "***".
+func RedactSource(src string) string {
 	secret, at := sourceSecret(src)
 	if secret == "" {
 		return src
@@ -160,32 +165,36 @@ func (s Spec) Redact(text string) string {
 	return text
 }
 
-// fsType describes what a filesystem type needs on the node and what its source looks like.
-type fsType struct {
-	helper       string // mount helper mount(8) runs, e.g. mount.nfs; "" for fuse.*
-	debian, rhel string // packages providing the helper
-	kernelFS     string // name in /proc/filesystems
-	module       string // module to modprobe for it
-	fuse         bool   // a FUSE filesystem: needs /dev/fuse too
-	shape        string // the source's shape, for errors
-	check        func(src string) bool
+// FSType describes what a filesystem type needs on the node and what its source looks like.
+type FSType struct {
+	Helper       string // mount helper mount(8) runs, e.g. mount.nfs; "" for fuse.*
+	Debian, RHEL string // packages providing the helper (for fuse.<program>: the program)
+	KernelFS     string // name in /proc/filesystems
+	Module       string // module to modprobe for it
+	FUSE         bool   // a FUSE filesystem: needs /dev/fuse too
+	// Program is the FUSE program of fuse.<program>; "" for other types.
+	Program string
+	// KnownPackages says Debian and RHEL name the FUSE program's packages.
+	KnownPackages bool
+	shape         string // the source's shape, for errors
+	check         func(src string) bool
 }
 
-var fsTypes = map[string]fsType{
-	"nfs": {helper: "mount.nfs", debian: "nfs-common", rhel: "nfs-utils", kernelFS: "nfs", module: "nfs",
+var fsTypes = map[string]FSType{
+	"nfs": {Helper: "mount.nfs", Debian: "nfs-common", RHEL: "nfs-utils", KernelFS: "nfs", Module: "nfs",
 		shape: "server:/export", check: hostColonPath},
-	"nfs4": {helper: "mount.nfs4", debian: "nfs-common", rhel: "nfs-utils", kernelFS: "nfs4", module: "nfsv4",
+	"nfs4": {Helper: "mount.nfs4", Debian: "nfs-common", RHEL: "nfs-utils", KernelFS: "nfs4", Module: "nfsv4",
 		shape: "server:/export", check: hostColonPath},
-	"cifs": {helper: "mount.cifs", debian: "cifs-utils", rhel: "cifs-utils", kernelFS: "cifs", module: "cifs",
+	"cifs": {Helper: "mount.cifs", Debian: "cifs-utils", RHEL: "cifs-utils", KernelFS: "cifs", Module: "cifs",
 		shape: "//server/share", check: uncPath},
-	"glusterfs": {helper: "mount.glusterfs", debian: "glusterfs-client", rhel: "glusterfs-fuse", kernelFS: "fuse", module: "fuse", fuse: true,
+	"glusterfs": {Helper: "mount.glusterfs", Debian: "glusterfs-client", RHEL: "glusterfs-fuse", KernelFS: "fuse", Module: "fuse", FUSE: true,
 		shape: "server:/volume", check: hostColonVolume},
-	"ceph": {helper: "mount.ceph", debian: "ceph-common", rhel: "ceph-common", kernelFS: "ceph", module: "ceph",
+	"ceph": {Helper: "mount.ceph", Debian: "ceph-common", RHEL: "ceph-common", KernelFS: "ceph", Module: "ceph",
 		shape: "mon1[,mon2]:/path or user@fsid.fsname=/path", check: cephSource},
 }
 
 // fuseFS describes fuse.<program> filesystems.
-var fuseFS = fsType{kernelFS: "fuse", module: "fuse", fuse: true}
+var fuseFS = FSType{KernelFS: "fuse", Module: "fuse", FUSE: true}
 
 // fusePackages names the packages of the FUSE programs we know; others are named generically.
 var fusePackages = map[string][2]string{
@@ -195,31 +204,35 @@ var fusePackages = map[string][2]string{
 
 var fuseProgram = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+-]*$`)
 
-// lookupType returns what type t needs, and for fuse.<program> the program.
-func lookupType(t string) (fsType, string, error) {
+// Lookup returns what type t needs on the node.
+func Lookup(t string) (FSType, error) {
 	if ft, ok := fsTypes[t]; ok {
-		return ft, "", nil
+		return ft, nil
 	}
 	if prog, ok := strings.CutPrefix(t, "fuse."); ok {
 		if !fuseProgram.MatchString(prog) {
-			return fsType{}, "", fmt.Errorf("type %q: the FUSE program after \"fuse.\" must be a program name such as sshfs", t)
+			return FSType{}, fmt.Errorf("type %q: the FUSE program after \"fuse.\" must be a program name such as sshfs", t)
 		}
 		ft := fuseFS
+		ft.Program = prog
+		if pkgs, ok := fusePackages[prog]; ok {
+			ft.Debian, ft.RHEL, ft.KnownPackages = pkgs[0], pkgs[1], true
+		}
 		if prog == "sshfs" {
 			ft.shape, ft.check = "[user@]host:[dir]", sshfsSource
 		}
-		return ft, prog, nil
+		return ft, nil
 	}
 	if t == "fuse" {
-		return fsType{}, "", errors.New(`type "fuse" needs the FUSE program: fuse.<program>, e.g. fuse.sshfs`)
+		return FSType{}, errors.New(`type "fuse" needs the FUSE program: fuse.<program>, e.g. fuse.sshfs`)
 	}
-	return fsType{}, "", fmt.Errorf("unknown type %q: want nfs, nfs4, cifs, glusterfs, ceph or fuse.<program> (e.g. fuse.sshfs)", t)
+	return FSType{}, fmt.Errorf("unknown type %q: want nfs, nfs4, cifs, glusterfs, ceph or fuse.<program> (e.g. fuse.sshfs)", t)
 }
 
 // Validate checks s without looking at the node: a known type, a source of that type's shape,
 // and options that mount -o can carry. Its messages never contain a secret.
 func (s Spec) Validate() error {
-	ft, _, err := lookupType(s.Type)
+	ft, err := Lookup(s.Type)
 	if err != nil {
 		return err
 	}
@@ -227,11 +240,11 @@ func (s Spec) Validate() error {
 	case s.Source == "":
 		return fmt.Errorf("%s mount: source is empty: want %s", s.Type, shapeOf(ft))
 	case strings.HasPrefix(s.Source, "-"):
-		return fmt.Errorf("%s mount: source %q starts with '-', which mount would read as an option", s.Type, redactSource(s.Source))
+		return fmt.Errorf("%s mount: source %q starts with '-', which mount would read as an option", s.Type, RedactSource(s.Source))
 	case strings.ContainsAny(s.Source, "\x00\n"):
 		return fmt.Errorf("%s mount: source contains a NUL or newline", s.Type)
 	case ft.check != nil && !ft.check(s.Source):
-		return fmt.Errorf("%s mount: source %q is not of the form %s", s.Type, redactSource(s.Source), ft.shape)
+		return fmt.Errorf("%s mount: source %q is not of the form %s", s.Type, RedactSource(s.Source), ft.shape)
 	}
 	for i, o := range s.Options {
 		key, _, _ := strings.Cut(o, "=")
@@ -247,7 +260,7 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-func shapeOf(ft fsType) string {
+func shapeOf(ft FSType) string {
 	if ft.shape == "" {
 		return "the FUSE program's source"
 	}
@@ -295,11 +308,6 @@ func sshfsSource(src string) bool {
 		return end > 1
 	}
 	return ok && host != ""
-}
-
-// HostPath is where a Manager with stateDir mounts s on the host.
-func HostPath(stateDir string, s Spec) string {
-	return filepath.Join(stateDir, "mounts", s.Key())
 }
 
 // IsNetworkType says whether a config's mount type names a network filesystem this package

@@ -1,10 +1,17 @@
-package hostmount
+// Package mounttable describes mounts of this mount namespace by mount ID, which is exact even
+// where mounts are stacked on one path: with statmount(2) where the kernel has it (Linux >= 6.8),
+// else from /proc/self/mountinfo (mount IDs from statx, Linux >= 5.8). It only reads.
+//
+// Edge cases: a path on a mount that was detached since it was opened has no mountinfo entry
+// (an error says so); the fallback reads mountinfo once per call, whatever the number of paths.
+package mounttable
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
@@ -24,22 +31,27 @@ type Mount struct {
 
 // Propagation names the mount's propagation the way findmnt does.
 func (m Mount) Propagation() string {
-	return MountPoint{Shared: m.Shared, Slave: m.Slave}.Propagation()
+	switch {
+	case m.Shared && m.Slave:
+		return "shared,slave"
+	case m.Shared:
+		return "shared"
+	case m.Slave:
+		return "slave"
+	}
+	return "private"
 }
 
 // ErrNoStatmount says the kernel cannot describe a mount by itself (statmount(2) and unique
 // mount IDs came in Linux 6.8); callers fall back to mountinfo.
 var ErrNoStatmount = errors.New("statmount not supported")
 
-// MountOf describes the mount that the open file fd lies on.
-func MountOf(fd int) (Mount, error) { return mountAt(fd, "", unix.AT_EMPTY_PATH) }
+// OfPath describes the mount that path (symlinks followed) lies on.
+func OfPath(path string) (Mount, error) { return mountAt(unix.AT_FDCWD, path, 0) }
 
-// MountOfPath describes the mount that path (symlinks followed) lies on.
-func MountOfPath(path string) (Mount, error) { return mountAt(unix.AT_FDCWD, path, 0) }
-
-// MountsOfPaths describes the mount each path lies on. Where the kernel has no statmount it
+// OfPaths describes the mount each path lies on. Where the kernel has no statmount it
 // reads mountinfo once for all of them, not once per path.
-func MountsOfPaths(paths []string) ([]Mount, error) {
+func OfPaths(paths []string) ([]Mount, error) {
 	ms := make([]Mount, len(paths))
 	for i, p := range paths {
 		m, err := statmountAt(unix.AT_FDCWD, p, 0)
@@ -205,4 +217,13 @@ func parseStatmount(buf []byte) (Mount, error) {
 		Shared:      prop&unix.MS_SHARED != 0,
 		Slave:       prop&unix.MS_SLAVE != 0,
 	}, nil
+}
+
+// parseOptional reads the propagation out of mountinfo's optional fields ("shared:1 master:2").
+func parseOptional(optional string) (shared, slave bool) {
+	for _, f := range strings.Fields(optional) {
+		shared = shared || strings.HasPrefix(f, "shared:")
+		slave = slave || strings.HasPrefix(f, "master:")
+	}
+	return shared, slave
 }

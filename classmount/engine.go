@@ -1,0 +1,140 @@
+package classmount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/subpath"
+)
+
+// Stage says where the decided mounts will be made, which decides what must be checked.
+type Stage int
+
+const (
+	// BeforeCreate: the mounts go into the container's spec before the runtime creates it
+	// (NRI CreateContainer, the precreate hook, render). The runtime orders and makes them.
+	BeforeCreate Stage = iota
+	// InContainer: the prestart/createRuntime hook makes the mounts itself, after the runtime
+	// made the spec's own mounts and before it applies the rootfs propagation.
+	InContainer
+)
+
+// Request is one container, as a front end sees it.
+type Request struct {
+	Handler   string // CRI runtime handler; "" is the runtime's default handler
+	Container Container
+	// Mounts are the container's mounts as the runtime will make them (kubelet's volumes,
+	// subPath bind targets among them).
+	Mounts []oci.Mount
+	Stage  Stage
+	// MountNamespace says the container has a mount namespace of its own and
+	// RootfsPropagation is its linux.rootfsPropagation; both matter only InContainer.
+	MountNamespace    bool
+	RootfsPropagation string
+}
+
+// Decision is what mountkeeper does to one container.
+type Decision struct {
+	Class string // the class name of the handler, configured or not
+	// Configured says the config has the class; without it the container gets no class
+	// mounts (its subPath mounts are still repaired).
+	Configured bool
+	// Mounts are the class mounts, checked against the container and the host, network
+	// filesystems bound from their host paths. InContainer they are in mount order.
+	Mounts  []specmod.Mount
+	Repairs []subpath.Repair
+}
+
+// Edits are the decision's changes to the container's spec.
+func (d Decision) Edits() specmod.Edits { return specmod.Edits{Mounts: d.Mounts} }
+
+// Network makes network filesystems available on the host for a container.
+type Network interface {
+	// HostPath returns the host path of s, mounting it (or waiting for it) within ctx, and
+	// counts user among its users.
+	HostPath(ctx context.Context, s netspec.Spec, user string) (string, error)
+	// Release drops user's claims; a decision that fails releases what it claimed.
+	Release(user string)
+}
+
+// SubPaths repairs stale kubelet subPath binds (subpath.Repairer).
+type SubPaths interface {
+	RepairSources(sources []string) ([]subpath.Repair, error)
+}
+
+// Engine decides. Its fields are the side effects a front end chooses.
+type Engine struct {
+	Config *configs.Config
+	// Host checks the host side of the class mounts (hostmount.Checker).
+	Host specmod.Host
+	// Network mounts network filesystems; nil refuses classes that have one.
+	Network Network
+	// SubPaths repairs stale subPath binds BeforeCreate; nil leaves them alone (a dry run).
+	SubPaths SubPaths
+}
+
+// Decide returns the decision for one container, or a refusal (*Error). A refused decision
+// holds no claim on a network mount.
+func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
+	class, rc, ok := e.Config.Class(r.Handler)
+	d := Decision{Class: class, Configured: ok}
+	if r.Stage == BeforeCreate && e.SubPaths != nil && e.Config.SubPathRepair {
+		repairs, err := e.repairSubPaths(r.Mounts)
+		d.Repairs = repairs
+		if err != nil {
+			return d, Refuse(r.Handler, r.Container, err)
+		}
+	}
+	if !ok {
+		return d, nil
+	}
+	mounts, err := e.classMounts(ctx, rc, r)
+	if err != nil {
+		if e.Network != nil {
+			e.Network.Release(r.Container.ID)
+		}
+		return d, Refuse(r.Handler, r.Container, err)
+	}
+	d.Mounts = mounts
+	return d, nil
+}
+
+// classMounts binds the class's network filesystems from their host paths and checks every
+// class mount against the container and the host.
+func (e *Engine) classMounts(ctx context.Context, rc configs.RuntimeClass, r Request) ([]specmod.Mount, error) {
+	if r.Stage == InContainer && !r.MountNamespace {
+		return nil, errNoMountNamespace
+	}
+	mounts := make([]specmod.Mount, len(rc.Mounts))
+	for i, m := range rc.Mounts {
+		mounts[i] = m.Bind
+		if m.Network == nil {
+			continue
+		}
+		if e.Network == nil {
+			return nil, fmt.Errorf("mount %s -> %s: network filesystems are not supported here", m.Network, m.Destination)
+		}
+		src, err := e.Network.HostPath(ctx, *m.Network, r.Container.ID)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s -> %s: %w", m.Network, m.Destination, err)
+		}
+		mounts[i].Source = src
+	}
+	edits := specmod.Edits{Mounts: mounts}
+	if err := edits.Verify(r.Mounts, e.Host); err != nil {
+		return nil, err
+	}
+	if r.Stage == InContainer {
+		return inContainerOrder(mounts, r)
+	}
+	return mounts, nil
+}
+
+// errNoMountNamespace refuses a hook for a container that shares the runtime's mount namespace.
+var errNoMountNamespace = errors.New(`the container has no mount namespace of its own (linux.namespaces lacks "mount"): mountkeeper would mount into the runtime's namespace, so it refuses`)

@@ -1,0 +1,57 @@
+package classmount
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+)
+
+// Container names a container in messages: namespace/pod/name as Kubernetes knows it, or
+// whatever part of that the runtime told.
+type Container struct {
+	Namespace, Pod, Name string
+	// ID is the runtime's container ID; it stands in for a name the runtime did not give
+	// (CRI-O fills names from kubelet's labels, which other CRI clients may not set).
+	ID string
+}
+
+func (c Container) String() string {
+	name := cmp.Or(c.Name, c.ID, "(unnamed)")
+	if c.Pod == "" {
+		return name
+	}
+	return c.Namespace + "/" + c.Pod + "/" + name
+}
+
+// Error is a refusal: the container must not be created (or started) as it is. Its message is
+// the one every front end shows.
+type Error struct {
+	Class     string // runtime class name (configs.ClassName of the handler)
+	Container Container
+	Err       error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("mountkeeper: runtime class %q, container %s: %s", e.Class, e.Container, oneLine(e.Err))
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Refuse wraps cause as the refusal of container c of runtime handler handler. A cause that is
+// already a refusal is returned as it is, so a message never carries the prefix twice.
+func Refuse(handler string, c Container, cause error) error {
+	var e *Error
+	if errors.As(cause, &e) {
+		return cause
+	}
+	return &Error{Class: configs.ClassName(handler), Container: c, Err: cause}
+}
+
+// oneLine joins a multi-error into one line: runtimes show the message in a pod event or inside
+// their own one-line error, where line breaks are lost or cut.
+func oneLine(err error) string {
+	return strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+}
