@@ -6,10 +6,11 @@ set -euo pipefail
 
 CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.2
+KUBERNETES_VERSION=v1.34.4
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
 
-apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd)
+apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server)
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,5 +37,45 @@ if ! stamp_ok runc "$RUNC_VERSION"; then
 	echo "install.sh: building runc $RUNC_VERSION into $BIN" >&2
 	CGO_ENABLED=1 GOBIN=$BIN go install -tags seccomp github.com/opencontainers/runc@$RUNC_VERSION >&2
 	echo "$RUNC_VERSION" >"$BIN/.runc"
+fi
+if ! stamp_ok kubernetes "$KUBERNETES_VERSION"; then
+	# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces the k8s.io/* staging
+	# modules with ./staging/src/... directories. A wrapper module (generated here, in the
+	# cache, never in the repository) requires it and replaces each of those modules with its
+	# published release instead (v1.X.Y -> v0.X.Y).
+	echo "install.sh: building kubelet and kube-apiserver $KUBERNETES_VERSION into $BIN (about 10 minutes cold)" >&2
+	mod=$CACHE/kubernetes-build
+	rm -rf "$mod"
+	mkdir -p "$mod"
+	gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+	[ -f "$gomod" ] || { echo "install.sh: no go.mod for k8s.io/kubernetes@$KUBERNETES_VERSION" >&2; exit 1; }
+	staging_version=v0.${KUBERNETES_VERSION#v1.}
+	{
+		echo "module mountkeeper.test/kubernetes-build"
+		echo
+		echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
+		echo
+		echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+		echo
+		# The `k8s.io/X => ./staging/src/k8s.io/X` lines, in a replace block or standalone.
+		awk -v v="$staging_version" '{ i = ($1 == "replace") ? 2 : 1 }
+			$i ~ /^k8s\.io\// && $(i+1) == "=>" && $(i+2) ~ /^\.\/staging\// { print "replace " $i " => " $i " " v }' "$gomod"
+	} >"$mod/go.mod"
+	n=$(grep -c '^replace ' "$mod/go.mod" || true)
+	[ "$n" -gt 0 ] || { echo "install.sh: found no staging modules in $gomod" >&2; exit 1; }
+	cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
+GO
+	(cd "$mod" && go mod tidy >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/kubelet" k8s.io/kubernetes/cmd/kubelet >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2)
+	echo "$KUBERNETES_VERSION" >"$BIN/.kubernetes"
 fi
 echo "$BIN"
