@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -695,47 +694,6 @@ func (m *Manager) unmount(e *entry) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// MountStatus describes one mount the Manager knows.
-type MountStatus struct {
-	Key      string
-	Spec     string // netspec.Spec.String(): secrets redacted
-	HostPath string
-	Users    []string // sorted
-	Mounted  bool
-	State    string // idle, mounting, checking, mounted, unmounting
-	Attempt  int    // mount attempts since the last start of mounting
-	// LastError is the last mount or unmount error, redacted; "" after a success.
-	LastError string
-}
-
-// Mounts returns the state of every mount the Manager knows, sorted by key.
-func (m *Manager) Mounts() []MountStatus {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]MountStatus, 0, len(m.entries))
-	for _, e := range m.entries {
-		st := MountStatus{
-			Key:      e.key,
-			Spec:     e.spec.String(),
-			HostPath: e.hostPath,
-			Users:    make([]string, 0, len(e.users)),
-			Mounted:  e.phase == mounted,
-			State:    e.phase.String(),
-			Attempt:  e.attempt,
-		}
-		for u := range e.users {
-			st.Users = append(st.Users, u)
-		}
-		sort.Strings(st.Users)
-		if e.lastErr != nil {
-			st.LastError = e.lastErr.Error()
-		}
-		out = append(out, st)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out
 }
 
 // Close stops all background work (a mount attempt under way is killed) and waits for it. It
