@@ -19,11 +19,11 @@ type RunOptions struct {
 	Name       string // plugin name; "" means "mountkeeper" (or the runtime's, when it launched us)
 	Index      string // two-digit plugin index, orders plugins; "" means "10"
 	Log        *logrus.Logger
-	MinBackoff time.Duration // first wait before reconnecting; 0 means 250ms
-	MaxBackoff time.Duration // longest wait; 0 means 5s
-	// Dial connects to the socket; nil means a plain unix socket. Tests use it to cut the
-	// connection as a runtime restart does.
-	Dial func(socket string) (net.Conn, error)
+
+	// Set by tests only: the backoff bounds (0 means 250ms and 5s) and a dialer that lets a
+	// test cut the connection as a runtime restart does (nil means a plain unix socket).
+	minBackoff, maxBackoff time.Duration
+	dial                   func(socket string) (net.Conn, error)
 }
 
 // Run serves p until ctx ends. When the runtime goes away (a containerd restart) an external
@@ -38,11 +38,11 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 		if o.SocketPath != "" {
 			opts = append(opts, stub.WithSocketPath(o.SocketPath))
 		}
-		if o.Dial != nil {
-			opts = append(opts, stub.WithDialer(o.Dial))
+		if o.dial != nil {
+			opts = append(opts, stub.WithDialer(o.dial))
 		}
 	}
-	backoff := newBackoff(o.MinBackoff, o.MaxBackoff)
+	backoff := newBackoff(o.minBackoff, o.maxBackoff)
 	for {
 		s, err := stub.New(p, opts...)
 		if err != nil {

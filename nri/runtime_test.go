@@ -115,8 +115,8 @@ func runPlugin(t testing.TB, p *Plugin, socket string) *conns {
 	done := make(chan error, 1)
 	cs := &conns{}
 	go func() {
-		done <- Run(ctx, p, RunOptions{SocketPath: socket, Log: p.log, Dial: cs.dial,
-			MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+		done <- Run(ctx, p, RunOptions{SocketPath: socket, Log: p.log, dial: cs.dial,
+			minBackoff: 20 * time.Millisecond, maxBackoff: 100 * time.Millisecond})
 	}()
 	t.Cleanup(func() {
 		cancel()
