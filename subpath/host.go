@@ -70,12 +70,6 @@ type Node struct {
 	fd   int
 }
 
-// NewNode wraps an open file descriptor; n.Close closes it.
-func NewNode(fd int, name string, info Info) *Node { return &Node{Info: info, Name: name, fd: fd} }
-
-// FD is the node's file descriptor.
-func (n *Node) FD() int { return n.fd }
-
 // Close closes the descriptor; a nil Node or a second Close does nothing.
 func (n *Node) Close() {
 	if n != nil && n.fd >= 0 {
