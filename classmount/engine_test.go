@@ -1,0 +1,306 @@
+package classmount_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/mountkeeper/mountkeeper/classmount"
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
+	"github.com/mountkeeper/mountkeeper/subpath"
+)
+
+// fakeNetwork hands out /net/<source> as the host path of a network filesystem, or fails the
+// sources in fail, and records who claimed what and who was released.
+type fakeNetwork struct {
+	fail     map[string]string
+	claims   []string // "user source"
+	released []string
+}
+
+func (n *fakeNetwork) HostPath(_ context.Context, s netspec.Spec, user string) (string, error) {
+	n.claims = append(n.claims, user+" "+s.Source)
+	if why, ok := n.fail[s.Source]; ok {
+		return "", errors.New(why)
+	}
+	return "/net/" + strings.ReplaceAll(s.Source, ":", ""), nil
+}
+
+func (n *fakeNetwork) Release(user string) { n.released = append(n.released, user) }
+
+// fakeSubPaths repairs every source it is given, or fails with err.
+type fakeSubPaths struct {
+	err     error
+	sources []string
+}
+
+func (f *fakeSubPaths) RepairSources(sources []string) ([]subpath.Repair, error) {
+	f.sources = append(f.sources, sources...)
+	if f.err != nil {
+		return nil, f.err
+	}
+	var rs []subpath.Repair
+	for _, s := range sources {
+		rs = append(rs, subpath.Repair{Target: subpath.Target{Path: s}})
+	}
+	return rs, nil
+}
+
+const testConfig = `
+runtimeClasses:
+  plain:
+    mounts:
+      - {source: /srv/bc, destination: /b/c, propagation: rslave}
+      - {source: /srv/a, destination: /a}
+      - {source: /srv/b, destination: /b, readOnly: true}
+  net:
+    mounts:
+      - {type: nfs, source: "filer:/export", destination: /data, propagation: HostToContainer}
+      - {source: /srv/a, destination: /a}
+`
+
+const (
+	subPathTarget = "/var/lib/kubelet/pods/uid-1/volume-subpaths/cfg/app/0"
+	prefix        = `mountkeeper: runtime class "plain", container ns/pod/app: `
+	netPrefix     = `mountkeeper: runtime class "net", container ns/pod/app: `
+)
+
+var (
+	ctr = classmount.Container{Namespace: "ns", Pod: "pod", Name: "app", ID: "ctr-1"}
+	// kubelet's mounts of a container with a subPath: only the first is a subPath bind target.
+	kubeletMounts = []oci.Mount{
+		{Source: subPathTarget, Destination: "/etc/app.conf"},
+		{Source: "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~configmap/cfg", Destination: "/cfg"},
+		{Source: "/var/lib/kubelet/pods/uid-1/volume-subpaths/cfg/app/x", Destination: "/x"},
+		{Source: "/var/lib/kubelet/pods/uid-1/etc-hosts", Destination: "/etc/hosts"},
+	}
+)
+
+func TestDecide(t *testing.T) {
+	cfg, err := configs.Parse([]byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		req       classmount.Request // Container defaults to ctr
+		hostFail  map[string]string
+		netFail   map[string]string
+		noNetwork bool
+		subPaths  bool
+		subErr    error
+
+		wantConfigured bool
+		wantMounts     []string // specmod.Mount.String()
+		wantErr        string   // the whole message
+		wantErrHas     string   // or a part of it, after the prefix
+		wantAsked      []string // sources the host was asked about
+		wantRepaired   []string
+	}{{
+		name: "unknown class: no mounts, no error",
+		req:  classmount.Request{Handler: "kata"},
+	}, {
+		name:           "configured class: mounts in config order",
+		req:            classmount.Request{Handler: "plain", Mounts: kubeletMounts},
+		wantConfigured: true,
+		wantMounts:     []string{"/srv/bc -> /b/c (rslave)", "/srv/a -> /a (rprivate)", "/srv/b -> /b (rprivate, ro)"},
+		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
+	}, {
+		name:           "network class: the host path stands in for the source",
+		req:            classmount.Request{Handler: "net"},
+		wantConfigured: true,
+		wantMounts:     []string{"/net/filer/export -> /data (rslave)", "/srv/a -> /a (rprivate)"},
+		wantAsked:      []string{"/net/filer/export", "/srv/a"},
+	}, {
+		name:           "host check fails: one line, network claim released",
+		req:            classmount.Request{Handler: "net"},
+		hostFail:       map[string]string{"/srv/a": "source /srv/a does not exist on the host"},
+		wantConfigured: true,
+		wantErr:        netPrefix + "mount /srv/a -> /a (rprivate): source /srv/a does not exist on the host",
+		wantAsked:      []string{"/net/filer/export", "/srv/a"},
+	}, {
+		name:           "every host failure, joined on one line",
+		req:            classmount.Request{Handler: "plain"},
+		hostFail:       map[string]string{"/srv/a": "missing", "/srv/bc": "private"},
+		wantConfigured: true,
+		wantErr:        prefix + "mount /srv/bc -> /b/c (rslave): private; mount /srv/a -> /a (rprivate): missing",
+		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
+	}, {
+		name:           "network mount fails",
+		req:            classmount.Request{Handler: "net"},
+		netFail:        map[string]string{"filer:/export": "not ready: last error: connection refused"},
+		wantConfigured: true,
+		wantErr:        netPrefix + "mount nfs filer:/export -> /data: not ready: last error: connection refused",
+	}, {
+		name:           "network class without a Network",
+		req:            classmount.Request{Handler: "net"},
+		noNetwork:      true,
+		wantConfigured: true,
+		wantErr:        netPrefix + "mount nfs filer:/export -> /data: network filesystems are not supported here",
+	}, {
+		name:           "in container without a mount namespace",
+		req:            classmount.Request{Handler: "plain", Stage: classmount.InContainer},
+		wantConfigured: true,
+		wantErrHas:     "the container has no mount namespace of its own",
+	}, {
+		name: "in container: a spec mount below a class mount would be hidden",
+		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+			Mounts: []oci.Mount{{Source: "/vol", Destination: "/a/sub"}}},
+		wantConfigured: true,
+		wantErrHas:     "mount /srv/a -> /a (rprivate): the container already has a mount below it, at /a/sub",
+		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
+	}, {
+		name: "in container: runbindable rootfs cuts rslave",
+		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+			RootfsPropagation: "runbindable"},
+		wantConfigured: true,
+		wantErrHas:     `mount /srv/bc -> /b/c (rslave): linux.rootfsPropagation is "runbindable"`,
+		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
+	}, {
+		name: "in container: parents first",
+		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+			RootfsPropagation: "rslave"},
+		wantConfigured: true,
+		wantMounts:     []string{"/srv/a -> /a (rprivate)", "/srv/b -> /b (rprivate, ro)", "/srv/bc -> /b/c (rslave)"},
+		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
+	}, {
+		name:         "before create: only kubelet subPath targets are repaired, whatever the class",
+		req:          classmount.Request{Handler: "kata", Mounts: kubeletMounts},
+		subPaths:     true,
+		wantRepaired: []string{subPathTarget},
+	}, {
+		name:     "a repair error refuses even an unknown class",
+		req:      classmount.Request{Handler: "kata", Mounts: kubeletMounts},
+		subPaths: true, subErr: errors.New("repair subPath mount: permission denied"),
+		wantErr: `mountkeeper: runtime class "kata", container ns/pod/app: repair subPath mount: permission denied`,
+	}, {
+		name:     "in container: no repair",
+		req:      classmount.Request{Handler: "kata", Mounts: kubeletMounts, Stage: classmount.InContainer},
+		subPaths: true,
+	}, {
+		name: "no SubPaths: no repair",
+		req:  classmount.Request{Handler: "kata", Mounts: kubeletMounts},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := &specmodtest.Host{Fail: tc.hostFail}
+			net := &fakeNetwork{fail: tc.netFail}
+			sub := &fakeSubPaths{err: tc.subErr}
+			e := &classmount.Engine{Config: cfg, Host: host}
+			if !tc.noNetwork {
+				e.Network = net
+			}
+			if tc.subPaths {
+				e.SubPaths = sub
+			}
+			req := tc.req
+			if req.Container == (classmount.Container{}) {
+				req.Container = ctr
+			}
+
+			d, err := e.Decide(context.Background(), req)
+
+			if d.Class != configs.ClassName(req.Handler) || d.Configured != tc.wantConfigured {
+				t.Errorf("class %q configured %v, want %q %v", d.Class, d.Configured, configs.ClassName(req.Handler), tc.wantConfigured)
+			}
+			switch {
+			case tc.wantErr == "" && tc.wantErrHas == "":
+				if err != nil {
+					t.Fatalf("Decide: %v", err)
+				}
+			case err == nil:
+				t.Fatalf("Decide succeeded with %v, want an error", d.Mounts)
+			default:
+				var refusal *classmount.Error
+				if !errors.As(err, &refusal) {
+					t.Errorf("error %T is not a *classmount.Error", err)
+				}
+				msg := err.Error()
+				if strings.Contains(msg, "\n") {
+					t.Errorf("message spans lines: %q", msg)
+				}
+				if tc.wantErr != "" && msg != tc.wantErr {
+					t.Errorf("error\n got %s\nwant %s", msg, tc.wantErr)
+				}
+				if tc.wantErrHas != "" && (!strings.HasPrefix(msg, prefix) || !strings.Contains(msg, tc.wantErrHas)) {
+					t.Errorf("error %q lacks %q", msg, prefix+"..."+tc.wantErrHas)
+				}
+				if d.Mounts != nil {
+					t.Errorf("a refusal carries mounts: %v", d.Mounts)
+				}
+			}
+			var got []string
+			for _, m := range d.Mounts {
+				got = append(got, m.String())
+			}
+			if !slices.Equal(got, tc.wantMounts) {
+				t.Errorf("mounts\n got %q\nwant %q", got, tc.wantMounts)
+			}
+			if asked := host.Asked(); !slices.Equal(asked, tc.wantAsked) {
+				t.Errorf("host asked about %q, want %q", asked, tc.wantAsked)
+			}
+			// A refusal holds no claim on a network mount; a decision keeps its claims.
+			switch {
+			case err == nil && len(net.released) > 0:
+				t.Errorf("a decision released its claims: %q", net.released)
+			case err != nil && len(net.claims) > 0 && !slices.Equal(net.released, []string{req.Container.ID}):
+				t.Errorf("a refusal after claims %q released %q, want %s", net.claims, net.released, req.Container.ID)
+			}
+			for _, c := range net.claims {
+				if !strings.HasPrefix(c, req.Container.ID+" ") {
+					t.Errorf("network claim %q is not the container's", c)
+				}
+			}
+			var repaired []string
+			for _, r := range d.Repairs {
+				repaired = append(repaired, r.Target.Path)
+			}
+			if !slices.Equal(repaired, tc.wantRepaired) {
+				t.Errorf("repairs %q, want %q", repaired, tc.wantRepaired)
+			}
+			if tc.subErr == nil && !slices.Equal(sub.sources, tc.wantRepaired) {
+				t.Errorf("asked to repair %q, want %q", sub.sources, tc.wantRepaired)
+			}
+		})
+	}
+}
+
+func TestRefuseKeepsARefusal(t *testing.T) {
+	first := classmount.Refuse("plain", ctr, errors.New("source missing"))
+	if got := classmount.Refuse("other", classmount.Container{Name: "x"}, first); got != first {
+		t.Errorf("Refuse(refusal) = %v, want it unchanged: %v", got, first)
+	}
+	wrapped := fmt.Errorf("render: %w", first)
+	if got := classmount.Refuse("other", ctr, wrapped); got != wrapped {
+		t.Errorf("Refuse(wrapped refusal) = %v, want it unchanged", got)
+	}
+	if got, want := first.Error(), prefix+"source missing"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got := classmount.Refuse("", ctr, errors.New("x")).Error(); !strings.HasPrefix(got, `mountkeeper: runtime class "default", `) {
+		t.Errorf("the default handler's refusal = %q", got)
+	}
+}
+
+func TestContainerString(t *testing.T) {
+	for _, tc := range []struct {
+		c    classmount.Container
+		want string
+	}{
+		{classmount.Container{Namespace: "ns", Pod: "pod", Name: "app", ID: "abc"}, "ns/pod/app"},
+		{classmount.Container{Name: "app", ID: "abc"}, "app"},
+		{classmount.Container{Namespace: "ns", Pod: "pod", ID: "abc"}, "ns/pod/abc"},
+		{classmount.Container{ID: "abc"}, "abc"},
+		{classmount.Container{}, "(unnamed)"},
+	} {
+		if got := tc.c.String(); got != tc.want {
+			t.Errorf("%#v.String() = %q, want %q", tc.c, got, tc.want)
+		}
+	}
+}
