@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,7 @@ const (
 	// and kubelet tearing down their containers and volumes.
 	kubePodCleanupTimeout = 60 * time.Second
 	kubeStopTimeout       = 10 * time.Second
+	controlPlaneGrace     = 3 * time.Second
 )
 
 // kernelTunables are the sysctls kubelet sets at start-up to the values given here, unless
@@ -129,11 +131,15 @@ func StartKubeNode(ctx context.Context, c *Containerd, opts KubeOptions) (*KubeN
 	if why := KubeMissing(opts); why != "" {
 		return nil, errors.New(why)
 	}
+	sweepStaleKube()
 	dir, err := os.MkdirTemp(instanceParent, kubeDirPrefix)
 	if err != nil {
 		return nil, err
 	}
 	k := &KubeNode{opts: opts, ctrd: c, dir: dir, pki: kubePKI{dir: filepath.Join(dir, "pki")}}
+	if err := writeOwner(layout{dir: dir}); err != nil {
+		return k, errors.Join(err, k.Close())
+	}
 	if err := k.start(ctx); err != nil {
 		return k, errors.Join(err, k.Close())
 	}
@@ -351,7 +357,7 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 		"/bin/sh", script, filepath.Join(k.opts.BinDir, kubeletBin),
 		"--config", config, "--kubeconfig", kubeconfig,
 		"--root-dir", k.RootDir(), "--cert-dir", filepath.Join(k.dir, "kubelet-pki"),
-		"--hostname-override", k.opts.NodeName, "--node-ip", "127.0.0.1", "--v", "2")
+		"--hostname-override", k.opts.NodeName, "--v", "2")
 	if err != nil {
 		return err
 	}
@@ -365,6 +371,22 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 		return fmt.Errorf("node %s did not register: %w\n%s", k.opts.NodeName, err, tail(k.LogPath("kubelet"), 40))
 	}
 	return nil
+}
+
+// kubeDirName is what StartKubeNode's os.MkdirTemp makes.
+var kubeDirName = regexp.MustCompile(`^` + kubeDirPrefix + `[0-9]+$`)
+
+// sweepStaleKube removes the directories of nodes whose test process died without Close
+// (their processes died with it: they run with a parent-death signal). Best-effort.
+func sweepStaleKube() {
+	dirs, _ := filepath.Glob(filepath.Join(instanceParent, kubeDirPrefix+"*"))
+	for _, dir := range dirs {
+		if kubeDirName.MatchString(filepath.Base(dir)) && !ownerAlive(layout{dir: dir}) {
+			if unmountAll(dir) == nil {
+				_ = os.RemoveAll(dir)
+			}
+		}
+	}
 }
 
 // kubeletNamespace prepares kubelet's mount namespace and returns the script that sets it
@@ -422,9 +444,11 @@ func (k *KubeNode) Close() error {
 		errs = append(errs, k.deleteAllPods(ctx))
 		cancel()
 	}
-	for _, p := range []*kubeProc{k.kubelet, k.apiserver, k.etcd} {
-		errs = append(errs, p.stop(kubeStopTimeout))
-	}
+	// kubelet must stop on SIGTERM. The control plane holds nothing worth a clean shutdown
+	// (kube-apiserver often takes longer than 10s to drain): it gets a short grace period.
+	errs = append(errs, k.kubelet.stop(kubeStopTimeout))
+	k.apiserver.kill(controlPlaneGrace)
+	k.etcd.kill(controlPlaneGrace)
 	k.log.detach()
 	errs = append(errs, unmountAll(k.dir), restoreSysctls(k.sysctls))
 	if mounts, err := mountsUnder(k.dir); err != nil || len(mounts) > 0 {
@@ -582,6 +606,20 @@ func (p *kubeProc) stop(timeout time.Duration) error {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 	return fmt.Errorf("%s %d ignored SIGTERM for %v and was killed", p.name, p.cmd.Process.Pid, timeout)
+}
+
+// kill sends SIGTERM, then SIGKILL after grace, and waits until the process is gone.
+func (p *kubeProc) kill(grace time.Duration) {
+	if p == nil || p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // prefixSink writes a process's output to its log file and, line-prefixed, to the node's
