@@ -49,6 +49,9 @@ type Decision struct {
 	// filesystems bound from their host paths. InContainer they are in mount order.
 	Mounts  []specmod.Mount
 	Repairs []subpath.Repair
+	// Copies replace the container's subPath mounts of atomic-writer volumes: each
+	// Copy.Target.Path source is to be bound from Copy.Path instead.
+	Copies []subpath.Copy
 }
 
 // Edits are the decision's changes to the container's spec.
@@ -68,6 +71,14 @@ type SubPaths interface {
 	RepairSources(sources []string) ([]subpath.Repair, error)
 }
 
+// SubPathCopies makes a container's private copies of its atomic-writer subPaths
+// (subpath.Copies), returning the subPath sources it did not copy.
+type SubPathCopies interface {
+	CopySources(id string, sources []string) ([]subpath.Copy, []string, error)
+	// Remove removes container id's copies.
+	Remove(id string) error
+}
+
 // Engine decides. Its fields are the side effects a front end chooses.
 type Engine struct {
 	Config *configs.Config
@@ -77,16 +88,37 @@ type Engine struct {
 	Network Network
 	// SubPaths repairs stale subPath binds BeforeCreate; nil leaves them alone (a dry run).
 	SubPaths SubPaths
+	// SubPathCopies, where the front end can replace a mount's source (NRI), gives atomic-writer
+	// subPaths a private copy instead of a repair; nil repairs them all in place.
+	SubPathCopies SubPathCopies
 }
 
 // Decide returns the decision for one container, or a refusal (*Error). A refused decision
-// holds no claim on a network mount.
+// leaves nothing behind: no claim on a network mount, no subPath copy.
 func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
+	d, err := e.decide(ctx, r)
+	if err != nil {
+		e.release(r.Container.ID)
+	}
+	return d, err
+}
+
+// release drops what a refused decision claimed for container id.
+func (e *Engine) release(id string) {
+	if e.Network != nil {
+		e.Network.Release(id)
+	}
+	if e.SubPathCopies != nil {
+		_ = e.SubPathCopies.Remove(id) // what cannot be removed now, the next Synchronize sweeps
+	}
+}
+
+func (e *Engine) decide(ctx context.Context, r Request) (Decision, error) {
 	class, rc, ok := e.Config.Class(r.Handler)
 	d := Decision{Class: class, Configured: ok}
 	if r.Stage == BeforeCreate && e.SubPaths != nil && e.Config.SubPathRepair {
-		repairs, err := e.repairSubPaths(r.Mounts)
-		d.Repairs = repairs
+		var err error
+		d.Copies, d.Repairs, err = e.fixSubPaths(r.Container.ID, r.Mounts)
 		if err != nil {
 			return d, Refuse(r.Handler, r.Container, err)
 		}
@@ -96,9 +128,6 @@ func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
 	}
 	mounts, err := e.classMounts(ctx, rc, r)
 	if err != nil {
-		if e.Network != nil {
-			e.Network.Release(r.Container.ID)
-		}
 		return d, Refuse(r.Handler, r.Container, err)
 	}
 	d.Mounts = mounts

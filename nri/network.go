@@ -76,9 +76,16 @@ func (n mounterNetwork) HostPath(ctx context.Context, s netspec.Spec, user strin
 
 func (n mounterNetwork) Release(user string) { n.m.Release(user) }
 
+// release drops what the plugin holds for a container: its network mount claims and its
+// subPath copies.
 func (p *Plugin) release(ctrID string) {
 	if net := p.mounter(); net != nil {
 		net.Release(ctrID)
+	}
+	if c := p.subPathCopies(); c != nil {
+		if err := c.Remove(ctrID); err != nil {
+			p.log.WithField("container", ctrID).Warnf("remove the subPath copies: %v", err)
+		}
 	}
 }
 
@@ -117,6 +124,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // adoption check or a remount: it must never lose them to a grace period. Mounts nobody uses
 // any more then begin their grace period.
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	p.sweepCopies(ctrs)
 	net := p.mounter()
 	if net == nil {
 		return nil, nil
@@ -141,4 +149,23 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	net.ReleaseUnused()
 	return nil, nil
+}
+
+// sweepCopies removes the subPath copies of containers removed while the plugin was away.
+func (p *Plugin) sweepCopies(ctrs []*api.Container) {
+	c := p.subPathCopies()
+	if c == nil {
+		return
+	}
+	keep := make(map[string]bool, len(ctrs))
+	for _, ctr := range ctrs {
+		keep[ctr.GetId()] = true
+	}
+	removed, err := c.Sweep(keep)
+	if err != nil {
+		p.log.Warnf("remove the subPath copies of removed containers: %v", err)
+	}
+	if len(removed) > 0 {
+		p.log.Infof("removed the subPath copies of %d containers that no longer exist", len(removed))
+	}
 }

@@ -8,6 +8,8 @@ package nri
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +38,8 @@ type Plugin struct {
 
 	newMounter func(*configs.Config) (Mounter, error)
 	net        Mounter // nil until a config has network mounts
+
+	copies *subpath.Copies // private copies of atomic-writer subPaths; nil with subPathRepair off
 }
 
 // NewHostChecker is the host side the plugin checks through: the live host, with the checks
@@ -71,6 +75,7 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 	if err := p.startMounter(); err != nil {
 		return 0, err
 	}
+	p.startCopies()
 	return api.MustParseEventMask("RunPodSandbox,CreateContainer,RemoveContainer"), nil
 }
 
@@ -78,6 +83,23 @@ func (p *Plugin) config() *configs.Config {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.cfg
+}
+
+// startCopies sets up the private copies of subPaths below <stateDir>/subpath, made on demand.
+func (p *Plugin) startCopies() {
+	cfg := p.config()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.copies = nil
+	if cfg.SubPathRepair {
+		p.copies = subpath.NewRepairer(cfg.KubeletRoot).Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
+	}
+}
+
+func (p *Plugin) subPathCopies() *subpath.Copies {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.copies
 }
 
 func (p *Plugin) setConfig(cfg *configs.Config) {
@@ -103,6 +125,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		},
 		Mounts: ociMounts(ctr.GetMounts()),
 	}
+	userns := hasUserNamespace(ctr)
 	log := p.log.WithFields(logrus.Fields{"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": req.Container.String(), "handler": req.Handler})
 	cfg := p.config()
 	type result struct {
@@ -125,7 +148,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			log.Error(r.err)
 			return nil, nil, r.err
 		}
-		return adjustment(log, r.d), nil, nil
+		return adjustment(log, r.d, ctr.GetMounts(), userns), nil, nil
 	case <-timer.C:
 		// The container will not be created; whatever the late decision claimed is released.
 		go func() { <-done; p.release(ctr.GetId()) }()
@@ -141,16 +164,31 @@ func (p *Plugin) engine(cfg *configs.Config) *classmount.Engine {
 	if m := p.mounter(); m != nil {
 		e.Network = mounterNetwork{m}
 	}
+	if c := p.subPathCopies(); c != nil {
+		e.SubPathCopies = c
+	}
 	return e
 }
 
-// adjustment translates a decision into the runtime's terms.
-func adjustment(log *logrus.Entry, d classmount.Decision) *api.ContainerAdjustment {
-	if !d.Configured {
+// adjustment translates a decision into the runtime's terms: each subPath mount with a private
+// copy is replaced by the same mount from the copy, then the class mounts are added.
+func adjustment(log *logrus.Entry, d classmount.Decision, mounts []*api.Mount, userns bool) *api.ContainerAdjustment {
+	if !d.Configured && len(d.Copies) == 0 {
 		log.Debugf("no runtime class %q in the config: container left unchanged", d.Class)
 		return nil
 	}
 	adjust := &api.ContainerAdjustment{}
+	for _, c := range d.Copies {
+		for _, m := range mounts {
+			if m.Source == c.Target.Path {
+				adjust.RemoveMount(m.Destination)
+				adjust.AddMount(fromCopy(m, c.Path, userns))
+			}
+		}
+	}
+	if !d.Configured {
+		return adjust
+	}
 	added := make([]string, len(d.Mounts))
 	for i, m := range d.Mounts {
 		adjust.AddMount(nriMount(m))
@@ -158,6 +196,26 @@ func adjustment(log *logrus.Entry, d classmount.Decision) *api.ContainerAdjustme
 	}
 	log.WithField("class", d.Class).Infof("adding %d class mounts: %s", len(added), strings.Join(added, ", "))
 	return adjust
+}
+
+// fromCopy is mount m bound from a private copy instead. In a container with a user namespace
+// kubelet's volume mounts are idmapped (NRI does not show the mappings), so the copy is too:
+// runc maps an "idmap" mount with the container's own mappings.
+func fromCopy(m *api.Mount, copyPath string, userns bool) *api.Mount {
+	opts := append([]string(nil), m.Options...)
+	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
+		opts = append(opts, "idmap")
+	}
+	return &api.Mount{Destination: m.Destination, Type: m.Type, Source: copyPath, Options: opts}
+}
+
+func hasUserNamespace(ctr *api.Container) bool {
+	for _, ns := range ctr.GetLinux().GetNamespaces() {
+		if ns.GetType() == "user" {
+			return true
+		}
+	}
+	return false
 }
 
 func ociMounts(ms []*api.Mount) []oci.Mount {

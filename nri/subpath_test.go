@@ -11,14 +11,14 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 	"github.com/mountkeeper/mountkeeper/test/harness"
-
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
-// TestSubPathRepairOverNRI runs the stale-configMap scenario through NRI's runtime side: the
-// plugin re-binds the stale subPath target before it answers, or refuses the container naming
-// the key that is gone.
-func TestSubPathRepairOverNRI(t *testing.T) {
+// TestSubPathCopyOverNRI runs the configMap update race through NRI's runtime side: a subPath
+// of a configMap key is replaced by a private copy of the key's content at CreateContainer, so
+// an update that lands after CreateContainer (kubernetes #127602) cannot make it stale; a key
+// that is gone refuses the container naming it; RemoveContainer removes the copies.
+func TestSubPathCopyOverNRI(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
@@ -37,35 +37,91 @@ func TestSubPathRepairOverNRI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "v2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(old); err != nil {
-		t.Fatal(err)
+	update := func(files map[string]string) {
+		t.Helper()
+		old, err := harness.WriteAtomic(vol, files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(old); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	socket := filepath.Join(dir, "nri.sock")
 	rt := startRuntime(t, socket)
 	defer rt.Stop()
-	cfg := mustConfig(t, "kubeletRoot: "+kubelet.Root+"\n")
+	state := filepath.Join(dir, "state")
+	cfg := mustConfig(t, "kubeletRoot: "+kubelet.Root+"\nstateDir: "+state+"\n")
 	runPlugin(t, NewPlugin(cfg, true, &specmodtest.Host{}, quietLogger()), socket)
 	rt.waitSynced(t)
 
-	create := func(source string) error {
+	// create returns the source the container's /etc/app.conf is bound from.
+	create := func(id, source string) (string, error) {
 		req := createRequest("")
+		req.Container.Id = id
 		req.Container.Mounts = []*api.Mount{{Source: source, Destination: "/etc/app.conf", Type: "bind", Options: []string{"rbind", "ro"}}}
-		_, err := rt.CreateContainer(context.Background(), req)
-		return err
+		resp, err := rt.CreateContainer(context.Background(), req)
+		if err != nil {
+			return "", err
+		}
+		// The runtime side merges the plugin's RemoveMount + AddMount into the new mount.
+		for _, m := range resp.GetAdjust().GetMounts() {
+			if m.Destination == "/etc/app.conf" {
+				if !strings.Contains(strings.Join(m.Options, ","), "ro") {
+					t.Errorf("the copy's mount lost the options of kubelet's: %v", m.Options)
+				}
+				return m.Source, nil
+			}
+		}
+		return source, nil
 	}
-	if err := create(app); err != nil {
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		return string(b)
+	}
+
+	src1, err := create("ctr-1", app)
+	if err != nil {
+		t.Fatalf("fresh configMap key: %v", err)
+	}
+	if src1 == app || !strings.HasPrefix(src1, filepath.Join(state, "subpath", "ctr-1")) {
+		t.Fatalf("the subPath mount is bound from %s, want a private copy below %s", src1, filepath.Join(state, "subpath"))
+	}
+	update(map[string]string{"app.conf": "v2"}) // lands after CreateContainer, before the mount
+	if got := read(src1); got != "v1" {
+		t.Errorf("the copy reads %q after the update, want the v1 it was created with", got)
+	}
+
+	src2, err := create("ctr-2", app) // kubelet's bind is stale now: the copy reads ..data
+	if err != nil {
 		t.Fatalf("stale configMap key: %v", err)
 	}
-	if got, err := os.ReadFile(app); err != nil || string(got) != "v2" {
-		t.Errorf("repaired target reads %q, %v; want v2", got, err)
+	if got := read(src2); got != "v2" {
+		t.Errorf("a container created after the update reads %q, want v2", got)
 	}
-	err = create(gone)
+
+	_, err = create("ctr-3", gone)
 	if err == nil || !strings.Contains(err.Error(), "gone.conf") || !strings.Contains(err.Error(), "cfg") {
 		t.Errorf("removed key: got %v, want an error naming gone.conf in volume cfg", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "subpath", "ctr-3")); !os.IsNotExist(err) {
+		t.Errorf("a refused container's copies are left behind: %v", err)
+	}
+
+	req := createRequest("")
+	req.Container.Id = "ctr-1"
+	if err := rt.RemoveContainer(context.Background(), &api.RemoveContainerRequest{Pod: req.Pod, Container: req.Container}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "subpath", "ctr-1")); !os.IsNotExist(err) {
+		t.Errorf("RemoveContainer left the copies: %v", err)
+	}
+	if got := read(src2); got != "v2" {
+		t.Errorf("removing ctr-1 touched ctr-2's copy: %q", got)
 	}
 }

@@ -37,6 +37,10 @@ type Host interface {
 	Attach(tree, target *Node, beneath bool) (Mount, error)
 	// MakePrivate makes the attached mount tree private: it leaves its peer group and master.
 	MakePrivate(tree *Node) error
+	// CopyTree copies the file or directory src is to the new path dst, at most limit bytes
+	// of content (ErrTooLarge past it), keeping mode, owner and SELinux label, following no
+	// symlink.
+	CopyTree(src *Node, dst string, limit int64) (int64, error)
 }
 
 // ErrNoBeneath says a mount cannot be attached beneath another here: the kernel is older than

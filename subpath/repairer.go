@@ -37,9 +37,6 @@ func NewRepairerWith(kubeletRoot string, host Host) *Repairer {
 	return &Repairer{root: filepath.Clean(kubeletRoot), host: host}
 }
 
-// KubeletRoot is the kubelet root dir the Repairer works below.
-func (r *Repairer) KubeletRoot() string { return r.root }
-
 // Stale reports, in O(1), whether the target is stale: one statx of the target, whose
 // st_nlink == 0 on a mount root means the bind holds a deleted inode. It does not read
 // mountinfo, so its cost does not grow with the number of mounts on the node. A target that is
@@ -65,6 +62,112 @@ const (
 	inVolume     = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
 )
 
+// located is what a subPath bind target holds and what its subPath names in the volume now,
+// each opened safely (O_PATH descriptors). Close releases them.
+type located struct {
+	subpaths, target, volDir, obj *Node
+	targetMount                   Mount
+	volPath, kind, oldSource      string
+	res                           resolution
+	atomic                        bool
+	what                          string // the subPath as messages name it
+}
+
+func (l *located) Close() {
+	for _, n := range []*Node{l.obj, l.volDir, l.target, l.subpaths} {
+		n.Close()
+	}
+}
+
+// locate opens target t and finds what its subPath names in the volume now, with every check
+// of Repair's steps 1 to 5 (see Repair). stale says the target must hold a deleted file or
+// directory (a repair); otherwise it may hold either (a copy).
+func (r *Repairer) locate(t Target, stale bool) (_ *located, err error) {
+	fail := func(reason string, err error) error { return &Error{Target: t, Reason: reason, Err: err} }
+	if pt, ok := ParseTarget(r.root, t.Path); !ok || pt != t {
+		return nil, fail("not a subPath bind target below kubelet root "+r.root, nil)
+	}
+	root, err := r.host.Open(nil, r.root, unix.OpenHow{Flags: unix.O_DIRECTORY})
+	if err != nil {
+		return nil, fail("cannot open the kubelet root dir", err)
+	}
+	defer root.Close()
+	l := &located{}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
+	pod := "pods/" + t.PodUID
+	if l.subpaths, err = r.host.Open(root, pod+"/"+subpathsDir, unix.OpenHow{Flags: unix.O_DIRECTORY, Resolve: kubeletOwned}); err != nil {
+		return nil, fail("cannot open the pod's subPath dir", err)
+	}
+	if l.target, err = r.host.Open(l.subpaths, t.rel(), unix.OpenHow{Flags: unix.O_NOFOLLOW, Resolve: kubeletOwned}); err != nil {
+		return nil, fail("cannot open the bind target", err)
+	}
+	switch {
+	case stale && (!isStale(l.target.Info) || !l.target.MountRoot):
+		return nil, fail("the target holds no deleted file or directory", ErrNotStale)
+	case !l.target.MountRoot:
+		return nil, fail("the target is not a mount point: kubelet's bind is missing", ErrNotMounted)
+	}
+
+	// 1. What the bind holds, as a path within its filesystem.
+	if l.targetMount, err = r.host.Mount(l.target); err != nil {
+		return nil, fail("cannot read the bind's mount", err)
+	}
+	held, deleted := staleRoot(l.targetMount.Root)
+	switch {
+	case stale && !deleted:
+		return nil, fail(fmt.Sprintf("the bind's root %q is not marked deleted", l.targetMount.Root), ErrNotStale)
+	case !deleted:
+		held = l.targetMount.Root
+	}
+
+	// 2. The volume directory, and the subPath below it.
+	var plugin string
+	if l.volDir, plugin, err = r.openVolume(root, pod, t.Volume); err != nil {
+		return nil, fail("cannot find the volume's directory", err)
+	}
+	l.kind, l.atomic = volumeKind(plugin)
+	if l.volPath, err = r.host.Path(l.volDir); err != nil {
+		return nil, fail("cannot name the "+l.kind+" volume's directory", err)
+	}
+	volMount, err := r.host.Mount(l.volDir)
+	if err != nil {
+		return nil, fail("cannot read the mount of "+l.kind+" volume dir "+l.volPath, err)
+	}
+	volFS, err := fsPath(l.volPath, volMount.Point, volMount.Root)
+	if err != nil {
+		return nil, fail("cannot place "+l.kind+" volume dir "+l.volPath+" in its filesystem", err)
+	}
+	if l.targetMount.Major != volMount.Major || l.targetMount.Minor != volMount.Minor {
+		return nil, fail(fmt.Sprintf("the bind (%s) is on device %d:%d, but %s volume dir %s is on %d:%d",
+			held, l.targetMount.Major, l.targetMount.Minor, l.kind, l.volPath, volMount.Major, volMount.Minor), nil)
+	}
+	remainder, ok := within(volFS, held)
+	if !ok || remainder == "" {
+		return nil, fail(fmt.Sprintf("the bind held %s, which is not below %s volume dir %s (%s in its filesystem)",
+			held, l.kind, l.volPath, volFS), nil)
+	}
+	l.oldSource = path.Join(l.volPath, remainder)
+
+	// 3, 4. What the subPath names now.
+	if l.res, err = planResolution(plugin, remainder); err != nil {
+		return nil, fail(fmt.Sprintf("cannot tell which subPath of %s volume %s the bind held", l.kind, t.Volume), err)
+	}
+	l.what = describe(l.kind, t.Volume, l.res)
+
+	// 5. Open it safely, and check its type.
+	if l.obj, err = r.host.Open(l.volDir, l.res.Rel, unix.OpenHow{Resolve: inVolume}); err != nil {
+		return nil, fail(resolveFailure(l.kind, t.Volume, l.res, err), err)
+	}
+	if err := sameType(l.target.Mode, l.obj.Mode); err != nil {
+		return nil, fail(l.what+" cannot replace the "+bindName(stale), err)
+	}
+	return l, nil
+}
+
 // Repair re-resolves a stale target and re-binds it in place, or returns an error that says
 // which volume and subPath went stale and why it was not repaired (an *Error; it wraps
 // ErrNotStale when the target holds no deleted inode).
@@ -77,100 +180,25 @@ const (
 // volume directory with RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS and the result must be of the
 // stale bind's type; (6) a clone of the opened object replaces the stale bind on the target.
 func (r *Repairer) Repair(t Target) (Repair, error) {
+	l, err := r.locate(t, true)
+	if err != nil {
+		return Repair{}, err
+	}
+	defer l.Close()
 	fail := func(reason string, err error) error { return &Error{Target: t, Reason: reason, Err: err} }
-	if pt, ok := ParseTarget(r.root, t.Path); !ok || pt != t {
-		return Repair{}, fail("not a subPath bind target below kubelet root "+r.root, nil)
-	}
-
-	root, err := r.host.Open(nil, r.root, unix.OpenHow{Flags: unix.O_DIRECTORY})
+	newSource, err := r.host.Path(l.obj)
 	if err != nil {
-		return Repair{}, fail("cannot open the kubelet root dir", err)
-	}
-	defer root.Close()
-	pod := "pods/" + t.PodUID
-	subpaths, err := r.host.Open(root, pod+"/"+subpathsDir, unix.OpenHow{Flags: unix.O_DIRECTORY, Resolve: kubeletOwned})
-	if err != nil {
-		return Repair{}, fail("cannot open the pod's subPath dir", err)
-	}
-	defer subpaths.Close()
-	stale, err := r.host.Open(subpaths, t.rel(), unix.OpenHow{Flags: unix.O_NOFOLLOW, Resolve: kubeletOwned})
-	if err != nil {
-		return Repair{}, fail("cannot open the bind target", err)
-	}
-	defer stale.Close()
-	if !isStale(stale.Info) || !stale.MountRoot {
-		return Repair{}, fail("the target holds no deleted file or directory", ErrNotStale)
-	}
-
-	// 1. What the stale bind held, as a path within its filesystem.
-	staleMount, err := r.host.Mount(stale)
-	if err != nil {
-		return Repair{}, fail("cannot read the stale bind's mount", err)
-	}
-	oldRoot, ok := staleRoot(staleMount.Root)
-	if !ok {
-		return Repair{}, fail(fmt.Sprintf("the bind's root %q is not marked deleted", staleMount.Root), ErrNotStale)
-	}
-
-	// 2. The volume directory, and the subPath below it.
-	volDir, plugin, err := r.openVolume(root, pod, t.Volume)
-	if err != nil {
-		return Repair{}, fail("cannot find the volume's directory", err)
-	}
-	defer volDir.Close()
-	kind, _ := volumeKind(plugin)
-	volPath, err := r.host.Path(volDir)
-	if err != nil {
-		return Repair{}, fail("cannot name the "+kind+" volume's directory", err)
-	}
-	volMount, err := r.host.Mount(volDir)
-	if err != nil {
-		return Repair{}, fail("cannot read the mount of "+kind+" volume dir "+volPath, err)
-	}
-	volFS, err := fsPath(volPath, volMount.Point, volMount.Root)
-	if err != nil {
-		return Repair{}, fail("cannot place "+kind+" volume dir "+volPath+" in its filesystem", err)
-	}
-	if staleMount.Major != volMount.Major || staleMount.Minor != volMount.Minor {
-		return Repair{}, fail(fmt.Sprintf("the stale bind (%s) is on device %d:%d, but %s volume dir %s is on %d:%d",
-			oldRoot, staleMount.Major, staleMount.Minor, kind, volPath, volMount.Major, volMount.Minor), nil)
-	}
-	remainder, ok := within(volFS, oldRoot)
-	if !ok || remainder == "" {
-		return Repair{}, fail(fmt.Sprintf("the stale bind held %s, which is not below %s volume dir %s (%s in its filesystem)",
-			oldRoot, kind, volPath, volFS), nil)
-	}
-	oldSource := path.Join(volPath, remainder)
-
-	// 3, 4. What the subPath names now.
-	res, err := planResolution(plugin, remainder)
-	if err != nil {
-		return Repair{}, fail(fmt.Sprintf("cannot tell which subPath of %s volume %s the stale bind held", kind, t.Volume), err)
-	}
-	what := describe(kind, t.Volume, res)
-
-	// 5. Open it safely, and check its type.
-	obj, err := r.host.Open(volDir, res.Rel, unix.OpenHow{Resolve: inVolume})
-	if err != nil {
-		return Repair{}, fail(resolveFailure(kind, t.Volume, res, err), err)
-	}
-	defer obj.Close()
-	if err := sameType(stale.Mode, obj.Mode); err != nil {
-		return Repair{}, fail(what+" cannot replace the stale bind", err)
-	}
-	newSource, err := r.host.Path(obj)
-	if err != nil {
-		return Repair{}, fail("cannot name "+what, err)
+		return Repair{}, fail("cannot name "+l.what, err)
 	}
 
 	// 6. Re-bind in place.
-	if err := r.rebind(t, subpaths, stale, staleMount, obj); err != nil {
-		return Repair{}, fail("re-binding "+what+" failed", err)
+	if err := r.rebind(t, l.subpaths, l.target, l.targetMount, l.obj); err != nil {
+		return Repair{}, fail("re-binding "+l.what+" failed", err)
 	}
-	if now, err := r.host.Path(obj); err == nil {
+	if now, err := r.host.Path(l.obj); err == nil {
 		newSource = now // where the bound object is now, should it have moved meanwhile
 	}
-	return Repair{Target: t, VolumeDir: volPath, SubPath: res.SubPath, OldSource: oldSource, NewSource: newSource, Kind: kind}, nil
+	return Repair{Target: t, VolumeDir: l.volPath, SubPath: l.res.SubPath, OldSource: l.oldSource, NewSource: newSource, Kind: l.kind}, nil
 }
 
 // openVolume opens pods/<uid>/volumes/<plugin>/<volume>, for the one plugin dir that has it
@@ -290,4 +318,12 @@ func (r *Repairer) attachOnPlaceholder(t Target, subpaths, tree, obj *Node) (Mou
 		return Mount{}, err
 	}
 	return r.host.Attach(tree, placeholder, false)
+}
+
+// bindName names the target's bind in messages.
+func bindName(stale bool) string {
+	if stale {
+		return "stale bind"
+	}
+	return "bind"
 }

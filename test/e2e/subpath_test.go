@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 const subPathConfig = `
 kubeletRoot: SRC/kubelet
+stateDir: SRC/state
 `
 
 // subPathMount is one subPath volume mount of the test container, as kubelet sets it up.
@@ -186,6 +188,123 @@ func TestSubPathRepair(t *testing.T) {
 		var st, out unix.Stat_t
 		if unix.Stat(target, &st) == nil && unix.Stat(outside, &out) == nil && st.Ino == out.Ino && st.Dev == out.Dev {
 			t.Errorf("the subPath target now holds %s", outside)
+		}
+	})
+}
+
+// TestSubPathWindow closes kubernetes #127602 deterministically, with the CRI driven by hand as
+// kubelet drives it: CreateContainer, then the atomic writer's update with the old timestamp
+// directory removed (kubelet's volume reconciler runs beside the pod worker, so this lands in
+// the ~75 ms before runc mounts), then StartContainer. Without mountkeeper runc fails with
+// ENOENT; with it the container starts and reads the content it was created with, from a
+// private copy that keeps the file's mode and owner and goes away with the container.
+func TestSubPathWindow(t *testing.T) {
+	n := newNode(t, nil, subPathConfig)
+	pod := harness.KubeletPod{Root: filepath.Join(n.src(), "kubelet"), UID: "5a1d0c0e-uid"}
+	cfgDir := pod.VolumeDir("kubernetes.io~configmap", "cfg")
+	secDir := pod.VolumeDir("kubernetes.io~secret", "sec")
+	if err := harness.MountTmpfs(secDir, "private"); err != nil {
+		t.Fatal(err)
+	}
+	write := func(version string, removeOld bool) {
+		t.Helper()
+		for dir, files := range map[string]map[string]string{
+			cfgDir: {"app.conf": "app-" + version, "conf.d/a.ini": "a-" + version},
+			secDir: {"token": "token-" + version},
+		} {
+			old, err := harness.WriteAtomic(dir, files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A secret is 0640 and owned by the pod's fsGroup, as kubelet writes it.
+			if dir == secDir {
+				tok := filepath.Join(dir, "..data", "token")
+				if err := os.Chmod(tok, 0o640); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chown(tok, 0, 2000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if removeOld && old != "" {
+				if err := os.RemoveAll(old); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	write("v1", false)
+	var mounts []harness.Mount
+	for i, m := range []struct{ dir, volume, subPath, ctrPath string }{
+		{cfgDir, "cfg", "app.conf", "/etc/app.conf"},
+		{cfgDir, "cfg", "conf.d", "/etc/conf.d"},
+		{secDir, "sec", "token", "/var/run/token"},
+	} {
+		target, err := pod.BindSubPath(m.dir, m.volume, "app", i, m.subPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mounts = append(mounts, harness.Mount{HostPath: target, ContainerPath: m.ctrPath, ReadOnly: true})
+	}
+	cri := n.ctrd.CRI()
+	podID, err := cri.RunPod(n.ctx, harness.PodOptions{Name: "web", UID: pod.UID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// raceStart creates the container, lets the volumes change, then starts it.
+	version := 1
+	raceStart := func() (string, string, error) {
+		id, err := cri.CreateContainer(n.ctx, podID, harness.ContainerOptions{Name: "app", Mounts: mounts})
+		if err != nil {
+			return "", "", err
+		}
+		created := fmt.Sprintf("v%d", version)
+		version++
+		write(fmt.Sprintf("v%d", version), true)
+		if err := cri.StartContainer(n.ctx, id); err != nil {
+			cri.RemoveContainer(n.ctx, id)
+			return "", created, err
+		}
+		return id, created, nil
+	}
+
+	t.Run("without mountkeeper the update between create and start fails runc", func(t *testing.T) {
+		n.plugin.Stop()
+		defer n.startPlugin()
+		_, _, err := raceStart()
+		if err == nil || !strings.Contains(err.Error(), "no such file or directory") {
+			t.Fatalf("start after the update: %v, want runc's ENOENT (the race is not reproduced)", err)
+		}
+		t.Logf("without the plugin: %v", err)
+	})
+
+	t.Run("with mountkeeper the container starts with what it was created with", func(t *testing.T) {
+		for range 3 { // kubelet's bind goes stale at the first update: both cases, and again
+			id, created, err := raceStart()
+			if err != nil {
+				t.Fatalf("start after the update: %v", err)
+			}
+			out, _ := n.sh(id, "cat /etc/app.conf /etc/conf.d/a.ini /var/run/token; stat -c ' %a %u:%g' /var/run/token")
+			want := fmt.Sprintf("app-%[1]sa-%[1]stoken-%[1]s 640 0:2000", created)
+			if got := strings.Join(strings.Fields(out), ""); got != strings.ReplaceAll(want, " ", "") {
+				t.Errorf("container reads %q, want %q", out, want)
+			}
+			copies := filepath.Join(n.src(), "state", "subpath", id)
+			if _, err := os.Stat(copies); err != nil {
+				t.Errorf("no private copies at %s: %v", copies, err)
+			}
+			if err := cri.StopContainer(n.ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := cri.RemoveContainer(n.ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(copies); !os.IsNotExist(err) {
+				t.Errorf("RemoveContainer left the copies at %s: %v", copies, err)
+			}
+		}
+		if !strings.Contains(n.plugin.Log(), "bound from a private copy") {
+			t.Errorf("no copy logged; log:\n%s", n.plugin.Log())
 		}
 	})
 }
