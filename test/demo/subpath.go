@@ -10,19 +10,22 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-// subPathRepair shows kubernetes #68211 before and after: a container mounts a configMap key
-// with subPath, the configMap is updated, and the container is restarted: without mountkeeper
-// runc fails, with it the container starts and reads the new content. The kubelet side
-// (volume layout, atomic writer, subPath bind) is imitated under the default kubelet root,
-// on a tmpfs private to the demo's mount namespace.
+// subPathRepair shows kubernetes #127602 before and after: kubelet restarts a container that
+// mounts a configMap key with subPath, and the configMap's update lands between the runtime's
+// CreateContainer and its mount (kubelet's volume reconciler runs beside the pod worker). Without
+// mountkeeper runc fails; with it the container starts from a private copy taken at create. The
+// kubelet side (volume layout, atomic writer, subPath bind) is imitated under the default
+// kubelet root, on a tmpfs private to the demo's mount namespace.
 func subPathRepair(d *demo) error {
 	root := configs.DefaultKubeletRoot
-	cleanup, err := privateTmpfs(root)
-	defer cleanup()
-	if err != nil {
-		return err
+	for _, dir := range []string{root, configs.DefaultStateDir} { // the private copies live in the state dir
+		cleanup, err := privateTmpfs(dir)
+		defer cleanup()
+		if err != nil {
+			return err
+		}
 	}
-	step("subPath after a configMap update (kubernetes #68211), kubelet imitated under %s", root)
+	step("subPath and a configMap update during a restart (kubernetes #127602), kubelet imitated under %s", root)
 	kubelet := harness.KubeletPod{Root: root, UID: "7d1c2f50-demo"}
 	vol := kubelet.VolumeDir("kubernetes.io~configmap", "app-config")
 	if _, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "greeting=hello\n"}); err != nil {
@@ -38,11 +41,23 @@ func subPathRepair(d *demo) error {
 		return err
 	}
 	opts := harness.ContainerOptions{Name: "web", Mounts: []harness.Mount{{HostPath: target, ContainerPath: "/etc/app.conf", ReadOnly: true}}}
-	start := func() (string, error) {
+	greetings := []string{"bonjour", "hola", "ciao"}
+	// restart creates the container, lets the configMap change, then starts it.
+	restart := func() (string, error) {
 		id, err := cri.CreateContainer(d.ctx, pod, opts)
 		if err != nil {
 			return "", err
 		}
+		next := greetings[0]
+		greetings = greetings[1:]
+		old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "greeting=" + next + "\n"})
+		if err != nil {
+			return "", err
+		}
+		if err := os.RemoveAll(old); err != nil {
+			return "", err
+		}
+		fmt.Printf("  CreateContainer answered; then the configMap is updated to greeting=%s and %s removed; then StartContainer\n", next, old[len(vol)+1:])
 		if err := cri.StartContainer(d.ctx, id); err != nil {
 			cri.RemoveContainer(d.ctx, id)
 			return "", err
@@ -53,25 +68,9 @@ func subPathRepair(d *demo) error {
 		out, _, _, _ := cri.Exec(d.ctx, id, "cat", "/etc/app.conf")
 		return strings.TrimSpace(out)
 	}
-	id, err := start()
-	if err != nil {
-		return err
-	}
-	fmt.Printf("  container web (subPath app.conf -> /etc/app.conf) reads: %s\n", read(id))
-	cri.StopContainer(d.ctx, id)
-	cri.RemoveContainer(d.ctx, id)
-
-	old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "greeting=bonjour\n"})
-	if err != nil {
-		return err
-	}
-	if err := os.RemoveAll(old); err != nil {
-		return err
-	}
-	fmt.Printf("  configMap updated the atomic-writer way; old payload %s removed\n", old[len(vol)+1:])
 
 	d.stopPlugin()
-	_, err = start()
+	_, err = restart()
 	if err == nil {
 		return errors.New("without mountkeeper the restart should fail, but it started")
 	}
@@ -79,17 +78,21 @@ func subPathRepair(d *demo) error {
 	if i := strings.Index(msg, "error mounting"); i >= 0 {
 		msg = msg[i:]
 	}
-	fmt.Printf("  restart WITHOUT mountkeeper fails, the pod would crash-loop:\n    %s\n", msg)
+	fmt.Printf("  WITHOUT mountkeeper runc fails, the pod would crash-loop:\n    %s\n", msg)
 
 	if err := d.startPlugin(); err != nil {
 		return err
 	}
-	id, err = start()
-	if err != nil {
-		return fmt.Errorf("restart with mountkeeper: %w", err)
+	for range 2 {
+		id, err := restart()
+		if err != nil {
+			return fmt.Errorf("restart with mountkeeper: %w", err)
+		}
+		fmt.Printf("  WITH mountkeeper it starts and reads what it was created with: %s\n", read(id))
+		cri.StopContainer(d.ctx, id)
+		cri.RemoveContainer(d.ctx, id)
 	}
-	fmt.Printf("  restart WITH mountkeeper starts and reads: %s\n", read(id))
-	d.pluginLog("repaired")
+	d.pluginLog("private copy")
 	return cri.RemovePod(d.ctx, pod)
 }
 

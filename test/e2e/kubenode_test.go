@@ -35,6 +35,7 @@ type kubeNode struct {
 // replaced.
 const kubeClassConfig = `
 kubeletRoot: KUBELET
+stateDir: SRC/state
 subPathRepair: REPAIR
 runtimeClasses:
   mk-kube:
