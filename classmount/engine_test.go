@@ -157,6 +157,20 @@ func TestDecide(t *testing.T) {
 		wantErrHas:     "mount /srv/a -> /a (rprivate): the container already has a mount below it, at /a/sub",
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
+		name: "in container: a spec mount below a class mount, spelled unclean, would be hidden",
+		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+			Mounts: []oci.Mount{{Source: "/vol", Destination: "a//sub/."}}},
+		wantConfigured: true,
+		wantErrHas:     "mount /srv/a -> /a (rprivate): the container already has a mount below it, at a//sub/.",
+		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
+	}, {
+		name: "in container: a spec mount at a class destination, spelled unclean, collides",
+		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+			Mounts: []oci.Mount{{Source: "/vol", Destination: "//a/"}}},
+		wantConfigured: true,
+		wantErrHas:     `mount /srv/a -> /a (rprivate): the container already has a mount at //a/ (source "/vol")`,
+		wantAsked:      []string{"/srv/bc", "/srv/b"},
+	}, {
 		name: "in container: runbindable rootfs cuts rslave",
 		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
 			RootfsPropagation: "runbindable"},

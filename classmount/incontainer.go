@@ -3,7 +3,6 @@ package classmount
 import (
 	"errors"
 	"fmt"
-	"path"
 	"sort"
 	"strings"
 
@@ -28,7 +27,7 @@ func checkHidden(mounts []specmod.Mount, existing []oci.Mount) error {
 	var errs []error
 	for _, m := range mounts {
 		for _, e := range existing {
-			if strings.HasPrefix(path.Clean(e.Destination), m.Destination+"/") {
+			if strings.HasPrefix(specmod.CleanDestination(e.Destination), specmod.CleanDestination(m.Destination)+"/") {
 				errs = append(errs, &specmod.MountError{Mount: m, Err: fmt.Errorf(
 					"the container already has a mount below it, at %s (source %q): the runtime made it before the hook runs, so the class mount would hide it; choose another destination, or use the precreate stage or the NRI plugin, where mounts are ordered", e.Destination, e.Source)})
 				break

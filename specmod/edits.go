@@ -3,6 +3,7 @@ package specmod
 import (
 	"errors"
 	"fmt"
+	"path"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-tools/generate"
@@ -27,21 +28,22 @@ type Host interface {
 // missing or does not propagate as asked. It reports every problem, not just the first.
 func (e Edits) Verify(existing []oci.Mount, host Host) error {
 	var errs []error
-	have := make(map[string]string, len(existing))
+	type mnt struct{ dst, src string }
+	have := make(map[string]mnt, len(existing))
 	for _, m := range existing {
-		have[m.Destination] = m.Source
+		have[CleanDestination(m.Destination)] = mnt{m.Destination, m.Source}
 	}
 	seen := make(map[string]bool, len(e.Mounts))
 	valid := make([]Mount, 0, len(e.Mounts))
 	for _, m := range e.Mounts {
 		err := m.Validate()
-		src, taken := have[m.Destination]
+		ex, taken := have[CleanDestination(m.Destination)]
 		switch {
 		case err != nil:
 		case seen[m.Destination]:
 			err = errors.New("another class mount already uses this destination")
 		case taken:
-			err = fmt.Errorf("the container already has a mount at %s (source %q): remove it from the pod spec or choose another destination for the class mount", m.Destination, src)
+			err = fmt.Errorf("the container already has a mount at %s (source %q): remove it from the pod spec or choose another destination for the class mount", ex.dst, ex.src)
 		}
 		seen[m.Destination] = true
 		if err != nil {
@@ -56,9 +58,15 @@ func (e Edits) Verify(existing []oci.Mount, host Host) error {
 	return errors.Join(errs...)
 }
 
+// CleanDestination is the container path a runtime mounts dst at: runtimes resolve a
+// destination relative to the container's root, so "/data/", "/data/.", "//data" and "data"
+// are all /data. Every comparison of destinations goes through it.
+func CleanDestination(dst string) string { return path.Clean("/" + dst) }
+
 func hasDestination(mounts []oci.Mount, dst string) bool {
+	dst = CleanDestination(dst)
 	for _, m := range mounts {
-		if m.Destination == dst {
+		if CleanDestination(m.Destination) == dst {
 			return true
 		}
 	}

@@ -52,6 +52,18 @@ func TestVerify(t *testing.T) {
 			wantCalls: [][]string{{"/srv/b"}},
 		},
 		{
+			name: "collision spelled differently: /data/, /data/. and //data are /data",
+			mounts: []specmod.Mount{mnt("/srv/a", "/a", specmod.Slave), mnt("/srv/b", "/b", specmod.Slave),
+				mnt("/srv/c", "/c", specmod.Slave), mnt("/srv/ok", "/ok", specmod.Slave)},
+			existing: []oci.Mount{{Destination: "/a/", Source: "/pod/a"}, {Destination: "/b/.", Source: "/pod/b"}, {Destination: "//c", Source: "/pod/c"}},
+			want: []string{
+				`mount /srv/a -> /a (rslave): the container already has a mount at /a/ (source "/pod/a")`,
+				`mount /srv/b -> /b (rslave): the container already has a mount at /b/. (source "/pod/b")`,
+				`mount /srv/c -> /c (rslave): the container already has a mount at //c (source "/pod/c")`,
+			},
+			wantCalls: [][]string{{"/srv/ok"}},
+		},
+		{
 			name:      "duplicate destination within the edits",
 			mounts:    []specmod.Mount{mnt("/srv/a", "/d", specmod.Private), mnt("/srv/b", "/d", specmod.Shared)},
 			want:      []string{"mount /srv/b -> /d (rshared): another class mount already uses this destination"},
