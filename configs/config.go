@@ -42,19 +42,24 @@ type Config struct {
 	// CreateBudget is how long CreateContainer waits for a network mount that is not ready.
 	// It stays below the runtime's plugin_request_timeout (2s by default): a plugin that
 	// answers late is dropped and the container created WITHOUT its mounts.
-	CreateBudget   time.Duration
-	RuntimeClasses map[string]RuntimeClass
+	CreateBudget time.Duration
+	// PluginRequestTimeout is the runtime's plugin_request_timeout, which CreateBudget stays
+	// below by BudgetMargin.
+	PluginRequestTimeout time.Duration
+	RuntimeClasses       map[string]RuntimeClass
 }
 
 // file is the configuration as the YAML file spells it; unset keys are zero.
 type file struct {
-	KubeletRoot    string                  `yaml:"kubeletRoot"`
-	SubPathRepair  *bool                   `yaml:"subPathRepair"`
-	StateDir       string                  `yaml:"stateDir"`
-	MountTimeout   Duration                `yaml:"mountTimeout"`
-	UnmountGrace   Duration                `yaml:"unmountGrace"`
-	CreateBudget   Duration                `yaml:"createBudget"`
-	RuntimeClasses map[string]RuntimeClass `yaml:"runtimeClasses"`
+	KubeletRoot   string   `yaml:"kubeletRoot"`
+	SubPathRepair *bool    `yaml:"subPathRepair"`
+	StateDir      string   `yaml:"stateDir"`
+	MountTimeout  Duration `yaml:"mountTimeout"`
+	UnmountGrace  Duration `yaml:"unmountGrace"`
+	CreateBudget  Duration `yaml:"createBudget"`
+	// PluginRequestTimeout says the runtime's plugin_request_timeout, when not its default.
+	PluginRequestTimeout Duration                `yaml:"pluginRequestTimeout"`
+	RuntimeClasses       map[string]RuntimeClass `yaml:"runtimeClasses"`
 }
 
 // Defaults of the keys a config may leave out.
@@ -63,19 +68,30 @@ const (
 	DefaultMountTimeout = 30 * time.Second
 	DefaultUnmountGrace = 30 * time.Second
 	DefaultCreateBudget = 1500 * time.Millisecond
+	// DefaultPluginRequestTimeout is containerd's (and CRI-O's) default plugin_request_timeout.
+	DefaultPluginRequestTimeout = 2 * time.Second
+	// BudgetMargin is how far createBudget stays below the plugin request timeout. When the
+	// budget runs out the plugin still has to build its refusal and send it back over ttrpc,
+	// and the runtime's clock started before the request was marshalled and the plugin's
+	// goroutine was scheduled: on a loaded node that takes tens to hundreds of milliseconds.
+	// An answer that arrives after the timeout is dropped and the container created WITHOUT
+	// its mounts, so the margin is generous.
+	BudgetMargin = 500 * time.Millisecond
 )
 
 // resolve returns the config in force for a validated file: defaults filled in, each class
 // mount translated into what it mounts.
 func (f *file) resolve() *Config {
 	c := &Config{
-		KubeletRoot:    cmp.Or(f.KubeletRoot, DefaultKubeletRoot),
-		SubPathRepair:  f.SubPathRepair == nil || *f.SubPathRepair,
-		StateDir:       cmp.Or(f.StateDir, DefaultStateDir),
-		MountTimeout:   cmp.Or(time.Duration(f.MountTimeout), DefaultMountTimeout),
-		UnmountGrace:   cmp.Or(time.Duration(f.UnmountGrace), DefaultUnmountGrace),
-		CreateBudget:   cmp.Or(time.Duration(f.CreateBudget), DefaultCreateBudget),
-		RuntimeClasses: make(map[string]RuntimeClass, len(f.RuntimeClasses)),
+		KubeletRoot:   cmp.Or(f.KubeletRoot, DefaultKubeletRoot),
+		SubPathRepair: f.SubPathRepair == nil || *f.SubPathRepair,
+		StateDir:      cmp.Or(f.StateDir, DefaultStateDir),
+		MountTimeout:  cmp.Or(time.Duration(f.MountTimeout), DefaultMountTimeout),
+		UnmountGrace:  cmp.Or(time.Duration(f.UnmountGrace), DefaultUnmountGrace),
+		CreateBudget:  cmp.Or(time.Duration(f.CreateBudget), DefaultCreateBudget),
+
+		PluginRequestTimeout: cmp.Or(time.Duration(f.PluginRequestTimeout), DefaultPluginRequestTimeout),
+		RuntimeClasses:       make(map[string]RuntimeClass, len(f.RuntimeClasses)),
 	}
 	for name, rc := range f.RuntimeClasses {
 		mounts := make([]Mount, len(rc.Mounts))
@@ -194,11 +210,12 @@ func (c *file) validate() error {
 	for _, d := range []struct {
 		key string
 		v   Duration
-	}{{"mountTimeout", c.MountTimeout}, {"unmountGrace", c.UnmountGrace}, {"createBudget", c.CreateBudget}} {
+	}{{"mountTimeout", c.MountTimeout}, {"unmountGrace", c.UnmountGrace}, {"createBudget", c.CreateBudget}, {"pluginRequestTimeout", c.PluginRequestTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s is negative", d.key, time.Duration(d.v)))
 		}
 	}
+	errs = append(errs, c.validateBudget())
 	if len(c.RuntimeClasses) == 0 && c.SubPathRepair != nil && !*c.SubPathRepair {
 		errs = append(errs, errors.New("runtimeClasses is empty and subPathRepair is false: mountkeeper would change no container"))
 	}
@@ -206,6 +223,25 @@ func (c *file) validate() error {
 		errs = append(errs, validateClass(name, c.RuntimeClasses[name]))
 	}
 	return errors.Join(errs...)
+}
+
+// validateBudget keeps createBudget BudgetMargin below the runtime's plugin_request_timeout:
+// a plugin that answers after it is dropped, and the runtime creates the container without
+// the plugin's mounts.
+func (c *file) validateBudget() error {
+	timeout, from := DefaultPluginRequestTimeout, "its default; set pluginRequestTimeout if the runtime's is larger"
+	if c.PluginRequestTimeout > 0 {
+		timeout, from = time.Duration(c.PluginRequestTimeout), "pluginRequestTimeout"
+	}
+	if timeout <= BudgetMargin {
+		return fmt.Errorf("pluginRequestTimeout %s leaves no createBudget: mountkeeper answers at least %s before the runtime's plugin_request_timeout; raise plugin_request_timeout in the runtime and here", timeout, BudgetMargin)
+	}
+	budget := cmp.Or(time.Duration(c.CreateBudget), DefaultCreateBudget)
+	if c.CreateBudget < 0 || budget <= timeout-BudgetMargin {
+		return nil
+	}
+	return fmt.Errorf("createBudget %s must stay at least %s below the runtime's plugin_request_timeout (%s, %s), or the runtime gives up first and creates the container without its mounts: set createBudget to at most %s",
+		budget, BudgetMargin, timeout, from, timeout-BudgetMargin)
 }
 
 // ClassNames returns the configured class names, sorted.

@@ -567,3 +567,34 @@ func TestNetworkMountErrorsHideSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateBudgetBelowPluginTimeout: a createBudget the runtime's plugin_request_timeout
+// (2s unless pluginRequestTimeout says otherwise) would cut short is refused, since the runtime
+// then creates the container without its mounts; the budget keeps a margin below it.
+func TestCreateBudgetBelowPluginTimeout(t *testing.T) {
+	mount := oneMount("{source: /srv/a, destination: /a}")
+	for _, tt := range []struct {
+		yaml string
+		want string // error substring; "" accepted
+	}{
+		{yaml: "createBudget: 10m\n", want: `createBudget 10m0s must stay at least 500ms below the runtime's plugin_request_timeout (2s`},
+		{yaml: "createBudget: 2s\n", want: `createBudget 2s must stay at least 500ms below the runtime's plugin_request_timeout (2s`},
+		{yaml: "createBudget: 1600ms\n", want: `createBudget 1.6s must stay at least 500ms below`},
+		{yaml: "createBudget: 1500ms\n"},
+		{yaml: ""},
+		{yaml: "createBudget: 4s\npluginRequestTimeout: 5s\n"},
+		{yaml: "createBudget: 4600ms\npluginRequestTimeout: 5s\n", want: `createBudget 4.6s must stay at least 500ms below the runtime's plugin_request_timeout (5s, pluginRequestTimeout)`},
+		{yaml: "pluginRequestTimeout: 1s\n", want: `createBudget 1.5s must stay at least 500ms below the runtime's plugin_request_timeout (1s, pluginRequestTimeout)`},
+		{yaml: "pluginRequestTimeout: 400ms\ncreateBudget: 100ms\n", want: `pluginRequestTimeout 400ms leaves no createBudget`},
+	} {
+		c, err := configs.Parse([]byte(tt.yaml + mount))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("Parse(%q): %v", tt.yaml, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("Parse(%q) error\ngot:  %v\nwant it to contain: %s", tt.yaml, err, tt.want)
+		case tt.want == "" && c.CreateBudget <= 0:
+			t.Errorf("Parse(%q): createBudget %s", tt.yaml, c.CreateBudget)
+		}
+	}
+}
