@@ -29,12 +29,15 @@ func (c Container) String() string {
 // Error is a refusal: the container must not be created (or started) as it is. Its message is
 // the one every front end shows.
 type Error struct {
-	Class     string // runtime class name (configs.ClassName of the handler)
+	Class     string // runtime class name (configs.ClassName of the handler); "" before one is known
 	Container Container
 	Err       error
 }
 
 func (e *Error) Error() string {
+	if e.Class == "" {
+		return fmt.Sprintf("mountkeeper: container %s: %s", e.Container, oneLine(e.Err))
+	}
 	return fmt.Sprintf("mountkeeper: runtime class %q, container %s: %s", e.Class, e.Container, oneLine(e.Err))
 }
 
@@ -48,6 +51,16 @@ func Refuse(handler string, c Container, cause error) error {
 		return cause
 	}
 	return &Error{Class: configs.ClassName(handler), Container: c, Err: cause}
+}
+
+// RefuseUnclassified is the refusal of container c before its runtime class is known (a hook
+// that cannot tell which class the container has).
+func RefuseUnclassified(c Container, cause error) error {
+	var e *Error
+	if errors.As(cause, &e) {
+		return cause
+	}
+	return &Error{Container: c, Err: cause}
 }
 
 // oneLine joins a multi-error into one line: runtimes show the message in a pod event or inside

@@ -1,6 +1,9 @@
 package hook
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSelectClass(t *testing.T) {
 	crio := map[string]string{RuntimeHandlerAnnotation: "kata"}
@@ -9,21 +12,34 @@ func TestSelectClass(t *testing.T) {
 	tests := []struct {
 		name        string
 		flag        string
+		trust       bool // --trust-runtime-handler-annotation
 		annotations []map[string]string
 		class, from string
+		err         string
 	}{
 		{name: "flag wins over the annotation", flag: "fast", annotations: []map[string]string{crio}, class: "fast", from: "--runtime-class"},
+		{name: "flag wins over a trusted annotation", flag: "fast", trust: true, annotations: []map[string]string{crio}, class: "fast", from: "--runtime-class"},
 		{name: "flag default", flag: "default", class: "default", from: "--runtime-class"},
-		{name: "CRI-O annotation", annotations: []map[string]string{crio}, class: "kata", from: "annotation io.kubernetes.cri-o.RuntimeHandler"},
-		{name: "annotation of the state before the spec's", annotations: []map[string]string{other, crio, crioDefault}, class: "kata", from: "annotation io.kubernetes.cri-o.RuntimeHandler"},
-		{name: "CRI-O's default handler is the default class", annotations: []map[string]string{crioDefault}, class: "default", from: "annotation io.kubernetes.cri-o.RuntimeHandler"},
-		{name: "nothing: default", annotations: []map[string]string{nil, other}, class: "default", from: "default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation"},
+		{name: "trusted CRI-O annotation", trust: true, annotations: []map[string]string{crio}, class: "kata", from: "annotation io.kubernetes.cri-o.RuntimeHandler"},
+		{name: "annotation of the state before the spec's", trust: true, annotations: []map[string]string{other, crio, crioDefault}, class: "kata", from: "annotation io.kubernetes.cri-o.RuntimeHandler"},
+		{name: "CRI-O's default handler is the default class", trust: true, annotations: []map[string]string{crioDefault}, class: "default", from: "annotation io.kubernetes.cri-o.RuntimeHandler"},
+		{name: "trusted, nothing: default", trust: true, annotations: []map[string]string{nil, other}, class: "default", from: "default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation"},
+		// A pod can set the annotation itself: without the trust flag it never picks the class.
+		{name: "untrusted annotation: refused", annotations: []map[string]string{crio},
+			err: "no --runtime-class: hook mode needs it to name the runtime class (the io.kubernetes.cri-o.RuntimeHandler annotation, which a pod can set itself, is used only with --trust-runtime-handler-annotation)"},
+		{name: "nothing, untrusted: refused", annotations: []map[string]string{nil, other}, err: "no --runtime-class: hook mode needs it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sel := SelectClass(tt.flag, tt.annotations...)
-			if sel.Class() != tt.class || sel.From != tt.from {
-				t.Errorf("SelectClass(%q, %v) = class %q from %q; want %q from %q", tt.flag, tt.annotations, sel.Class(), sel.From, tt.class, tt.from)
+			sel, err := SelectClass(tt.flag, tt.trust, tt.annotations...)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("SelectClass(%q, %v, %v) = %+v, %v; want error %q", tt.flag, tt.trust, tt.annotations, sel, err, tt.err)
+				}
+				return
+			}
+			if err != nil || sel.Class() != tt.class || sel.From != tt.from {
+				t.Errorf("SelectClass(%q, %v, %v) = class %q from %q, %v; want %q from %q", tt.flag, tt.trust, tt.annotations, sel.Class(), sel.From, err, tt.class, tt.from)
 			}
 		})
 	}

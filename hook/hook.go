@@ -20,8 +20,12 @@ import (
 type Options struct {
 	Config *configs.Config
 	// RuntimeClass is --runtime-class: the CRI runtime handler whose class mounts to add.
-	// Empty: the runtime handler annotation, else the default class.
+	// Empty: refused, unless TrustRuntimeHandlerAnnotation.
 	RuntimeClass string
+	// TrustRuntimeHandlerAnnotation is --trust-runtime-handler-annotation: with no
+	// RuntimeClass, take the class from the io.kubernetes.cri-o.RuntimeHandler annotation,
+	// else the default class. Only for runtimes that keep pods from setting it.
+	TrustRuntimeHandlerAnnotation bool
 	// Host checks the host side of the class mounts; hostmount.Checker in production.
 	Host specmod.Host
 	// Network prepares the host side of network filesystem mounts (ManagerNetwork). Nil: a
@@ -86,8 +90,11 @@ func precreate(opts Options, stdin io.Reader, stdout io.Writer) error {
 	if err := json.Unmarshal(doc, &meta); err != nil {
 		return fmt.Errorf("parse OCI spec: %w", err)
 	}
-	sel := SelectClass(opts.RuntimeClass, meta.Annotations)
 	ctr := containerOf("", meta.Annotations)
+	sel, err := SelectClass(opts.RuntimeClass, opts.TrustRuntimeHandlerAnnotation, meta.Annotations)
+	if err != nil {
+		return classmount.RefuseUnclassified(ctr, err)
+	}
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
 		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
@@ -118,8 +125,11 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("container %s: %w", state.ID, err)
 	}
-	sel := SelectClass(opts.RuntimeClass, state.Annotations, spec.Annotations)
 	ctr := containerOf(state.ID, spec.Annotations)
+	sel, err := SelectClass(opts.RuntimeClass, opts.TrustRuntimeHandlerAnnotation, state.Annotations, spec.Annotations)
+	if err != nil {
+		return classmount.RefuseUnclassified(ctr, err)
+	}
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
 		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}

@@ -109,6 +109,7 @@ func TestRunMountStage(t *testing.T) {
 		name    string
 		cfg     *configs.Config
 		class   string
+		trust   bool // --trust-runtime-handler-annotation
 		stdin   string
 		host    *specmodtest.Host
 		network classmount.Network
@@ -120,11 +121,11 @@ func TestRunMountStage(t *testing.T) {
 			want: &Request{Pid: 42, Rootfs: plain + "/rootfs", Mounts: wantFast}},
 		{name: "absolute root path", class: "private", stdin: state(absRoot, ""),
 			want: &Request{Pid: 42, Rootfs: "/var/lib/c/rootfs", Mounts: []specmod.Mount{{Source: "/srv/p", Destination: "/p", Propagation: specmod.Private}}}},
-		{name: "class from the CRI-O annotation of the spec", stdin: state(crio, ""),
+		{name: "class from the CRI-O annotation of the spec", trust: true, stdin: state(crio, ""),
 			want: &Request{Pid: 42, Rootfs: crio + "/rootfs", Mounts: []specmod.Mount{{Source: "/srv/p", Destination: "/p", Propagation: specmod.Private}}}},
-		{name: "class from the CRI-O annotation of the state", stdin: state(plain, `,"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"private"}`),
+		{name: "class from the CRI-O annotation of the state", trust: true, stdin: state(plain, `,"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"private"}`),
 			want: &Request{Pid: 42, Rootfs: plain + "/rootfs", Mounts: []specmod.Mount{{Source: "/srv/p", Destination: "/p", Propagation: specmod.Private}}}},
-		{name: "default class", cfg: withDefault, stdin: state(plain, ""),
+		{name: "default class", cfg: withDefault, class: "default", stdin: state(plain, ""),
 			want: &Request{Pid: 42, Rootfs: plain + "/rootfs", Mounts: []specmod.Mount{{Source: "/srv/d", Destination: "/d", Propagation: specmod.Private}}}},
 		{name: "rshared rootfs propagation is fine", class: "fast", stdin: state(sharedRoot, ""),
 			want: &Request{Pid: 42, Rootfs: sharedRoot + "/rootfs", Mounts: wantFast}},
@@ -133,9 +134,11 @@ func TestRunMountStage(t *testing.T) {
 
 		{name: "unknown class from the flag", class: "kata", stdin: state(plain, ""),
 			err: `mountkeeper: runtime class "kata", container ctr1: the class is not in the config (the class came from --runtime-class; the config has: fast, private): hook mode is enabled per runtime class`},
-		{name: "unknown class from the annotation", stdin: state(plain, `,"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"gvisor"}`),
+		{name: "an annotation a pod can set is not trusted without the flag", cfg: withDefault, stdin: state(crio, ""),
+			err: "mountkeeper: container ns/pod/app: no --runtime-class: hook mode needs it to name the runtime class (the io.kubernetes.cri-o.RuntimeHandler annotation, which a pod can set itself, is used only with --trust-runtime-handler-annotation)"},
+		{name: "unknown class from the annotation", trust: true, stdin: state(plain, `,"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"gvisor"}`),
 			err: `runtime class "gvisor", container ctr1: the class is not in the config (the class came from annotation io.kubernetes.cri-o.RuntimeHandler;`},
-		{name: "no default class", cfg: noDefault, stdin: state(plain, ""),
+		{name: "no default class", cfg: noDefault, trust: true, stdin: state(plain, ""),
 			err: `runtime class "default", container ctr1: the class is not in the config (the class came from default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation; the config has: fast, private)`},
 		{name: "malformed state", class: "fast", stdin: `{"pid":42,"bundle":`, err: "parse the OCI state on stdin: unexpected end of JSON input"},
 		{name: "empty state", class: "fast", stdin: ``, err: "the OCI state on stdin is empty"},
@@ -158,7 +161,7 @@ func TestRunMountStage(t *testing.T) {
 			err: `mount nfs server:/export -> /data: network filesystems are not supported here`},
 		{name: "network mount the mounter cannot prepare", cfg: network, class: "nfs", stdin: state(plain, ""), network: fakeNetwork{},
 			err: `mount nfs server:/export -> /data: server 10.0.0.1 does not answer`},
-		{name: "mounter fails, named by Kubernetes names", stdin: state(crio, ""), mntErr: errors.New("mount /srv/p -> /p (rprivate): destination /p: boom"),
+		{name: "mounter fails, named by Kubernetes names", trust: true, stdin: state(crio, ""), mntErr: errors.New("mount /srv/p -> /p (rprivate): destination /p: boom"),
 			want: &Request{Pid: 42, Rootfs: crio + "/rootfs", Mounts: []specmod.Mount{{Source: "/srv/p", Destination: "/p", Propagation: specmod.Private}}},
 			err:  `runtime class "private", container ns/pod/app: mount /srv/p -> /p (rprivate): destination /p: boom`},
 	}
@@ -170,7 +173,7 @@ func TestRunMountStage(t *testing.T) {
 			}
 			m := &fakeMounter{err: tt.mntErr}
 			var out bytes.Buffer
-			err := Run(Prestart, Options{Config: c, RuntimeClass: tt.class, Host: tt.host, Network: tt.network, Mounter: m}, strings.NewReader(tt.stdin), &out)
+			err := Run(Prestart, Options{Config: c, RuntimeClass: tt.class, TrustRuntimeHandlerAnnotation: tt.trust, Host: tt.host, Network: tt.network, Mounter: m}, strings.NewReader(tt.stdin), &out)
 			if out.Len() > 0 {
 				t.Errorf("prestart wrote to stdout: %q", out.String())
 			}
@@ -208,14 +211,18 @@ func TestRunPrecreate(t *testing.T) {
 		`"mounts":[{"destination":"/proc","type":"proc","source":"proc"}]}`
 	tests := []struct {
 		name, class, stdin string
+		trust              bool
 		host               *specmodtest.Host
 		wantDst            []string
 		wantRootfsProp     string
 		err                string
 	}{
 		{name: "flag class added, unknown fields kept", class: "fast", stdin: spec, wantDst: []string{"/proc", "/data"}, wantRootfsProp: "rslave"},
-		{name: "default class", stdin: spec, wantDst: []string{"/proc", "/d"}},
-		{name: "class from the annotation", stdin: strings.Replace(spec, `"root"`, `"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"fast"},"root"`, 1),
+		{name: "default class", class: "default", stdin: spec, wantDst: []string{"/proc", "/d"}},
+		{name: "no class: refused", stdin: spec, err: "no --runtime-class: hook mode needs it"},
+		{name: "untrusted annotation: refused", stdin: strings.Replace(spec, `"root"`, `"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"fast"},"root"`, 1),
+			err: "no --runtime-class: hook mode needs it"},
+		{name: "class from the trusted annotation", trust: true, stdin: strings.Replace(spec, `"root"`, `"annotations":{"io.kubernetes.cri-o.RuntimeHandler":"fast"},"root"`, 1),
 			wantDst: []string{"/proc", "/data"}, wantRootfsProp: "rslave"},
 		{name: "unknown class", class: "kata", stdin: spec, err: `runtime class "kata", container (unnamed): the class is not in the config (the class came from --runtime-class; the config has: default, fast)`},
 		{name: "not JSON", class: "fast", stdin: "{", err: "parse OCI spec: unexpected end of JSON input"},
@@ -226,7 +233,7 @@ func TestRunPrecreate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := Run(Precreate, Options{Config: cfg, RuntimeClass: tt.class, Host: tt.host}, strings.NewReader(tt.stdin), &out)
+			err := Run(Precreate, Options{Config: cfg, RuntimeClass: tt.class, TrustRuntimeHandlerAnnotation: tt.trust, Host: tt.host}, strings.NewReader(tt.stdin), &out)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("Run error\ngot:  %v\nwant: %s", err, tt.err)

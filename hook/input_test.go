@@ -213,7 +213,7 @@ func FuzzParseSpec(f *testing.F) {
 		if spec.Linux != nil {
 			_ = hasMountNamespace(spec.Linux.Namespaces)
 		}
-		_ = SelectClass("", spec.Annotations)
+		_, _ = SelectClass("", true, spec.Annotations)
 
 		var out bytes.Buffer
 		opts := Options{Config: fuzzConfig, RuntimeClass: "fuzz"}

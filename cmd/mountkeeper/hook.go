@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 
@@ -25,11 +26,13 @@ func init() {
 	}
 }
 
-const hookUsage = `usage: mountkeeper hook <stage> [--config FILE] [--runtime-class NAME]
+const hookUsage = `usage: mountkeeper hook <stage> [--config FILE] --runtime-class NAME
 
 stages:
   prestart, createRuntime  OCI state on stdin: add the class mounts inside the container
   precreate                config.json on stdin, adjusted config.json on stdout (podman hooks.d)
+  guard                    OCI state on stdin (createRuntime): refuse a container of the class
+                           that the NRI plugin did not handle (installed by runtime configure)
 
 flags:
 `
@@ -43,7 +46,9 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	loadConfig := configFlag(fs)
-	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (default: the "+hook.RuntimeHandlerAnnotation+" annotation, else the default class)")
+	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"default\": the runtime's default handler); required unless --trust-runtime-handler-annotation")
+	trust := fs.Bool("trust-runtime-handler-annotation", false, "without --runtime-class, take the class from the "+hook.RuntimeHandlerAnnotation+" annotation, else the default class: only where pods cannot set that annotation themselves")
+	stateDir := fs.String("state-dir", configs.DefaultStateDir, "guard: the plugin's stateDir, which holds the node's guard key")
 	stageArg, rest := "", args
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		stageArg, rest = args[0], args[1:]
@@ -62,6 +67,9 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
 		fs.Usage()
 		return errUsage
+	}
+	if stageArg == "guard" {
+		return hook.Guard(stdin, *class, *stateDir)
 	}
 	stage, err := hook.ParseStage(stageArg)
 	if err != nil {
@@ -82,8 +90,10 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return hook.Run(stage, hook.Options{
 		Config:       cfg,
 		RuntimeClass: *class,
-		Host:         hostmount.NewChecker(hostmount.Live{}),
-		Network:      network,
+
+		TrustRuntimeHandlerAnnotation: *trust,
+		Host:                          hostmount.NewChecker(hostmount.Live{}),
+		Network:                       network,
 	}, stdin, stdout)
 }
 
