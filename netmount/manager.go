@@ -176,7 +176,10 @@ func newManager(c Config, sys system) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// StateDir, mounts/ and each mount point are root's alone: 0700. runc, as root, binds from
+	// them regardless. Issue 17 (user-namespaced containers) will need traversal here for the
+	// container's root: revisit these modes then.
+	if err := mkdirPrivate(dir); err != nil {
 		return nil, err
 	}
 	// mountinfo shows resolved paths: compare with those.
@@ -204,14 +207,10 @@ func newManager(c Config, sys system) (*Manager, error) {
 }
 
 func (m *Manager) prepare() error {
-	if err := os.MkdirAll(m.mountsDir, 0o755); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(m.stateDir, 0o700); err != nil {
-		return err
-	}
-	if err := os.Chmod(m.stateDir, 0o700); err != nil {
-		return err
+	for _, d := range []string{m.mountsDir, m.stateDir} {
+		if err := mkdirPrivate(d); err != nil {
+			return err
+		}
 	}
 	if err := m.sys.makeShared(m.mountsDir); err != nil {
 		return err
@@ -446,7 +445,10 @@ func (m *Manager) mountOnce(e *entry) error {
 			return m.saveState(e)
 		}
 	}
-	if err := os.Mkdir(e.hostPath, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(e.hostPath, 0o700); errors.Is(err, fs.ErrExist) {
+		err = os.Chmod(e.hostPath, 0o700) // an earlier agent made it 0755; nothing is mounted on it
+	}
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)

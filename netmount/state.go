@@ -123,6 +123,15 @@ func lockStateDir(dir string, wait time.Duration) (*os.File, error) {
 	return f, nil
 }
 
+// mkdirPrivate makes dir (and its parents) and makes dir itself 0700, as it may have been
+// made 0755 by an earlier agent.
+func mkdirPrivate(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}
+
 // HostPath is where a Manager with stateDir mounts s on the host.
 func HostPath(stateDir string, s netspec.Spec) string {
 	return filepath.Join(stateDir, "mounts", s.Key())

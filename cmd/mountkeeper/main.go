@@ -38,6 +38,7 @@ commands:
 `
 
 func main() {
+	_ = netmount.MarkInheritedCloseOnExec() // inherited descriptors must not reach mount helpers
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
