@@ -73,6 +73,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	cfg.StateDir = b.TempDir() // the guard key stays in the benchmark
 	plugin := NewPlugin(cfg, true, NewHostChecker(), quietLogger())
 	mk := startRuntime(b, filepath.Join(shortDir(b), "nri.sock"))
 	defer mk.Stop()

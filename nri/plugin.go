@@ -20,6 +20,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/guard"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/subpath"
@@ -40,6 +41,9 @@ type Plugin struct {
 	net        Mounter // nil until a config has network mounts
 
 	copies *subpath.Copies // private copies of atomic-writer subPaths; nil with subPathRepair off
+
+	guardMu  sync.Mutex
+	guardKey []byte // the node's guard key, read (or made) at the first class container
 }
 
 // NewHostChecker is the host side the plugin checks through: the live host, with the checks
@@ -148,7 +152,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			log.Error(r.err)
 			return nil, nil, r.err
 		}
-		return adjustment(log, r.d, ctr.GetMounts(), userns), nil, nil
+		adj := adjustment(log, r.d, ctr.GetMounts(), userns)
+		if r.d.Configured {
+			p.markHandled(log, adj, cfg, ctr.GetId())
+		}
+		return adj, nil, nil
 	case <-timer.C:
 		// The container will not be created; whatever the late decision claimed is released.
 		go func() { <-done; p.release(ctr.GetId()) }()
@@ -229,4 +237,23 @@ func ociMounts(ms []*api.Mount) []oci.Mount {
 func nriMount(m specmod.Mount) *api.Mount {
 	o := m.OCI()
 	return &api.Mount{Destination: o.Destination, Type: o.Type, Source: o.Source, Options: o.Options}
+}
+
+// markHandled annotates a class container with the guard token (package guard): a runtime
+// configured by `mountkeeper runtime configure` refuses the class's containers without it, so
+// that none starts without its class mounts while the plugin is away. Without a key (a state
+// dir that cannot be written) the container is still created, and the guard, if installed,
+// refuses it with its own message.
+func (p *Plugin) markHandled(log *logrus.Entry, adj *api.ContainerAdjustment, cfg *configs.Config, id string) {
+	p.guardMu.Lock()
+	defer p.guardMu.Unlock()
+	if p.guardKey == nil {
+		key, err := guard.LoadOrCreateKey(cfg.StateDir)
+		if err != nil {
+			log.Warnf("cannot mark the container as handled for the runtime's guard hook: %v", err)
+			return
+		}
+		p.guardKey = key
+	}
+	adj.AddAnnotation(guard.Annotation, guard.Token(p.guardKey, id))
 }

@@ -37,6 +37,9 @@ func mustConfig(t testing.TB, text string) *configs.Config {
 	if err != nil {
 		t.Fatalf("parse test config: %v", err)
 	}
+	if !strings.Contains(text, "stateDir:") {
+		cfg.StateDir = t.TempDir() // the guard key and subPath copies stay in the test
+	}
 	return cfg
 }
 

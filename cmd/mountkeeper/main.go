@@ -34,6 +34,7 @@ commands:
   hook      run as an OCI runtime hook: hook prestart|createRuntime|precreate
   validate  check a config file
   check     check that this node can make the config's network filesystem mounts
+  runtime   runtime configure: write containerd's or CRI-O's config for the runtime classes
   version   print the version
 `
 
@@ -62,6 +63,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runValidate(args[1:], stdout, stderr)
 	case "check":
 		err = runCheck(args[1:], stdout, stderr)
+	case "runtime":
+		err = runRuntime(args[1:], stdout, stderr)
 	case "hook":
 		err = runHook(args[1:], stdin, stdout, stderr)
 	case "version":

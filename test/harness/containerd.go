@@ -127,6 +127,9 @@ func (c *Containerd) LogPath() string { return c.layout.log() }
 // Socket is containerd's gRPC socket (for ctr -a, or a containerd client).
 func (c *Containerd) Socket() string { return c.layout.socket() }
 
+// ConfigPath is the instance's config.toml; a test may change it and Restart.
+func (c *Containerd) ConfigPath() string { return c.layout.config() }
+
 // CRI returns the instance's CRI client; it stays valid across Restart.
 func (c *Containerd) CRI() *Client { return c.cri }
 
