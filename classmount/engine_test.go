@@ -63,7 +63,7 @@ runtimeClasses:
   net:
     mounts:
       - {type: nfs, source: "filer:/export", destination: /data, propagation: HostToContainer}
-      - {source: /srv/a, destination: /a}
+      - {source: /srv/n, destination: /a}
 `
 
 const (
@@ -116,15 +116,15 @@ func TestDecide(t *testing.T) {
 		name:           "network class: the host path stands in for the source",
 		req:            classmount.Request{Handler: "net"},
 		wantConfigured: true,
-		wantMounts:     []string{"/net/filer/export -> /data (rslave)", "/srv/a -> /a (rprivate)"},
-		wantAsked:      []string{"/net/filer/export", "/srv/a"},
+		wantMounts:     []string{"/net/filer/export -> /data (rslave)", "/srv/n -> /a (rprivate)"},
+		wantAsked:      []string{"/net/filer/export", "/srv/n"},
 	}, {
 		name:           "host check fails: one line, network claim released",
 		req:            classmount.Request{Handler: "net"},
-		hostFail:       map[string]string{"/srv/a": "source /srv/a does not exist on the host"},
+		hostFail:       map[string]string{"/srv/n": "source /srv/n does not exist on the host"},
 		wantConfigured: true,
-		wantErr:        netPrefix + "mount /srv/a -> /a (rprivate): source /srv/a does not exist on the host",
-		wantAsked:      []string{"/net/filer/export", "/srv/a"},
+		wantErr:        netPrefix + "mount /srv/n -> /a (rprivate): source /srv/n does not exist on the host",
+		wantAsked:      []string{"/net/filer/export", "/srv/n"},
 	}, {
 		name:           "every host failure, joined on one line",
 		req:            classmount.Request{Handler: "plain"},

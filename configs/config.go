@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/netspec"
@@ -222,7 +223,64 @@ func (c *file) validate() error {
 	for _, name := range sortedKeys(c.RuntimeClasses) {
 		errs = append(errs, validateClass(name, c.RuntimeClasses[name]))
 	}
+	errs = append(errs, c.validateSources())
 	return errors.Join(errs...)
+}
+
+// validateSources refuses bind sources that overlap: a source that equals or lies under
+// another source of any class, or lies under or holds stateDir or kubeletRoot. Sources are
+// resolved without following symlinks (hostmount.OpenSource), but a container that can write
+// an outer source could still replace an inner one with a symlink, or a directory of its
+// choosing, and hand the next container of any class whatever it points at.
+func (c *file) validateSources() error {
+	type source struct {
+		path, where, dst string
+	}
+	var srcs []source
+	for _, name := range sortedKeys(c.RuntimeClasses) {
+		for i, m := range c.RuntimeClasses[name].Mounts {
+			if netspec.IsNetworkType(m.Type) || !isAbsClean(m.Source) {
+				continue // network host paths lie under stateDir; invalid ones are reported already
+			}
+			srcs = append(srcs, source{m.Source, fmt.Sprintf("runtime class %q, mount %d", name, i+1), m.Destination})
+		}
+	}
+	stateDir, kubeletRoot := cmp.Or(c.StateDir, DefaultStateDir), cmp.Or(c.KubeletRoot, DefaultKubeletRoot)
+	var errs []error
+	refuse := func(s source, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s (destination %q): %s", s.where, s.dst, fmt.Sprintf(format, args...)))
+	}
+	const symlinkRisk = "a container that can write there could replace it with a symlink to any host path, or a directory of its own: make the sources disjoint"
+	for j, s := range srcs {
+		for _, o := range srcs[:j] {
+			switch {
+			case s.path == o.path:
+				refuse(s, "source %s is also the source of %s: %s", s.path, o.where, "give each class mount a source of its own, so that no class can change another's")
+			case under(s.path, o.path):
+				refuse(s, "source %s lies under %s, the source of %s: %s", s.path, o.path, o.where, symlinkRisk)
+			case under(o.path, s.path):
+				refuse(o, "source %s lies under %s, the source of %s: %s", o.path, s.path, s.where, symlinkRisk)
+			}
+		}
+		switch {
+		case s.path == stateDir || under(s.path, stateDir):
+			refuse(s, "source %s lies under stateDir %s: mountkeeper keeps its network mounts, subPath copies and state there; choose a source outside it", s.path, stateDir)
+		case under(stateDir, s.path):
+			refuse(s, "source %s holds stateDir %s: the class's containers would see, and with write access could tamper with, mountkeeper's network mounts and state; choose a narrower source or move stateDir", s.path, stateDir)
+		}
+		switch {
+		case s.path == kubeletRoot || under(s.path, kubeletRoot):
+			refuse(s, "source %s lies under kubeletRoot %s: kubelet keeps every pod's volumes there (secrets, service account tokens, emptyDirs whose contents, symlinks included, containers write), so the class would hand other pods' data to its containers; use a volume in the pod spec instead", s.path, kubeletRoot)
+		case under(kubeletRoot, s.path):
+			refuse(s, "source %s holds kubeletRoot %s: the class's containers would see every pod's volumes (secrets, service account tokens); choose a narrower source", s.path, kubeletRoot)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// under says whether p lies strictly below dir (both absolute and clean).
+func under(p, dir string) bool {
+	return dir == "/" && p != "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // validateBudget keeps createBudget BudgetMargin below the runtime's plugin_request_timeout:

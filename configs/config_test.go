@@ -598,3 +598,48 @@ func TestCreateBudgetBelowPluginTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestSourcesDoNotOverlap: a class source that equals or lies under another class's source (of
+// any class), or lies under stateDir or kubeletRoot, or holds one of them, is refused. A
+// container that can write the outer source could otherwise replace the inner source with a
+// symlink and hand the next container the host's /etc.
+func TestSourcesDoNotOverlap(t *testing.T) {
+	for _, tt := range []struct {
+		name, yaml string
+		want       []string // error substrings; nil accepted
+	}{
+		{name: "nested in one class", yaml: "runtimeClasses:\n  a:\n    mounts:\n      - {source: /srv/shared, destination: /shared}\n      - {source: /srv/shared/cfg, destination: /cfg, readOnly: true}\n",
+			want: []string{`runtime class "a", mount 2 (destination "/cfg"): source /srv/shared/cfg lies under /srv/shared, the source of runtime class "a", mount 1: a container that can write there could replace it with a symlink`}},
+		{name: "nested across classes, either order", yaml: "runtimeClasses:\n  a:\n    mounts: [{source: /srv/x/y, destination: /y}]\n  b:\n    mounts: [{source: /srv/x, destination: /x}]\n",
+			want: []string{`runtime class "a", mount 1 (destination "/y"): source /srv/x/y lies under /srv/x, the source of runtime class "b", mount 1`}},
+		{name: "equal across classes", yaml: "runtimeClasses:\n  a:\n    mounts: [{source: /srv/x, destination: /x}]\n  b:\n    mounts: [{source: /srv/x, destination: /x}]\n",
+			want: []string{`runtime class "b", mount 1 (destination "/x"): source /srv/x is also the source of runtime class "a", mount 1`}},
+		{name: "under stateDir", yaml: "stateDir: /var/lib/mk\n" + oneMount("{source: /var/lib/mk/mounts/x, destination: /x}"),
+			want: []string{`source /var/lib/mk/mounts/x lies under stateDir /var/lib/mk`}},
+		{name: "under the default stateDir", yaml: oneMount("{source: /var/lib/mountkeeper, destination: /x}"),
+			want: []string{`source /var/lib/mountkeeper lies under stateDir /var/lib/mountkeeper`}},
+		{name: "holds stateDir", yaml: oneMount("{source: /var/lib, destination: /x}"),
+			want: []string{`source /var/lib holds stateDir /var/lib/mountkeeper`, `source /var/lib holds kubeletRoot /var/lib/kubelet`}},
+		{name: "under kubeletRoot", yaml: oneMount("{source: /var/lib/kubelet/pods/uid/volumes/x, destination: /x}"),
+			want: []string{`source /var/lib/kubelet/pods/uid/volumes/x lies under kubeletRoot /var/lib/kubelet: kubelet keeps every pod's volumes there`}},
+		{name: "prefix that is not a parent", yaml: "runtimeClasses:\n  a:\n    mounts: [{source: /srv/ab, destination: /ab}, {source: /srv/a, destination: /a}]\n  n:\n    mounts: [{type: nfs, source: \"filer:/srv/a\", destination: /n}]\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := configs.Parse([]byte(tt.yaml))
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse accepted overlapping sources:\n%s", tt.yaml)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Parse error\ngot:  %v\nwant it to contain: %s", err, w)
+				}
+			}
+		})
+	}
+}

@@ -203,7 +203,7 @@ func TestRunMountStage(t *testing.T) {
 
 func TestRunPrecreate(t *testing.T) {
 	src := t.TempDir()
-	cfg, err := configs.Parse([]byte("runtimeClasses:\n  fast:\n    mounts: [{source: " + src + ", destination: /data, propagation: HostToContainer}]\n  default:\n    mounts: [{source: " + src + ", destination: /d}]\n"))
+	cfg, err := configs.Parse([]byte("runtimeClasses:\n  fast:\n    mounts: [{source: " + src + ", destination: /data, propagation: HostToContainer}]\n  default:\n    mounts: [{source: " + src + "-default, destination: /d}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

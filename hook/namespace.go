@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/hook/nsenter"
+	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -91,15 +92,28 @@ func openMountNamespace(pid int) (*os.File, error) {
 	return ns, nil
 }
 
-// cloneSource clones the mount tree at m.Source (recursively, following symlinks as a bind
-// mount does) into a detached tree and gives it m's propagation, read-only flag and options,
-// recursively. It reports whether the source is a directory.
+// cloneSource clones the mount tree at m.Source (recursively) into a detached tree and gives it
+// m's propagation, read-only flag and options, recursively. It reports whether the source is a
+// directory. The source is opened by hostmount.OpenSource, which follows no symlink, and the
+// tree is cloned from that descriptor: a source swapped for a symlink after the host check
+// is refused, never followed.
 func cloneSource(m specmod.Mount) (*os.File, bool, error) {
 	attr, err := mountAttr(m)
 	if err != nil {
 		return nil, false, err
 	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	src, err := hostmount.OpenSource(m.Source)
+	var se *hostmount.SymlinkError
+	switch {
+	case errors.As(err, &se):
+		return nil, false, fmt.Errorf("source %s: %w: mountkeeper does not follow symlinks in a source", m.Source, err)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, false, fmt.Errorf("source %s does not exist on the host", m.Source)
+	case err != nil:
+		return nil, false, fmt.Errorf("open the source: %w", err)
+	}
+	defer src.Close()
+	fd, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return nil, false, fmt.Errorf("clone the host mount tree at %s (open_tree): %w", m.Source, err)
 	}

@@ -214,11 +214,18 @@ func TestNamespaceMounterErrors(t *testing.T) {
 		{name: "no such process", req: Request{Pid: 1 << 30, Rootfs: f.rootfs, Mounts: m},
 			err: "the container's process 1073741824 (pid from the OCI state) does not exist"},
 		{name: "missing source", req: Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{{Source: f.src + "/gone", Destination: "/vol", Propagation: specmod.Private}}},
-			err: "mount " + f.src + "/gone -> /vol (rprivate): clone the host mount tree at " + f.src + "/gone (open_tree): no such file or directory"},
+			err: "mount " + f.src + "/gone -> /vol (rprivate): source " + f.src + "/gone does not exist on the host"},
+		// A container of a class that can write the source's parent swapped the source for a
+		// symlink to the host's /etc after the check: the clone must not follow it.
+		{name: "source swapped for a symlink", req: Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{{Source: f.src + "/link/private", Destination: "/vol", Propagation: specmod.Private}}},
+			err: "mount " + f.src + "/link/private -> /vol (rprivate): source " + f.src + "/link/private: component " + f.src + "/link is a symlink (to \"" + f.src + "\")"},
 		{name: "missing rootfs", req: Request{Pid: f.pid, Rootfs: f.rootfs + "-gone", Mounts: m},
 			err: "open the container's rootfs in its mount namespace: open " + f.rootfs + "-gone: no such file or directory"},
 		{name: "file source onto a directory", req: Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{{Source: f.src + "/file", Destination: "/etc", Propagation: specmod.Private}}},
 			err: "destination /etc is a directory in the container, but the source is a file"},
+	}
+	if err := os.Symlink(f.src, f.src+"/link"); err != nil {
+		t.Fatal(err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

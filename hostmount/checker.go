@@ -84,9 +84,12 @@ func (c *Checker) checkSources(mounts []specmod.Mount) error {
 
 func (c *Checker) checkExists(src string) error {
 	_, err := c.in.Stat(src)
+	var se *SymlinkError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &se):
+		return fmt.Errorf("source %s: %w: mountkeeper does not follow symlinks in a source (a container that can write to a parent directory could point it anywhere on the host): use the real path as the source, or remove the symlink", src, err)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("source %s does not exist on the host: create it, or correct source in the runtime class", src)
 	}

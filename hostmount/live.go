@@ -2,7 +2,6 @@ package hostmount
 
 import (
 	"io/fs"
-	"os"
 
 	"github.com/mountkeeper/mountkeeper/mounttable"
 )
@@ -13,8 +12,15 @@ type Live struct{}
 
 var _ Inspector = Live{}
 
-// Stat stats path, following symlinks as the runtime's bind mount will.
-func (Live) Stat(path string) (fs.FileInfo, error) { return os.Stat(path) }
+// Stat stats path through OpenSource: a symlink in any component is a *SymlinkError.
+func (Live) Stat(path string) (fs.FileInfo, error) {
+	f, err := OpenSource(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Stat()
+}
 
 // MountPoints finds the mount holding each path by its mount ID, which is exact even where
 // mounts are stacked on one path: with statmount(2) where the kernel has it (Linux >= 6.8),

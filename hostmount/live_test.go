@@ -62,6 +62,14 @@ func TestLiveStat(t *testing.T) {
 		{name: "file", path: file},
 		{name: "missing", path: filepath.Join(dir, "missing"), wantErr: fs.ErrNotExist},
 		{name: "below a file", path: filepath.Join(file, "x"), wantErr: syscall.ENOTDIR},
+		// A class source is never resolved through a symlink: a container that can write
+		// the parent of another class's source could point it at the host's /etc.
+		{name: "symlink", path: filepath.Join(dir, "link-to-dir"), wantErr: syscall.ELOOP},
+		{name: "through a symlinked directory", path: filepath.Join(dir, "link-to-dir", "file"), wantErr: syscall.ELOOP},
+		{name: "magic link", path: "/proc/self/root" + dir, wantErr: syscall.ELOOP},
+	}
+	if err := os.Symlink(dir, filepath.Join(dir, "link-to-dir")); err != nil {
+		t.Fatal(err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,6 +247,27 @@ func TestLiveInNamespace(t *testing.T) {
 		}
 		if fi, err := (Live{}).Stat(privSub); err != nil || !fi.IsDir() {
 			t.Errorf("Stat(%s) = %v, %v; want a directory", privSub, fi, err)
+		}
+	})
+
+	t.Run("Stat through a symlink names the component", func(t *testing.T) {
+		// /srv/shared -> /shared rw and /srv/shared/cfg -> /cfg ro: a container replaced
+		// /shared/cfg with a symlink to /etc.
+		if err := os.Symlink("/etc", filepath.Join(shr, "cfg")); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{filepath.Join(shr, "cfg"), filepath.Join(shr, "cfg", "ssh")} {
+			_, err := Live{}.Stat(p)
+			want := "component " + filepath.Join(shr, "cfg") + ` is a symlink (to "/etc")`
+			var se *SymlinkError
+			if !errors.As(err, &se) || !strings.Contains(err.Error(), want) {
+				t.Errorf("Stat(%s) = %v, want a *SymlinkError containing %q", p, err, want)
+			}
+		}
+		err := NewChecker(Live{}).CheckSources([]specmod.Mount{{Source: filepath.Join(shr, "cfg"), Destination: "/cfg", Propagation: specmod.Slave, ReadOnly: true}})
+		want := "mount " + shr + "/cfg -> /cfg (rslave, ro): source " + shr + "/cfg: component " + shr + `/cfg is a symlink (to "/etc"): mountkeeper does not follow symlinks in a source`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckSources through a symlink\ngot:  %v\nwant it to contain: %s", err, want)
 		}
 	})
 
