@@ -47,8 +47,12 @@ func (s Spec) Key() string {
 //     path, not the secret (credentials=, secretfile=, passwd_file=, IdentityFile= are kept);
 //   - user= and username= keep the user name and lose what follows a '%' (mount.cifs reads
 //     "user%password");
+//   - an option whose key names a command (ssh_command=, ProxyCommand=, any key ending in
+//     "command" or "cmd") loses its whole value: "sshpass -p <password> ssh" is a command;
+//   - an option nested in another's value ("opts=password=x") is redacted by these rules;
 //   - a password in the source's user information (//user:password@server/share,
-//     scheme://user:password@host/...) is redacted;
+//     scheme://user:password@host/..., user:password@host:/dir) is redacted, whatever it
+//     holds ('/', ':', '@': the user information ends at the last '@');
 //   - everything else (user names, hosts, paths, flags) is kept: it is needed to debug a mount
 //     and is not a credential.
 func (s Spec) String() string {
@@ -80,6 +84,14 @@ func secretKey(key string) bool {
 		strings.HasSuffix(k, "key")
 }
 
+// commandKey says whether the value of option key is a command line (ssh_command=,
+// ProxyCommand=): all of it is treated as secret, since a command may carry a password
+// anywhere ("sshpass -p <password> ssh").
+func commandKey(key string) bool {
+	k := strings.ToLower(key)
+	return strings.HasSuffix(k, "command") || strings.HasSuffix(k, "cmd")
+}
+
 // optionSecret returns the secret part of option o and where it starts, or "" if o has none.
 func optionSecret(o string) (secret string, at int) {
 	key, val, ok := strings.Cut(o, "=")
@@ -87,14 +99,42 @@ func optionSecret(o string) (secret string, at int) {
 		return "", 0
 	}
 	switch k := strings.ToLower(key); {
-	case secretKey(key):
+	case secretKey(key), commandKey(key):
 		return val, len(key) + 1
 	case k == "user" || k == "username":
 		if i := strings.IndexByte(val, '%'); i >= 0 && i < len(val)-1 {
 			return val[i+1:], len(key) + 1 + i + 1
 		}
+		return "", 0
+	}
+	if v, i := optionSecret(val); v != "" { // "opts=password=x"
+		return v, len(key) + 1 + i
 	}
 	return "", 0
+}
+
+// commandSecrets returns the words of command line cmd that may be passwords: the argument of
+// -p, --password or -P (sshpass, mysql-like tools), the rest of a "-pVALUE" word, and the value
+// of a word "key=value" whose key names a secret. Redact removes them from messages, where the
+// whole command line would rarely occur.
+func commandSecrets(cmd string) []string {
+	var out []string
+	words := strings.Fields(cmd)
+	for i, w := range words {
+		switch {
+		case (w == "-p" || w == "-P" || w == "--password") && i+1 < len(words):
+			out = append(out, words[i+1])
+		case len(w) > 2 && (strings.HasPrefix(w, "-p") || strings.HasPrefix(w, "-P")):
+			out = append(out, w[2:])
+		case strings.HasPrefix(w, "--password="):
+			out = append(out, strings.TrimPrefix(w, "--password="))
+		default:
+			if v, _ := optionSecret(strings.TrimPrefix(w, "-o")); v != "" {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
 
 func redactOption(o string) string {
@@ -106,26 +146,45 @@ func redactOption(o string) string {
 }
 
 // sourceSecret returns the password in the source's user information and where it starts, or
-// "" if there is none: "//user:pw@server/share" and "scheme://user:pw@host/x" have one;
-// "user@host:/dir" (sshfs), "host:/export" (nfs) and "user@fsid.fs=/" (ceph) have none.
+// "" if there is none: "//user:pw@server/share", "scheme://user:pw@host/x" and
+// "user:pw@host:/dir" have one; "user@host:/dir" (sshfs), "host:/export" (nfs) and
+// "user@fsid.fs=/" (ceph) have none. The user information ends at the last '@', so a password
+// may hold '/', ':' and '@'; a path with an '@' in it may then be taken for one, which only
+// hides more than needed. Only "host:/path@x", where nothing like host:dir follows the '@', is
+// taken for a path.
 func sourceSecret(src string) (secret string, at int) {
-	start := 0
-	if i := strings.Index(src, "://"); i >= 0 {
-		start = i + 3
-	} else if strings.HasPrefix(src, "//") {
-		start = 2
+	// "scheme://" and "//" may also be part of a password ("alice://x@host:/dir"): if reading
+	// them as a URL or UNC path finds no password, the source is read as user:pw@host too.
+	var starts []int
+	if i := strings.Index(src, "://"); i > 0 && urlScheme.MatchString(src[:i]) {
+		starts = append(starts, i+3)
 	}
+	if strings.HasPrefix(src, "//") {
+		starts = append(starts, 2)
+	}
+	for _, start := range append(starts, 0) {
+		if secret, at := userinfoSecret(src, start); secret != "" {
+			return secret, at
+		}
+	}
+	return "", 0
+}
+
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+
+// userinfoSecret reads src[start:] as [user[:password]@]host...
+func userinfoSecret(src string, start int) (secret string, at int) {
 	end := strings.LastIndexByte(src, '@')
 	if end <= start {
 		return "", 0
 	}
 	userinfo := src[start:end]
-	if strings.ContainsRune(userinfo, '/') {
-		return "", 0 // the '@' is in a path, not after user information
-	}
 	i := strings.IndexByte(userinfo, ':')
 	if i < 0 || i == len(userinfo)-1 {
 		return "", 0
+	}
+	if start == 0 && userinfo[i+1] == '/' && !strings.Contains(src[end+1:], ":") {
+		return "", 0 // "server:/export/a@b": the '@' is in a path
 	}
 	return userinfo[i+1:], start + i + 1
 }
@@ -149,6 +208,13 @@ func (s Spec) secrets() []string {
 	for _, o := range s.Options {
 		if v, _ := optionSecret(o); v != "" {
 			out = append(out, v)
+			if key, _, _ := strings.Cut(o, "="); commandKey(key) {
+				for _, w := range commandSecrets(v) {
+					if w != "" {
+						out = append(out, w)
+					}
+				}
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })

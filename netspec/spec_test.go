@@ -102,6 +102,42 @@ func TestStringRedacts(t *testing.T) {
 			secrets: []string{"pa55word"},
 		},
 		{
+			name:    "a '/' in a source password",
+			spec:    Spec{Type: "cifs", Source: "//alice:pa/ss@srv/share"},
+			want:    "cifs //alice:***@srv/share",
+			secrets: []string{"pa/ss"},
+		},
+		{
+			name:    "a '/' in an sshfs source password",
+			spec:    Spec{Type: "fuse.sshfs", Source: "alice:0000/0@host:/dir"},
+			want:    "fuse.sshfs alice:***@host:/dir",
+			secrets: []string{"0000/0"},
+		},
+		{
+			name:    "an '@' in a source password",
+			spec:    Spec{Type: "fuse.sshfs", Source: "alice:p@ssw0rd@host:/dir"},
+			want:    "fuse.sshfs alice:***@host:/dir",
+			secrets: []string{"p@ssw0rd"},
+		},
+		{
+			name:    "a password starting with '/' before host:dir",
+			spec:    Spec{Type: "fuse.sshfs", Source: "alice:/pw9x@host:/dir"},
+			want:    "fuse.sshfs alice:***@host:/dir",
+			secrets: []string{"/pw9x"},
+		},
+		{
+			name:    "a password inside a command option",
+			spec:    Spec{Type: "fuse.sshfs", Source: "alice@host:/dir", Options: []string{"ssh_command=sshpass -p s3cr3tpw ssh", "ProxyCommand=sshpass -p pr0xypw ssh -W %h:%p jump"}},
+			want:    "fuse.sshfs alice@host:/dir -o ssh_command=***,ProxyCommand=***",
+			secrets: []string{"s3cr3tpw", "pr0xypw"},
+		},
+		{
+			name:    "a secret option nested in another option's value",
+			spec:    Spec{Type: "fuse.s3fs", Source: "bucket", Options: []string{"opts=password=n3st3d"}},
+			want:    "fuse.s3fs bucket -o opts=password=***",
+			secrets: []string{"n3st3d"},
+		},
+		{
 			name: "flags and empty values stay",
 			spec: Spec{Type: "fuse.sshfs", Source: "h:", Options: []string{"password_stdin", "password="}},
 			want: "fuse.sshfs h: -o password_stdin,password=",
