@@ -48,6 +48,7 @@ type agentConfig struct {
 	CgroupRoot   string
 	CgroupParent string
 	Spec         netspec.Spec
+	Wanted       []netspec.Spec // the agent's config
 }
 
 func runFakeAgent(cfgJSON string) int {
@@ -59,7 +60,7 @@ func runFakeAgent(cfgJSON string) int {
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
 	m, err := NewManager(Config{StateDir: cfg.StateDir, MountTimeout: 10 * time.Second,
-		Scoper: &CgroupScoper{Root: cfg.CgroupRoot, Parent: cfg.CgroupParent}, Log: log})
+		Scoper: &CgroupScoper{Root: cfg.CgroupRoot, Parent: cfg.CgroupParent}, Log: log, Wanted: cfg.Wanted})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
@@ -131,15 +132,15 @@ func TestSSHFS(t *testing.T) {
 
 	port1 := freePort(t)
 	startSSHD(t, sc, keys, port1)
+	spec, spec2 := sshSpec(port1), sshSpec(port1, "reconnect")
 	stateDir := filepath.Join(tmp, "state")
 	cfg := Config{StateDir: stateDir, Grace: grace, MountTimeout: 10 * time.Second, RetryBackoff: 100 * time.Millisecond,
-		Scoper: sc, Log: testLogger(t)}
+		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec, spec2}}
 	m1, err := NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m1.Close()
-	spec := sshSpec(port1)
 	scopeOf := func(s netspec.Spec) string { return "/" + sc.Parent + "/mount-" + s.Key() }
 
 	var path string
@@ -213,7 +214,6 @@ func TestSSHFS(t *testing.T) {
 	// killed. The mount lives on, and a new Manager adopts it. One Manager per state
 	// directory: m1 goes first (its mount outlives it).
 	m1.Close()
-	spec2 := sshSpec(port1, "reconnect")
 	var path2 string
 	var daemons2 []int
 	t.Run("the mount survives cgroup.kill of the agent's cgroup", func(t *testing.T) {
@@ -221,7 +221,7 @@ func TestSSHFS(t *testing.T) {
 		if err := os.Mkdir(agentCG, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		cfgJSON, _ := json.Marshal(agentConfig{StateDir: stateDir, CgroupRoot: sc.Root, CgroupParent: sc.Parent, Spec: spec2})
+		cfgJSON, _ := json.Marshal(agentConfig{StateDir: stateDir, CgroupRoot: sc.Root, CgroupParent: sc.Parent, Spec: spec2, Wanted: cfg.Wanted})
 		agent, ready := startInCgroup(t, agentCG, []string{agentEnv + "=" + string(cfgJSON)}, os.Args[0])
 		var line string
 		select {

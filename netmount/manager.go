@@ -51,13 +51,21 @@ type Config struct {
 	Env Env
 	// Log receives what happens to the mounts; nil means logrus.StandardLogger().
 	Log *logrus.Logger
+	// Wanted are the network mounts of the current config. At start-up only these are
+	// adopted; an earlier agent's mount of any other spec is unmounted and forgotten.
+	Wanted []netspec.Spec
 
 	lockWait time.Duration // how long NewManager waits for StateDir's lock; tests shorten it
 }
 
-// ConfigFrom is the Manager config that a mountkeeper config asks for.
+// ConfigFrom is the Manager config that a mountkeeper config asks for; its Wanted mounts are
+// the network mounts of every class.
 func ConfigFrom(c *configs.Config, log *logrus.Logger) Config {
-	return Config{StateDir: c.StateDir, MountTimeout: c.MountTimeout, Grace: c.UnmountGrace, Log: log}
+	var wanted []netspec.Spec
+	for _, name := range c.ClassNames() {
+		wanted = append(wanted, c.RuntimeClasses[name].NetworkSpecs()...)
+	}
+	return Config{StateDir: c.StateDir, MountTimeout: c.MountTimeout, Grace: c.UnmountGrace, Log: log, Wanted: wanted}
 }
 
 // withDefaults fills in what a Config built by hand (tests) leaves out; the defaults a config
@@ -109,6 +117,10 @@ type Manager struct {
 	mu      sync.Mutex
 	closed  bool
 	entries map[string]*entry
+	// synced is set by the first ReleaseUnused: the plugin has claimed the mounts of the
+	// running containers. From then on a mount that becomes ready with no users starts its
+	// grace period at once; before, ReleaseUnused will.
+	synced bool
 }
 
 type phase int
@@ -248,16 +260,16 @@ func (m *Manager) adopt() error {
 	for _, err := range errs {
 		m.log.WithError(err).Warn("netmount: skipping an unreadable state file")
 	}
+	wanted := make(map[string]netspec.Spec, len(m.cfg.Wanted))
+	for _, s := range m.cfg.Wanted {
+		wanted[s.Key()] = s
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for key, st := range states {
-		s := st.spec()
-		if err := s.Validate(); err != nil {
-			m.log.WithError(err).WithField("mount", key).Warn("netmount: state file holds an invalid spec: left alone")
-			continue
-		}
-		if s.Key() != key {
-			m.log.WithFields(logrus.Fields{"mount": key, "spec": s.String()}).Warn("netmount: state file's name does not match its spec: left alone")
+		s, ok := wanted[key]
+		if !ok {
+			m.forgetLocked(key, st, live)
 			continue
 		}
 		e := m.newEntry(s)
@@ -273,12 +285,34 @@ func (m *Manager) adopt() error {
 		m.startMountLocked(e)
 	}
 	for path := range live {
-		if _, ok := m.entries[filepath.Base(path)]; !ok || filepath.Dir(path) != m.mountsDir {
+		if _, ok := states[filepath.Base(path)]; !ok || filepath.Dir(path) != m.mountsDir {
 			m.log.WithField("path", path).Warn("netmount: a mount below the state directory has no state file: left alone")
 		}
 	}
 	m.removeStaleScopesLocked()
 	return nil
+}
+
+// forgetLocked drops what an earlier agent left for key, whose spec is not in the current
+// config: its mount, if live, is unmounted in the background; its state goes.
+func (m *Manager) forgetLocked(key string, st state, live map[string]bool) {
+	s := st.spec() // for logs only: it may be redacted
+	e := m.newEntry(s)
+	e.key, e.hostPath, e.unit = key, filepath.Join(m.mountsDir, key), "mount-"+key
+	log := m.logFor(e)
+	if !live[e.hostPath] {
+		log.Info("netmount: forgetting an earlier agent's mount that is no longer in the config (not mounted)")
+		if err := removeState(m.stateDir, key); err != nil {
+			log.WithError(err).Error("netmount: cannot remove the state of a forgotten mount")
+		}
+		os.Remove(e.hostPath)
+		return
+	}
+	log.Info("netmount: unmounting an earlier agent's mount that is no longer in the config")
+	m.entries[key] = e
+	e.phase, e.since = unmounting, time.Now()
+	m.wg.Add(1)
+	go m.unmount(e)
 }
 
 // removeStaleScopesLocked removes the empty scopes an earlier agent left: one killed during a
@@ -321,7 +355,17 @@ func (m *Manager) checkAdopted(e *entry) {
 	}
 	m.logFor(e).Info("netmount: adopted the mount found at start-up")
 	e.phase, e.mountedAt = mounted, time.Now()
+	m.graceIfUnusedLocked(e)
 	e.broadcast()
+}
+
+// graceIfUnusedLocked starts the grace period of a mount that has just become ready with no
+// users, once the plugin has claimed the running containers' mounts (see synced): a mount
+// ensured for a pod whose containers never come, or remounted at start-up for nobody, goes.
+func (m *Manager) graceIfUnusedLocked(e *entry) {
+	if m.synced && len(e.users) == 0 && e.graceTimer == nil {
+		m.startGraceLocked(e)
+	}
 }
 
 // probe checks that the mount at e.hostPath answers; it unmounts it lazily if it does not. A
@@ -365,6 +409,7 @@ func (m *Manager) ensureLocked(s netspec.Spec) *entry {
 		e = m.newEntry(s)
 		m.entries[e.key] = e
 	}
+	e.spec = s // an entry forgotten at start-up holds the spec of its state file, for logs only
 	switch e.phase {
 	case idle:
 		m.startMountLocked(e)
@@ -408,6 +453,7 @@ func (m *Manager) mountLoop(e *entry) {
 		if err == nil {
 			e.phase, e.lastErr, e.mountedAt = mounted, nil, time.Now()
 			took := e.mountedAt.Sub(e.since).Round(time.Millisecond)
+			m.graceIfUnusedLocked(e)
 			e.broadcast()
 			m.mu.Unlock()
 			m.logFor(e).WithFields(logrus.Fields{"attempt": attempt, "took": took}).Info("netmount: mounted")
@@ -592,6 +638,7 @@ func (m *Manager) Release(user string) {
 func (m *Manager) ReleaseUnused() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.synced = true
 	for _, e := range m.entries {
 		if len(e.users) == 0 && e.phase == mounted && e.graceTimer == nil {
 			m.startGraceLocked(e)

@@ -618,7 +618,7 @@ func TestNewManagerAdopts(t *testing.T) {
 	sys.mounted[stranger] = true
 	sys.probeErr[filepath.Join(mounts, dead.Key())] = syscall.ENOTCONN
 
-	m := newTestManager(t, sys, Config{StateDir: dir})
+	m := newTestManager(t, sys, Config{StateDir: dir, Wanted: []netspec.Spec{live, gone, dead}})
 	for _, s := range []netspec.Spec{live, gone, dead} {
 		if _, err := acquire(t, m, 5*time.Second, s, "ctr-"+s.Source); err != nil {
 			t.Errorf("Acquire %s: %v", s, err)
@@ -654,7 +654,7 @@ func TestReleaseUnusedUnmountsAdoptedMountsNobodyUses(t *testing.T) {
 		sys.mounted[filepath.Join(dir, "mounts", s.Key())] = true
 	}
 	const grace = 50 * time.Millisecond
-	m := newTestManager(t, sys, Config{StateDir: dir, Grace: grace})
+	m := newTestManager(t, sys, Config{StateDir: dir, Grace: grace, Wanted: []netspec.Spec{used, unused}})
 	if _, err := acquire(t, m, 5*time.Second, used, "ctr-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -753,7 +753,7 @@ func TestNewManagerRemovesScopesLeftByAnEarlierAgent(t *testing.T) {
 	writeState(filepath.Join(dir, "state"), adopted.Key(), state{Type: adopted.Type, Source: adopted.Source})
 	sys.mounted[filepath.Join(dir, "mounts", adopted.Key())] = true
 	sys.scopeUnits = []string{"mount-" + adopted.Key(), "mount-0123456789abcdef", "sshd-2222"}
-	newTestManager(t, sys, Config{StateDir: dir})
+	newTestManager(t, sys, Config{StateDir: dir, Wanted: []netspec.Spec{adopted}})
 	sys.mu.Lock()
 	removed := slices.Clone(sys.removed)
 	sys.mu.Unlock()
