@@ -17,10 +17,13 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/configwatch"
 	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/metrics"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/nri"
+	"github.com/mountkeeper/mountkeeper/ops"
 )
 
 // version is set at build time by the Makefile (git describe).
@@ -35,6 +38,7 @@ commands:
   validate  check a config file
   check     check that this node can make the config's network filesystem mounts
   runtime   runtime configure: write containerd's or CRI-O's config for the runtime classes
+  status    show what the running plugin reports (its --listen address)
   version   print the version
 `
 
@@ -65,6 +69,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runCheck(args[1:], stdout, stderr)
 	case "runtime":
 		err = runRuntime(args[1:], stdout, stderr)
+	case "status":
+		err = runStatus(args[1:], stdout, stderr)
 	case "hook":
 		err = runHook(args[1:], stdin, stdout, stderr)
 	case "version":
@@ -133,13 +139,19 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 func runNRI(args []string, stderr io.Writer) error {
+	if rest, pid, ok := hostNamespacesArgs(args); ok {
+		return enterHostNamespaces(rest, pid)
+	}
 	fs := newFlags("nri", stderr)
+	fs.Bool("host-namespaces", false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
+	fs.String("host-namespaces-pid", "1", "with --host-namespaces: whose namespaces to enter")
 	loadConfig := configFlag(fs)
 	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
 	name := fs.String("name", "", "plugin name (default mountkeeper)")
 	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
+	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: host:port or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -153,13 +165,58 @@ func runNRI(args []string, stderr io.Writer) error {
 	}
 	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
 	pinned := flagSet(fs, "config")
+	m := metrics.New()
 	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
 			return netmount.NewManager(netmount.ConfigFrom(cfg, log))
-		})
+		}).WithMetrics(m).WithConfigSource(from)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *listen != "" {
+		l, err := ops.Listen(*listen)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %w", *listen, err)
+		}
+		go func() {
+			err := ops.Serve(ctx, l, ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }})
+			if err != nil {
+				log.Errorf("serving %s: %v", *listen, err)
+			}
+		}()
+	}
+	if _, err := os.Stat(from); err == nil {
+		go reloadOnChange(ctx, plugin, from, log)
+	}
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
+}
+
+// reloadOnChange reloads the config at path when it changes (a ConfigMap's ..data swap
+// included) and on SIGHUP.
+func reloadOnChange(ctx context.Context, plugin *nri.Plugin, path string, log *logrus.Logger) {
+	reload := func(data []byte, err error) {
+		if err != nil {
+			log.WithField("config", path).Errorf("config reload: %v", err)
+			return
+		}
+		_ = plugin.ReloadConfig(data, path) // it logs and counts a refusal itself
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				reload(os.ReadFile(path))
+			}
+		}
+	}()
+	if err := configwatch.Watch(ctx, path, reload); err != nil {
+		log.WithField("config", path).Warnf("cannot watch the config for changes (SIGHUP still reloads): %v", err)
+		<-ctx.Done()
+	}
 }
 
 func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {

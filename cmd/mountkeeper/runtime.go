@@ -26,6 +26,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 	runtime := flags.String("runtime", "", "the runtime to configure: containerd or crio")
 	configFile := flags.String("config-file", "", "the runtime's config: default "+runtimeconfig.ContainerdConfigPath+" (containerd), "+runtimeconfig.CRIODropInPath+" (crio, a drop-in of mountkeeper's own)")
 	hookPath := flags.String("hook-path", "", "the mountkeeper binary the runtime runs as the guard hook (default: this binary)")
+	installHook := flags.String("install-hook", "", "copy this binary to PATH (a host path, e.g. from a DaemonSet's init container) and use it as --hook-path")
 	baseSpecDir := flags.String("base-spec-dir", runtimeconfig.DefaultBaseSpecDir, "containerd: where the per-class base runtime specs go")
 	runcPath := flags.String("runc", "/usr/bin/runc", "crio: the OCI runtime the class handlers run")
 	dryRun := flags.Bool("dry-run", false, "print what would be written instead of writing it")
@@ -35,6 +36,18 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 	cfg, _, err := loadConfig()
 	if err != nil {
 		return err
+	}
+	if *installHook != "" {
+		if *hookPath != "" {
+			fmt.Fprintln(stderr, "--install-hook and --hook-path: give one")
+			return errUsage
+		}
+		*hookPath = *installHook
+		if !*dryRun {
+			if err := installSelf(*installHook, stdout); err != nil {
+				return err
+			}
+		}
 	}
 	if *hookPath == "" {
 		if *hookPath, err = os.Executable(); err != nil {
@@ -128,4 +141,27 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// installSelf copies this binary to path (0755) unless it holds the same bytes already.
+func installSelf(path string, stdout io.Writer) error {
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("--install-hook: read this binary: %w", err)
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, self) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("--install-hook: %w", err)
+	}
+	tmp := path + ".mountkeeper-tmp"
+	if err := os.WriteFile(tmp, self, 0o755); err != nil {
+		return fmt.Errorf("--install-hook: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("--install-hook: %w", err)
+	}
+	fmt.Fprintln(stdout, "installed", path)
+	return nil
 }

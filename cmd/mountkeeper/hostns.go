@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+)
+
+// hostNamespacesFlag makes `mountkeeper nri` run in the host's mount and cgroup namespaces
+// when it is started in a container (a DaemonSet pod with hostPID: true and privileged):
+//   - the mount namespace, so that it sees the host's paths and mount table (class sources,
+//     the kubelet root, the NRI socket, its state dir), checks propagation against the host's
+//     mounts, and mounts network filesystems and subPath repairs where the host and kubelet
+//     see them;
+//   - the cgroup namespace, so that the cgroup2 mount it finds there is the host's whole
+//     hierarchy and each mount helper's group (mountkeeper.slice/mount-<key>) lies outside
+//     the pod's cgroup; with nsdelegate (systemd's default) a process cannot move a helper to
+//     a cgroup outside its own cgroup namespace.
+//
+// The image has no nsenter (it holds only this binary), so the binary enters them itself:
+// Go runs many threads that share one fs_struct, and setns(CLONE_NEWNS) refuses such a
+// thread, so one locked thread unshares CLONE_FS, enters both namespaces of PID 1 and
+// re-executes this binary from there (execve keeps the calling thread's namespaces). The
+// config named by --config is opened first and handed over as /proc/self/fd/N: its path is a
+// path in the container (a ConfigMap), not on the host.
+const hostNamespacesFlag = "--host-namespaces"
+
+// hostNamespacesEnv marks the re-executed process, which must not enter again.
+const hostNamespacesEnv = "_MOUNTKEEPER_IN_HOST_NAMESPACES"
+
+// enterHostNamespaces re-executes `mountkeeper nri args...` (args without the flag) in the
+// mount and cgroup namespaces of pid (1: the host's init, seen with hostPID). It returns
+// only on failure.
+func enterHostNamespaces(args []string, pid string) error {
+	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
+		return fmt.Errorf("--host-namespaces-pid %q: not a process ID", pid)
+	}
+	if os.Getenv(hostNamespacesEnv) != "" {
+		return fmt.Errorf("%s: already re-executed in the host's namespaces", hostNamespacesFlag)
+	}
+	args, configPath := configArg(args)
+	config, err := os.Open(configPath)
+	switch {
+	case err == nil:
+		// Go opens files close-on-exec; this one must survive the exec.
+		if _, err := unix.FcntlInt(config.Fd(), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("%s: keep %s open across exec: %w", hostNamespacesFlag, configPath, err)
+		}
+		args = append(args, "--config", "/proc/self/fd/"+strconv.Itoa(int(config.Fd())))
+	case os.IsNotExist(err) && configPath == configs.DefaultPath:
+		// No file at the default path in the container: the re-executed process looks on the
+		// host, then falls back to the embedded default, as without the flag.
+	default:
+		return fmt.Errorf("%s: %w", hostNamespacesFlag, err)
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("%s: open this binary: %w", hostNamespacesFlag, err)
+	}
+	// The thread that enters the namespaces execs; it must not run anything else meanwhile.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("%s: unshare(CLONE_FS): %w", hostNamespacesFlag, err)
+	}
+	for _, ns := range []struct {
+		name string
+		typ  int
+	}{{"cgroup", unix.CLONE_NEWCGROUP}, {"mnt", unix.CLONE_NEWNS}} {
+		path := "/proc/" + pid + "/ns/" + ns.name
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("%s: open %s (is the pod hostPID?): %w", hostNamespacesFlag, path, err)
+		}
+		err = unix.Setns(fd, ns.typ)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%s: enter the %s namespace of PID %s (is the container privileged?): %w", hostNamespacesFlag, ns.name, pid, err)
+		}
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("%s: chdir /: %w", hostNamespacesFlag, err)
+	}
+	env := append(slices.Clone(os.Environ()), hostNamespacesEnv+"=1")
+	// The binary lies in the container's root, which the host's namespace does not show:
+	// exec it through the descriptor opened before the switch.
+	argv := append([]string{os.Args[0], "nri"}, args...)
+	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), argv, env)
+	return fmt.Errorf("%s: re-execute: %w", hostNamespacesFlag, err)
+}
+
+// hostNamespacesArgs finds --host-namespaces and --host-namespaces-pid N (either dash form,
+// N also after "=") in args; it returns args without them, the PID (default "1") and whether
+// --host-namespaces was given.
+func hostNamespacesArgs(args []string) (rest []string, pid string, enter bool) {
+	pid = "1"
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimPrefix(args[i], "-")
+		switch {
+		case a == "-host-namespaces" || a == "host-namespaces":
+			enter = true
+		case a == "-host-namespaces-pid" || a == "host-namespaces-pid":
+			if i+1 < len(args) {
+				pid = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "-host-namespaces-pid=") || strings.HasPrefix(a, "host-namespaces-pid="):
+			_, pid, _ = strings.Cut(a, "=")
+		default:
+			rest = append(rest, args[i])
+		}
+	}
+	return rest, pid, enter
+}
+
+// configArg removes --config (in either form) from args and returns the rest and its value
+// (configs.DefaultPath if absent).
+func configArg(args []string) ([]string, string) {
+	path := configs.DefaultPath
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := strings.TrimPrefix(args[i], "-")
+		switch {
+		case a == "-config" || a == "config":
+			if i+1 < len(args) {
+				path = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "-config=") || strings.HasPrefix(a, "config="):
+			_, path, _ = strings.Cut(a, "=")
+		default:
+			rest = append(rest, args[i])
+		}
+	}
+	return rest, path
+}
