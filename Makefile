@@ -15,13 +15,21 @@ TESTFLAGS ?=
 # outlive them.
 PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshare -m --propagation private
 
-.PHONY: all build test unit e2e demo bench tools vet clean
+.PHONY: all build image test unit e2e demo bench tools vet clean
 
 all: build
 
 # cgo is required: hook mode enters a container's mount namespace from a C constructor.
 build:
 	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
+
+# The container image (deploy/): the binary, linked statically (cgo on, glibc linked in), on
+# an empty base; nothing is pulled. An OCI image-layout tarball: import it on each node with
+# `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
+IMAGE ?= localhost/mountkeeper:latest
+image:
+	CGO_ENABLED=1 $(GO) build -tags netgo,osusergo -ldflags '$(LDFLAGS) -linkmode external -extldflags -static' -o bin/mountkeeper-static ./cmd/mountkeeper
+	$(GO) run ./test/tools/mkimage -binary bin/mountkeeper-static -name $(IMAGE) -o bin/mountkeeper-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -1,0 +1,70 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// AgentImage is the name `make image` gives the mountkeeper image and deploy/ refers to.
+const AgentImage = "localhost/mountkeeper:latest"
+
+// AgentBinaryPath is where the image holds the binary (its entrypoint).
+const AgentBinaryPath = "/usr/local/bin/mountkeeper"
+
+// StaticBuildArgs are the `go build` arguments (after "build") of the image's binary: cgo on,
+// as for `make build` (hook mode's namespace constructor), but linked statically against
+// glibc, so the image needs no libc; netgo and osusergo keep glibc's NSS (which cannot be
+// linked statically) out.
+func StaticBuildArgs(out, ldflags string) []string {
+	return []string{"-tags", "netgo,osusergo",
+		"-ldflags", ldflags + " -linkmode external -extldflags -static",
+		"-o", out, "./cmd/mountkeeper"}
+}
+
+// BuildStaticMountkeeper builds the image's binary into dir (from the module root).
+func BuildStaticMountkeeper(ctx context.Context, dir string) (string, error) {
+	_, self, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(self), "..", "..")
+	out := filepath.Join(dir, "mountkeeper-static")
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, StaticBuildArgs(out, "-X main.version=e2e")...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build (static) ./cmd/mountkeeper: %w: %s", err, b)
+	}
+	return out, nil
+}
+
+// AgentImageArchive returns an OCI image-layout tarball (for `ctr images import` or `podman
+// load`) of one image, name, that holds nothing but binary at AgentBinaryPath, an empty /tmp
+// and /etc/mountkeeper: no base image is pulled. binary must be statically linked: there is no
+// libc in the image.
+func AgentImageArchive(binary []byte, name string) ([]byte, error) {
+	f, err := elf.NewFile(bytes.NewReader(binary))
+	if err != nil {
+		return nil, fmt.Errorf("the image's binary: %w", err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return nil, fmt.Errorf("the image's binary is dynamically linked: the image has no libc (build it with `make image`)")
+		}
+	}
+	return ociArchive([]imageSpec{{
+		name: name,
+		files: []fileEntry{
+			dirEntry("etc", 0o755), dirEntry("etc/mountkeeper", 0o755),
+			dirEntry("tmp", 0o1777),
+			dirEntry("usr", 0o755), dirEntry("usr/local", 0o755), dirEntry("usr/local/bin", 0o755),
+			fileEntryOf(AgentBinaryPath[1:], 0o755, binary),
+		},
+		env:        []string{imagePATH},
+		entrypoint: []string{AgentBinaryPath},
+		cmd:        []string{"nri"},
+	}})
+}

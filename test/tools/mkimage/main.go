@@ -1,0 +1,39 @@
+// Command mkimage writes the mountkeeper container image as an OCI image-layout tarball:
+// the statically linked binary on an empty base, nothing pulled. `make image` runs it;
+// import the result with `ctr -n k8s.io images import` or `podman load -i`.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+func main() {
+	binary := flag.String("binary", "bin/mountkeeper-static", "statically linked mountkeeper binary")
+	name := flag.String("name", harness.AgentImage, "image name (io.containerd.image.name)")
+	out := flag.String("o", "bin/mountkeeper-image.tar", "output tarball")
+	flag.Parse()
+	if err := run(*binary, *name, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "mkimage:", err)
+		os.Exit(1)
+	}
+}
+
+func run(binary, name, out string) error {
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	archive, err := harness.AgentImageArchive(bin, name)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, archive, 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("%s: image %s (%d bytes); import: ctr -n k8s.io images import %s\n", out, name, len(archive), out)
+	return nil
+}
