@@ -21,7 +21,7 @@ func TestCheck(t *testing.T) {
 	noScope := func() (Scoper, error) { return nil, errors.New("no systemd and no cgroup2 mounted") }
 	complete := fakeEnv{programs: map[string]bool{"mount": true, "sshfs": true}, helpers: map[string]bool{"mount.fuse": true},
 		fss: map[string]bool{"fuse": true}, files: map[string]bool{"/dev/fuse": true}}
-	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv", Options: []string{"port=2222", "password=hunter2"}}
+	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv", Options: []string{"port=2222", "IdentityFile=/etc/mk/id"}}
 
 	tests := []struct {
 		name   string

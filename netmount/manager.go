@@ -103,12 +103,13 @@ func (c Config) withDefaults() Config {
 // longer than its caller allows. Reference counts are kept in memory only: after a restart the
 // plugin calls Acquire again for every running container.
 type Manager struct {
-	cfg       Config
-	sys       system
-	log       *logrus.Logger
-	mountsDir string
-	stateDir  string
-	lock      *os.File // flock on StateDir/lock, held until Close
+	cfg        Config
+	sys        system
+	log        *logrus.Logger
+	mountsDir  string
+	stateDir   string
+	secretsDir string   // secrets the helpers read from files (see secretFile)
+	lock       *os.File // flock on StateDir/lock, held until Close
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -203,13 +204,14 @@ func newManager(c Config, sys system) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		cfg:       c,
-		sys:       sys,
-		log:       c.Log,
-		mountsDir: filepath.Join(dir, "mounts"), // HostPath agrees
-		stateDir:  filepath.Join(dir, "state"),
-		lock:      lock,
-		entries:   make(map[string]*entry),
+		cfg:        c,
+		sys:        sys,
+		log:        c.Log,
+		mountsDir:  filepath.Join(dir, "mounts"), // HostPath agrees
+		stateDir:   filepath.Join(dir, "state"),
+		secretsDir: filepath.Join(dir, "secrets"),
+		lock:       lock,
+		entries:    make(map[string]*entry),
 	}
 	if err := m.prepare(); err != nil {
 		lock.Close()
@@ -219,7 +221,7 @@ func newManager(c Config, sys system) (*Manager, error) {
 }
 
 func (m *Manager) prepare() error {
-	for _, d := range []string{m.mountsDir, m.stateDir} {
+	for _, d := range []string{m.mountsDir, m.stateDir, m.secretsDir} {
 		if err := mkdirPrivate(d); err != nil {
 			return err
 		}
@@ -290,6 +292,7 @@ func (m *Manager) adopt() error {
 		}
 	}
 	m.removeStaleScopesLocked()
+	removeSecretsExcept(m.secretsDir, wanted, m.log)
 	return nil
 }
 
@@ -305,6 +308,7 @@ func (m *Manager) forgetLocked(key string, st state, live map[string]bool) {
 		if err := removeState(m.stateDir, key); err != nil {
 			log.WithError(err).Error("netmount: cannot remove the state of a forgotten mount")
 		}
+		removeSecret(m.secretsDir, key)
 		os.Remove(e.hostPath)
 		return
 	}
@@ -355,6 +359,7 @@ func (m *Manager) checkAdopted(e *entry) {
 	}
 	m.logFor(e).Info("netmount: adopted the mount found at start-up")
 	e.phase, e.mountedAt = mounted, time.Now()
+	m.saveState(e) // rewritten: an older agent's state may hold secrets in clear
 	m.graceIfUnusedLocked(e)
 	e.broadcast()
 }
@@ -497,11 +502,15 @@ func (m *Manager) mountOnce(e *entry) error {
 	if err != nil {
 		return err
 	}
+	cmdSpec, err := writeSecretFile(m.secretsDir, e.spec)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
 	defer cancel()
-	if err := m.sys.mount(ctx, e.spec, e.unit, e.hostPath, m.cfg.MountTimeout); err != nil {
+	if err := m.sys.mount(ctx, cmdSpec, e.unit, e.hostPath, m.cfg.MountTimeout); err != nil {
 		m.cleanFailedAttempt(e)
-		return err
+		return redactError(e.spec, err)
 	}
 	return m.saveState(e)
 }
@@ -526,7 +535,8 @@ func (m *Manager) cleanFailedAttempt(e *entry) {
 }
 
 func (m *Manager) saveState(e *entry) error {
-	st := state{Type: e.spec.Type, Source: e.spec.Source, Options: e.spec.Options, HostPath: e.hostPath, MountedAt: time.Now().UTC()}
+	r := e.spec.Redacted()
+	st := state{Type: r.Type, Source: r.Source, Options: r.Options, HostPath: e.hostPath, MountedAt: time.Now().UTC()}
 	if err := writeState(m.stateDir, e.key, st); err != nil {
 		// The mount is live and usable; only its adoption after a restart is at stake.
 		m.logFor(e).WithError(err).Error("netmount: cannot write the mount's state: a restarted agent will not adopt it")
@@ -697,6 +707,7 @@ func (m *Manager) unmount(e *entry) {
 		if rerr := removeState(m.stateDir, e.key); rerr != nil {
 			log.WithError(rerr).Error("netmount: cannot remove the state of an unmounted mount")
 		}
+		removeSecret(m.secretsDir, e.key)
 		if rerr := os.Remove(e.hostPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			log.WithError(rerr).Debug("netmount: host directory of an unmounted mount not removed")
 		}

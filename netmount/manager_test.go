@@ -194,7 +194,8 @@ func newTestManager(t *testing.T, sys *fakeSystem, c Config) *Manager {
 	return m
 }
 
-var testSpec = netspec.Spec{Type: "fuse.sshfs", Source: "root@10.0.0.1:/srv", Options: []string{"port=22", "password=hunter2"}}
+// testSpec carries a password, which the Manager hands to the helper in a credentials file.
+var testSpec = netspec.Spec{Type: "cifs", Source: "//10.0.0.1/srv", Options: []string{"port=22", "password=hunter2"}}
 
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -298,7 +299,7 @@ func TestAcquireMountsOnceForAllUsers(t *testing.T) {
 		t.Errorf("made shared: %q, want the mounts directory", sys.shared)
 	}
 
-	// State: 0600 in a 0700 directory, with the spec as given.
+	// State: 0600 in a 0700 directory, with the spec redacted.
 	stateFile := filepath.Join(dir, "state", testSpec.Key()+".json")
 	fi, err := os.Stat(stateFile)
 	if err != nil {
@@ -312,8 +313,8 @@ func TestAcquireMountsOnceForAllUsers(t *testing.T) {
 	}
 	states, errs := readStates(filepath.Join(dir, "state"))
 	got := states[testSpec.Key()]
-	if len(errs) > 0 || got.spec().Key() != testSpec.Key() || got.HostPath != wantPath || got.MountedAt.IsZero() {
-		t.Errorf("state = %+v (%v), want the spec, host path and mount time", got, errs)
+	if len(errs) > 0 || got.spec().String() != testSpec.String() || got.HostPath != wantPath || got.MountedAt.IsZero() {
+		t.Errorf("state = %+v (%v), want the redacted spec, host path and mount time", got, errs)
 	}
 }
 

@@ -11,14 +11,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // state is what StateDir/state/<key>.json holds about one host mount. It is written once the
-// mount is live and removed once it is unmounted; a restarted agent adopts what it lists. The
-// file is 0600 in a 0700 directory: options may hold secrets.
+// mount is live and removed once it is unmounted; a restarted agent adopts the mounts it lists
+// whose key is that of a spec in its config, which gives the spec itself. The spec here is
+// redacted (netspec.Spec.Redacted), for people and logs only: no secret is kept in clear. The
+// file is 0600 in a 0700 directory all the same.
 type state struct {
 	Type      string    `json:"type"`
 	Source    string    `json:"source"`
@@ -27,6 +30,7 @@ type state struct {
 	MountedAt time.Time `json:"mountedAt"`
 }
 
+// spec is the spec the state names, redacted: for logs only.
 func (st state) spec() netspec.Spec {
 	return netspec.Spec{Type: st.Type, Source: st.Source, Options: st.Options}
 }
@@ -135,4 +139,64 @@ func mkdirPrivate(dir string) error {
 // HostPath is where a Manager with stateDir mounts s on the host.
 func HostPath(stateDir string, s netspec.Spec) string {
 	return filepath.Join(stateDir, "mounts", s.Key())
+}
+
+// secretPath is the file through which the helper of key's mount reads its secrets.
+func secretPath(dir, key string) string { return filepath.Join(dir, key) }
+
+// writeSecretFile writes the inline secrets of s, if any, to dir/<key> (0600; dir is 0700) and
+// returns the spec to put on the command line, which names that file instead (see
+// netspec.Spec.WithSecretFile). The file stays until the mount is unmounted.
+func writeSecretFile(dir string, s netspec.Spec) (netspec.Spec, error) {
+	path := secretPath(dir, s.Key())
+	cmd, content, ok := s.WithSecretFile(path)
+	if !ok {
+		return s, nil
+	}
+	if err := mkdirPrivate(dir); err != nil {
+		return s, err
+	}
+	f, err := os.CreateTemp(dir, ".secret.*.tmp") // 0600
+	if err != nil {
+		return s, err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(content)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		os.Remove(tmp)
+		return s, fmt.Errorf("write the mount's secret file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return s, err
+	}
+	return cmd, nil
+}
+
+func removeSecret(dir, key string) {
+	os.Remove(secretPath(dir, key))
+}
+
+// removeSecretsExcept removes the secret files of mounts not in keep (and temporary files).
+func removeSecretsExcept(dir string, keep map[string]netspec.Spec, log *logrus.Logger) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, ent := range ents {
+		if _, ok := keep[ent.Name()]; !ok {
+			if err := os.Remove(filepath.Join(dir, ent.Name())); err != nil {
+				log.WithError(err).Warn("netmount: cannot remove a secret file of a mount no longer in the config")
+			}
+		}
+	}
+}
+
+// redactError returns err, or an error of the same text with the secrets of s redacted if the
+// text holds any (a helper may echo what it read).
+func redactError(s netspec.Spec, err error) error {
+	if text := s.Redact(err.Error()); text != err.Error() {
+		return errors.New(text)
+	}
+	return err
 }

@@ -323,7 +323,7 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("%s mount: option %d (%s) contains a NUL or newline", s.Type, i+1, key)
 		}
 	}
-	return nil
+	return s.checkSecrets()
 }
 
 func shapeOf(ft FSType) string {

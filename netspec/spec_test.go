@@ -220,6 +220,29 @@ func TestValidate(t *testing.T) {
 		{name: "empty option", spec: Spec{Type: "nfs", Source: "s:/e", Options: []string{"ro", ""}}, want: "option 2 is empty"},
 		{name: "comma in option", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"password=a,b"}}, want: "option 1 (password) contains a comma"},
 		{name: "NUL in option", spec: Spec{Type: "nfs", Source: "s:/e", Options: []string{"a\x00"}}, want: "option 1 (a\x00) contains a NUL or newline"},
+
+		// Inline secrets (issue 9, item 2): CIFS and Ceph take theirs through a file
+		// mountkeeper writes; every other type must not carry one.
+		{name: "cifs password", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"username=bob", "password=hunter2"}}},
+		{name: "cifs user%password", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"user=bob%hunter2"}}},
+		{name: "ceph secret", spec: Spec{Type: "ceph", Source: "mon1:/vol", Options: []string{"name=admin", "secret=AQBx=="}}},
+		{name: "files are no secrets", spec: Spec{Type: "fuse.s3fs", Source: "b", Options: []string{"passwd_file=/etc/s3", "ssh_command=ssh -p 2222"}}},
+		{name: "sshfs password", spec: Spec{Type: "fuse.sshfs", Source: "h:/d", Options: []string{"password=hunter2"}},
+			want: "fuse.sshfs mount: option 1 (password) would put a secret on command lines (mount, the helper, the FUSE program: /proc/<pid>/cmdline): use a key file (IdentityFile=) instead"},
+		{name: "sshfs sshpass", spec: Spec{Type: "fuse.sshfs", Source: "h:/d", Options: []string{"ssh_command=sshpass -p hunter2 ssh"}},
+			want: "option 1 (ssh_command) would put a secret on command lines"},
+		{name: "sshfs source password", spec: Spec{Type: "fuse.sshfs", Source: "alice:hunter2@h:/d"},
+			want: "fuse.sshfs mount: the source's password would be on command lines (mount, the helper, the FUSE program: /proc/<pid>/cmdline): use a key file (IdentityFile=) instead"},
+		{name: "s3fs key", spec: Spec{Type: "fuse.s3fs", Source: "b", Options: []string{"api_key=hunter2"}},
+			want: "use the program's option that reads the secret from a file (passwd_file= for s3fs) instead"},
+		{name: "nfs password", spec: Spec{Type: "nfs", Source: "s:/e", Options: []string{"password=hunter2"}},
+			want: "nfs takes no password: use Kerberos (sec=krb5) instead"},
+		{name: "cifs source password", spec: Spec{Type: "cifs", Source: "//bob:hunter2@s/e"},
+			want: "use password= (mountkeeper hands it to mount.cifs in a credentials file) or credentials= instead"},
+		{name: "cifs password2", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"password2=hunter2"}},
+			want: "option 1 (password2) would put a secret on command lines"},
+		{name: "ceph key", spec: Spec{Type: "ceph", Source: "mon1:/vol", Options: []string{"key=hunter2"}},
+			want: "use secret= (mountkeeper hands it to mount.ceph in a secretfile) or secretfile= instead"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,6 +255,9 @@ func TestValidate(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Validate(%s)\ngot:  %v\nwant: ...%s...", tt.spec, err, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("Validate(%s) = %q shows the secret", tt.spec, err)
 			}
 		})
 	}

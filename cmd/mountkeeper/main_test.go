@@ -82,13 +82,17 @@ func TestCheckCommand(t *testing.T) {
 	}
 	dir := t.TempDir()
 	nfs := filepath.Join(dir, "nfs.yaml")
-	os.WriteFile(nfs, []byte("runtimeClasses:\n  nfs:\n    mounts: [{type: nfs, source: \"127.0.0.1:/export\", destination: /data, options: [port=1, password=hunter2]}]\n"), 0o644)
+	os.WriteFile(nfs, []byte("runtimeClasses:\n  nfs:\n    mounts: [{type: nfs, source: \"127.0.0.1:/export\", destination: /data, options: [port=1]}]\n"), 0o644)
+	nfsPassword := filepath.Join(dir, "nfs-password.yaml")
+	os.WriteFile(nfsPassword, []byte("runtimeClasses:\n  nfs:\n    mounts: [{type: nfs, source: \"127.0.0.1:/export\", destination: /data, options: [port=1, password=hunter2]}]\n"), 0o644)
 	bind := filepath.Join(dir, "bind.yaml")
 	os.WriteFile(bind, []byte("runtimeClasses:\n  b:\n    mounts: [{source: /srv, destination: /srv}]\n"), 0o644)
 	runCLICases(t, []cliCase{
 		{name: "nfs on a node without it", args: []string{"check", "--config", nfs}, code: 1,
-			stdout: []string{`runtime class "nfs": nfs 127.0.0.1:/export -o port=1,password=***`, "FIX  helper and kernel: mount.nfs", "nfs-common", "127.0.0.1:1 does not answer"},
+			stdout: []string{`runtime class "nfs": nfs 127.0.0.1:/export -o port=1`, "FIX  helper and kernel: mount.nfs", "nfs-common", "127.0.0.1:1 does not answer"},
 			stderr: []string{"problems found"}},
+		{name: "an inline password is refused", args: []string{"check", "--config", nfsPassword}, code: 1,
+			stderr: []string{"option 2 (password) would put a secret on command lines", "use Kerberos (sec=krb5) instead"}},
 		{name: "no network mounts", args: []string{"check", "--config", bind}, stdout: []string{"no network filesystem mounts to check"}},
 	})
 }
