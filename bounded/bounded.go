@@ -1,36 +1,164 @@
 // Package bounded waits a bounded time for calls that may hang in the kernel: a stat, statx or
 // open below a dead network filesystem cannot be interrupted, so the caller must stop waiting
 // instead. A call that overruns is left to finish on its own goroutine and its result dropped.
+//
+// Such a goroutine holds an OS thread for as long as the filesystem stays dead, so the calls
+// are also bounded in number (Group): at most one outstanding call per key (a host path) once
+// it has overrun, at most a fixed number outstanding overall. A caller past either bound fails
+// at once. A panic in a call becomes a *PanicError instead of ending the process.
 package bounded
 
 import (
 	"fmt"
+	"runtime/debug"
+	"sync"
 	"time"
 )
 
-// Run runs f and waits at most d for it. A call that overruns is left to finish on its own
-// goroutine (a hung stat cannot be cancelled) and its result is dropped.
-// A d of zero or less runs f inline, unbounded: for callers that bound a larger whole.
+// MaxOutstanding bounds the calls of Default still running at any time, answered or not: each
+// one stuck below a dead filesystem holds an OS thread.
+const MaxOutstanding = 16
+
+// Default is the group the node's host checks share.
+var Default = NewGroup(MaxOutstanding)
+
+// Run runs f in Default with no key (see Do).
 func Run[T any](d time.Duration, what string, f func() (T, error)) (T, error) {
-	if d <= 0 {
+	return Do(Default, d, Key{}, what, f)
+}
+
+// Key says what a call touches and which calls are the same.
+type Key struct {
+	// Paths the call touches: while a call has overrun a caller's wait (it is stuck), no new
+	// call touching any of them starts.
+	Paths []string
+	// Call identifies the call: a call with the same Call still running is joined instead
+	// of started again. "": never joined.
+	Call string
+}
+
+// Group bounds the calls that run in it.
+type Group struct {
+	max int
+
+	mu          sync.Mutex
+	inFlight    map[string]*call // by Key.Call
+	stuck       map[string]*call // by each Key.Paths of a call that overran a caller's wait
+	outstanding int
+}
+
+type call struct {
+	key  Key
+	done chan struct{}
+	v    any
+	err  error
+}
+
+// NewGroup returns a group that runs at most max calls at a time.
+func NewGroup(max int) *Group {
+	return &Group{max: max, inFlight: map[string]*call{}, stuck: map[string]*call{}}
+}
+
+// Outstanding is the number of calls still running.
+func (g *Group) Outstanding() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.outstanding
+}
+
+// Do runs f and waits at most d for it. key says what f touches:
+//   - a call with the same key.Call already running is joined, not started again;
+//   - while a call touching any of key.Paths has overrun a caller's wait (it is stuck), Do
+//     fails at once with the same "no answer" message, starting nothing;
+//   - with the group's max calls outstanding, Do fails at once.
+//
+// A call that overruns is left to finish on its own goroutine (a hung stat cannot be cancelled)
+// and its result dropped. A d of zero or less runs f inline, unbounded: for callers that bound
+// a larger whole. A panic in f is returned as a *PanicError.
+func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, error)) (T, error) {
+	var zero T
+	run := func() (v any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				v, err = nil, &PanicError{What: what, Value: r, Stack: debug.Stack()}
+			}
+		}()
 		return f()
 	}
-	type result struct {
-		v   T
-		err error
+	if d <= 0 {
+		v, err := run()
+		t, _ := v.(T)
+		return t, err
 	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := f()
-		done <- result{v, err}
-	}()
+	g.mu.Lock()
+	for _, k := range key.Paths {
+		if g.stuck[k] != nil {
+			g.mu.Unlock()
+			return zero, noAnswer(what, d)
+		}
+	}
+	c := g.inFlight[key.Call]
+	if c == nil || key.Call == "" {
+		if g.outstanding >= g.max {
+			n := g.outstanding
+			g.mu.Unlock()
+			return zero, fmt.Errorf("%s: not started: %d earlier checks are still without an answer (is a network filesystem dead?)", what, n)
+		}
+		c = &call{key: key, done: make(chan struct{})}
+		g.outstanding++
+		if key.Call != "" {
+			g.inFlight[key.Call] = c
+		}
+		go g.finish(c, run)
+	}
+	g.mu.Unlock()
+
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
-	case r := <-done:
-		return r.v, r.err
+	case <-c.done:
+		v, _ := c.v.(T)
+		return v, c.err
 	case <-timer.C:
-		var zero T
-		return zero, fmt.Errorf("%s: no answer within %s (is a network filesystem on the path dead?)", what, d)
+		g.mu.Lock()
+		select {
+		case <-c.done:
+		default:
+			for _, k := range c.key.Paths {
+				g.stuck[k] = c
+			}
+		}
+		g.mu.Unlock()
+		return zero, noAnswer(what, d)
 	}
 }
+
+func (g *Group) finish(c *call, run func() (any, error)) {
+	v, err := run()
+	g.mu.Lock()
+	c.v, c.err = v, err
+	g.outstanding--
+	if c.key.Call != "" && g.inFlight[c.key.Call] == c {
+		delete(g.inFlight, c.key.Call)
+	}
+	for _, k := range c.key.Paths {
+		if g.stuck[k] == c {
+			delete(g.stuck, k)
+		}
+	}
+	close(c.done)
+	g.mu.Unlock()
+}
+
+func noAnswer(what string, d time.Duration) error {
+	return fmt.Errorf("%s: no answer within %s (is a network filesystem on the path dead?)", what, d)
+}
+
+// PanicError is a call that panicked.
+type PanicError struct {
+	What  string
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("%s: panic: %v", e.What, e.Value) }

@@ -2,6 +2,11 @@ package bounded
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -51,5 +56,100 @@ func TestBoundedWithoutTimeoutRunsInline(t *testing.T) {
 	v, err := Run(0, "inline", func() (int, error) { ran = true; return 7, nil })
 	if !ran || v != 7 || err != nil {
 		t.Errorf("Run(0) = %d, %v (ran %v); want 7, nil, run before it returned", v, err, ran)
+	}
+}
+
+// TestGroupOneStuckCallPerKey: while a call for a key is stuck, later calls touching that key
+// fail at once with the same message instead of starting another goroutine (whose thread a
+// dead FUSE mount would hold for good).
+func TestGroupOneStuckCallPerKey(t *testing.T) {
+	g := NewGroup(4)
+	block := make(chan struct{})
+	defer close(block)
+	var started atomic.Int32
+	hang := func() (int, error) { started.Add(1); <-block; return 1, nil }
+	_, err := Do(g, 10*time.Millisecond, Key{Paths: []string{"/nfs/dead"}}, "stat /nfs/dead", hang)
+	want := "stat /nfs/dead: no answer within 10ms (is a network filesystem on the path dead?)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("first call: %v, want %s", err, want)
+	}
+	for range 1000 {
+		start := time.Now()
+		_, err := Do(g, time.Hour, Key{Paths: []string{"/srv/ok", "/nfs/dead"}}, "stat /nfs/dead", hang)
+		if err == nil || err.Error() != "stat /nfs/dead: no answer within 1h0m0s (is a network filesystem on the path dead?)" {
+			t.Fatalf("call while stuck: %v", err)
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("a call for a stuck key waited %s, want an answer at once", time.Since(start))
+		}
+	}
+	if started.Load() != 1 || g.Outstanding() != 1 {
+		t.Errorf("started %d calls, %d outstanding; want 1, 1", started.Load(), g.Outstanding())
+	}
+	// Another key still works.
+	if v, err := Do(g, time.Hour, Key{Paths: []string{"/srv/ok"}}, "stat /srv/ok", func() (int, error) { return 7, nil }); v != 7 || err != nil {
+		t.Errorf("a call for another key = %d, %v; want 7, nil", v, err)
+	}
+}
+
+// TestGroupCap: at most max calls outstanding; the next fails at once.
+func TestGroupCap(t *testing.T) {
+	g := NewGroup(3)
+	block := make(chan struct{})
+	defer close(block)
+	for i := range 3 {
+		key := fmt.Sprint("/dead/", i)
+		if _, err := Do(g, time.Millisecond, Key{Paths: []string{key}}, "stat "+key, func() (int, error) { <-block; return 0, nil }); err == nil {
+			t.Fatal("a hanging call answered")
+		}
+	}
+	before := runtime.NumGoroutine()
+	for i := range 1000 {
+		key := fmt.Sprint("/other/", i)
+		_, err := Do(g, time.Hour, Key{Paths: []string{key}}, "stat "+key, func() (int, error) { <-block; return 0, nil })
+		if err == nil || !strings.Contains(err.Error(), "stat "+key+": not started: 3 earlier checks are still without an answer") {
+			t.Fatalf("call beyond the cap: %v", err)
+		}
+	}
+	if g.Outstanding() != 3 || runtime.NumGoroutine() > before+2 {
+		t.Errorf("%d outstanding, goroutines %d -> %d; want 3 and no growth", g.Outstanding(), before, runtime.NumGoroutine())
+	}
+}
+
+// TestGroupJoinsACallInFlight: concurrent calls for the same keys share one call.
+func TestGroupJoinsACallInFlight(t *testing.T) {
+	g := NewGroup(4)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := Do(g, time.Hour, Key{Paths: []string{"/srv/a"}, Call: "stat /srv/a"}, "stat /srv/a", func() (int, error) { calls.Add(1); <-release; return 5, nil })
+			if v != 5 || err != nil {
+				t.Errorf("joined call = %d, %v", v, err)
+			}
+		}()
+	}
+	for g.Outstanding() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if calls.Load() != 1 {
+		t.Errorf("f ran %d times for concurrent calls of one key, want 1", calls.Load())
+	}
+}
+
+// TestGroupRecoversAPanic: a panic in the call becomes an error (with the stack), not a crash.
+func TestGroupRecoversAPanic(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Hour} {
+		_, err := Do(NewGroup(1), d, Key{Paths: []string{"k"}}, "stat /x", func() (int, error) { panic("boom") })
+		var pe *PanicError
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "stat /x: panic: boom") || !strings.Contains(string(pe.Stack), "bounded") {
+			t.Errorf("Do(%s) of a panicking call = %v, want a *PanicError", d, err)
+		}
 	}
 }

@@ -30,7 +30,8 @@ func (e *Engine) fixSubPaths(id string, mounts []oci.Mount) ([]subpath.Copy, []s
 		repairs []subpath.Repair
 	}
 	// A subPath of a network volume (an NFS PVC) can hang stat: bounded like the host checks.
-	f, err := bounded.Run(hostmount.DefaultTimeout, "check the subPath mounts", func() (fixed, error) {
+	// Keyed by the sources: a dead volume holds at most one stuck check.
+	f, err := bounded.Do(bounded.Default, hostmount.DefaultTimeout, bounded.Key{Paths: sources}, "check the subPath mounts", func() (fixed, error) {
 		var f fixed
 		rest := sources
 		if e.SubPathCopies != nil {

@@ -34,10 +34,24 @@ var _ specmod.Host = (*Checker)(nil)
 // CheckSources returns one MountError per mount whose source is missing or whose host mount
 // point does not propagate as the mount's propagation needs; each says how to fix it.
 func (c *Checker) CheckSources(mounts []specmod.Mount) error {
-	_, err := bounded.Run(c.timeout, "check the host side of "+describeMounts(mounts), func() (struct{}, error) {
+	_, err := bounded.Do(bounded.Default, c.timeout, checkKey(mounts), "check the host side of "+describeMounts(mounts), func() (struct{}, error) {
 		return struct{}{}, c.checkSources(mounts)
 	})
 	return err
+}
+
+// checkKey keys a check by its sources, so that a source below a dead filesystem holds at most
+// one stuck check (one OS thread) however often containers using it are created; concurrent
+// checks of the same mounts share one call.
+func checkKey(mounts []specmod.Mount) bounded.Key {
+	k := bounded.Key{Paths: make([]string, len(mounts))}
+	var call strings.Builder
+	for i, m := range mounts {
+		k.Paths[i] = m.Source
+		call.WriteString(m.String() + "\n")
+	}
+	k.Call = "hostmount " + call.String()
+	return k
 }
 
 func describeMounts(mounts []specmod.Mount) string {

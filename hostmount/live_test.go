@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,6 +44,36 @@ func TestCheckerTimesOut(t *testing.T) {
 	want := "check the host side of /nfs/dead/a, /nfs/dead/b: no answer within 10ms (is a network filesystem on the path dead?)"
 	if err == nil || err.Error() != want {
 		t.Errorf("CheckSources on a host that never answers\ngot:  %v\nwant: %s", err, want)
+	}
+}
+
+// TestCheckerBoundsStuckChecks: with a source below a filesystem that never answers, 1,000
+// checks leave one goroutine behind (for a real dead FUSE mount: one OS thread), not 1,000;
+// every check after the first stuck one fails at once with the same message.
+func TestCheckerBoundsStuckChecks(t *testing.T) {
+	in := blockingInspector{release: make(chan struct{})}
+	defer close(in.release)
+	c := NewChecker(in).WithTimeout(5 * time.Millisecond)
+	mounts := []specmod.Mount{{Source: "/fuse/dead/x", Destination: "/x", Propagation: specmod.Private}}
+	before := runtime.NumGoroutine()
+	start := time.Now()
+	for i := range 1000 {
+		err := c.CheckSources(mounts)
+		if want := "check the host side of /fuse/dead/x: no answer within 5ms"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("check %d: %v, want %q", i, err, want)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("1000 checks of a stuck source took %s: only the first should wait", took)
+	}
+	if after := runtime.NumGoroutine(); after > before+2 {
+		t.Errorf("goroutines grew from %d to %d over 1000 checks of a stuck source", before, after)
+	}
+	// Another source is still checked.
+	other := blockingInspector{release: make(chan struct{})}
+	close(other.release)
+	if err := NewChecker(other).WithTimeout(time.Second).CheckSources([]specmod.Mount{{Source: "/srv/ok", Destination: "/ok", Propagation: specmod.Private}}); err != nil {
+		t.Errorf("a check of another source: %v", err)
 	}
 }
 

@@ -7,8 +7,10 @@ package nri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/guard"
@@ -46,12 +49,13 @@ type Plugin struct {
 	guardKey []byte // the node's guard key, read (or made) at the first class container
 }
 
-// NewHostChecker is the host side the plugin checks through: the live host, with the checks
-// run inline, because CreateContainer bounds its whole decision by createBudget already (one
-// bounded goroutine per request instead of two).
-func NewHostChecker() specmod.Host {
-	return hostmount.NewChecker(hostmount.Live{}).WithTimeout(0)
-}
+// NewHostChecker is the host side the plugin checks through: the live host, each check bounded
+// (hostmount.DefaultTimeout, below createBudget) and keyed by its sources. Bounding only the
+// whole decision would leave one goroutine, and on a dead FUSE mount one OS thread, behind
+// per CreateContainer; keyed checks leave at most one per dead source (package bounded).
+func NewHostChecker() specmod.Host { return newHostChecker(hostmount.Live{}) }
+
+func newHostChecker(in hostmount.Inspector) specmod.Host { return hostmount.NewChecker(in) }
 
 // NewPlugin returns a plugin serving cfg. pinned says cfg was chosen explicitly by the
 // operator and must win over a config the runtime passes at registration.
@@ -138,6 +142,14 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	done := make(chan result, 1)
 	go func() {
+		defer func() {
+			// A bug must refuse this container, not end the plugin: a runtime without its
+			// plugin creates containers without their mounts.
+			if r := recover(); r != nil {
+				p.release(req.Container.ID)
+				done <- result{err: &bounded.PanicError{What: "internal error", Value: r, Stack: debug.Stack()}}
+			}
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
 		defer cancel()
 		d, err := p.engine(cfg).Decide(ctx, req)
@@ -148,6 +160,13 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	select {
 	case r := <-done:
 		r.d.LogRepairs(log)
+		var pe *bounded.PanicError
+		if errors.As(r.err, &pe) {
+			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
+			if _, refused := r.err.(*classmount.Error); !refused {
+				r.err = classmount.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
+			}
+		}
 		if r.err != nil {
 			log.Error(r.err)
 			return nil, nil, r.err
