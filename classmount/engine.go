@@ -120,7 +120,7 @@ func (e *Engine) decide(ctx context.Context, r Request) (Decision, error) {
 		var err error
 		d.Copies, d.Repairs, err = e.fixSubPaths(r.Container.ID, r.Mounts)
 		if err != nil {
-			return d, Refuse(r.Handler, r.Container, err)
+			return d, Refuse(r.Handler, r.Container, WithReason("subpath", err))
 		}
 	}
 	if !ok {
@@ -151,7 +151,7 @@ func (e *Engine) classMounts(ctx context.Context, rc configs.RuntimeClass, r Req
 		}
 		src, err := e.Network.HostPath(ctx, *m.Network, r.Container.ID)
 		if err != nil {
-			return nil, fmt.Errorf("mount %s -> %s: %w", m.Network, m.Destination, err)
+			return nil, WithReason("network", fmt.Errorf("mount %s -> %s: %w", m.Network, m.Destination, err))
 		}
 		mounts[i].Source = src
 	}

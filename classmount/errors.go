@@ -29,6 +29,9 @@ func (c Container) String() string {
 // Error is a refusal: the container must not be created (or started) as it is. Its message is
 // the one every front end shows.
 type Error struct {
+	// Reason is the refusal's category, for metrics: subpath, network, mount (the class
+	// mounts against the container and the host), budget, ... (WithReason).
+	Reason    string
 	Class     string // runtime class name (configs.ClassName of the handler); "" before one is known
 	Container Container
 	Err       error
@@ -50,8 +53,26 @@ func Refuse(handler string, c Container, cause error) error {
 	if errors.As(cause, &e) {
 		return cause
 	}
-	return &Error{Class: configs.ClassName(handler), Container: c, Err: cause}
+	reason := "mount"
+	var r *reasoned
+	if errors.As(cause, &r) {
+		reason = r.reason
+	}
+	return &Error{Class: configs.ClassName(handler), Container: c, Err: cause, Reason: reason}
 }
+
+// reasoned tags a cause with the refusal category Refuse records.
+type reasoned struct {
+	reason string
+	err    error
+}
+
+func (r *reasoned) Error() string { return r.err.Error() }
+func (r *reasoned) Unwrap() error { return r.err }
+
+// WithReason tags cause with the refusal category reason (a short snake_case word: a metric
+// label value, so from a small fixed set).
+func WithReason(reason string, cause error) error { return &reasoned{reason: reason, err: cause} }
 
 // RefuseUnclassified is the refusal of container c before its runtime class is known (a hook
 // that cannot tell which class the container has).

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -25,6 +26,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/guard"
 	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/metrics"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/subpath"
 )
@@ -44,6 +46,11 @@ type Plugin struct {
 	net        Mounter // nil until a config has network mounts
 
 	copies *subpath.Copies // private copies of atomic-writer subPaths; nil with subPathRepair off
+
+	metrics    *metrics.Metrics // nil counts nothing
+	configFrom string
+	lastReload *ReloadResult // guarded by mu
+	connected  atomic.Bool   // registered with the runtime (readiness)
 
 	guardMu  sync.Mutex
 	guardKey []byte // the node's guard key, read (or made) at the first class container
@@ -68,6 +75,7 @@ func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.
 // the plugin handles.
 func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
 	p.log.Infof("connected to %s %s", runtime, version)
+	p.connected.Store(true)
 	if strings.TrimSpace(config) != "" {
 		if p.pinned {
 			p.log.Warn("the runtime passed a plugin config, but --config was given: using --config")
@@ -125,7 +133,9 @@ func (p *Plugin) setConfig(cfg *configs.Config) {
 // timeout creates the container WITHOUT the plugin's mounts, so answering "no" in time is
 // what keeps the volume from going silently missing. Each step has its own, shorter bound and
 // a clearer message; this one catches their sum.
-func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, _ []*api.ContainerUpdate, err error) {
+	start := time.Now()
+	defer func() { p.record(pod.GetRuntimeHandler(), err, time.Since(start)) }()
 	req := classmount.Request{
 		Handler: pod.GetRuntimeHandler(),
 		Container: classmount.Container{
@@ -160,6 +170,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	select {
 	case r := <-done:
 		r.d.LogRepairs(log)
+		p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
 		var pe *bounded.PanicError
 		if errors.As(r.err, &pe) {
 			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
@@ -171,7 +182,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			log.Error(r.err)
 			return nil, nil, r.err
 		}
-		adj := adjustment(log, r.d, ctr.GetMounts(), userns)
+		adj = adjustment(log, r.d, ctr.GetMounts(), userns)
 		if r.d.Configured {
 			p.markHandled(log, adj, cfg, ctr.GetId())
 		}
@@ -179,7 +190,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	case <-timer.C:
 		// The container will not be created; whatever the late decision claimed is released.
 		go func() { <-done; p.release(ctr.GetId()) }()
-		err := classmount.Refuse(req.Handler, req.Container, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", cfg.CreateBudget))
+		err := classmount.Refuse(req.Handler, req.Container, classmount.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", cfg.CreateBudget)))
 		log.Error(err)
 		return nil, nil, err
 	}
@@ -275,4 +286,56 @@ func (p *Plugin) markHandled(log *logrus.Entry, adj *api.ContainerAdjustment, cf
 		p.guardKey = key
 	}
 	adj.AddAnnotation(guard.Annotation, guard.Token(p.guardKey, id))
+}
+
+// record counts one CreateContainer answer. The class label is a configured class or "none",
+// never a handler a pod made up.
+func (p *Plugin) record(handler string, err error, took time.Duration) {
+	if p.metrics == nil {
+		return
+	}
+	class, _, ok := p.config().Class(handler)
+	if !ok {
+		class = "none"
+	}
+	var refusal *classmount.Error
+	switch {
+	case errors.As(err, &refusal):
+		p.metrics.Decision(class, metrics.Refused, refusal.Reason, took)
+	case err != nil:
+		p.metrics.Decision(class, metrics.Refused, "other", took)
+	case ok:
+		p.metrics.Decision(class, metrics.Added, "", took)
+	default:
+		p.metrics.Decision(class, metrics.NoClass, "", took)
+	}
+}
+
+// WithMetrics makes the plugin count what it does in m.
+func (p *Plugin) WithMetrics(m *metrics.Metrics) *Plugin {
+	p.metrics = m
+	return p
+}
+
+// Ready says whether the plugin is registered with the runtime and serving (readiness).
+func (p *Plugin) Ready() error {
+	if !p.connected.Load() {
+		return errors.New("not connected to the runtime's NRI socket")
+	}
+	return nil
+}
+
+// Reload puts cfg in force for the next CreateContainer. Network mounts that cfg no longer
+// asks for and that no container uses begin their grace period; mounts in use, and those whose
+// spec did not change, are untouched.
+func (p *Plugin) Reload(cfg *configs.Config) error {
+	p.setConfig(cfg)
+	p.startCopies()
+	if err := p.startMounter(); err != nil {
+		return err
+	}
+	if net := p.mounter(); net != nil {
+		net.ReleaseUnused()
+	}
+	return nil
 }

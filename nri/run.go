@@ -50,6 +50,7 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 		}
 		started := time.Now()
 		err = s.Run(ctx)
+		p.connected.Store(false)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -60,6 +61,7 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 			backoff.reset()
 		}
 		wait := backoff.next()
+		p.metrics.Reconnect()
 		o.Log.Warnf("NRI connection on %s ended (%v): reconnecting in %s", or(o.SocketPath, api.DefaultSocketPath), describe(err), wait)
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/mountkeeper/mountkeeper/nri"
+	"github.com/mountkeeper/mountkeeper/ops"
+)
+
+// runStatus is `mountkeeper status`: what the running plugin reports on its --listen address.
+func runStatus(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("status", stderr)
+	address := fs.String("address", ops.DefaultAddress, "the plugin's --listen address")
+	output := fs.String("output", "text", "text or json")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	client, base := ops.Client(*address)
+	resp, err := client.Get(base + "/status")
+	if err != nil {
+		return fmt.Errorf("ask the plugin at %s (is it running with --listen %s?): %w", *address, *address, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the plugin at %s answered %s", *address, resp.Status)
+	}
+	switch *output {
+	case "json":
+		_, err := stdout.Write(body)
+		return err
+	case "text":
+	default:
+		fmt.Fprintln(stderr, "--output: text or json")
+		return errUsage
+	}
+	var st nri.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return fmt.Errorf("the plugin's status: %w", err)
+	}
+	connected := "no"
+	if st.Connected {
+		connected = "yes"
+	}
+	fmt.Fprintf(stdout, "connected to the runtime: %s\nconfig: %s\nruntime classes: %s\n", connected, st.ConfigFrom, strings.Join(st.Classes, ", "))
+	if r := st.LastReload; r != nil {
+		verdict := "applied"
+		if !r.Applied {
+			verdict = "REFUSED (" + r.Error + "); the previous config stays in force"
+		}
+		fmt.Fprintf(stdout, "last reload: %s, %s\n", r.At.Format("2006-01-02 15:04:05Z07:00"), verdict)
+	}
+	return nil
+}

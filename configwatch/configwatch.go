@@ -1,0 +1,55 @@
+// Package configwatch tells when a config file changed, including the way kubelet updates a
+// ConfigMap volume: its atomic writer swaps a "..data" symlink in the file's directory, so the
+// file's own name sees no event and a watch on the file alone misses the update. It watches the
+// directory and compares the file's content, so an event that changed nothing is no change.
+package configwatch
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// settle is how long the directory must be quiet before the file is read: the atomic writer
+// makes several changes in a row.
+const settle = 200 * time.Millisecond
+
+// Watch calls changed with the file's new content each time it differs from what it was (the
+// first content is read at start), until ctx ends. A read error is passed on as such.
+func Watch(ctx context.Context, path string, changed func(content []byte, err error)) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return err
+	}
+	last, _ := os.ReadFile(path)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-w.Errors:
+			changed(nil, err)
+		case <-w.Events:
+			timer.Reset(settle)
+		case <-timer.C:
+			now, err := os.ReadFile(path)
+			if err != nil {
+				changed(nil, err)
+				continue
+			}
+			if !bytes.Equal(now, last) {
+				last = now
+				changed(now, nil)
+			}
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package nri
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/mountkeeper/mountkeeper/metrics"
+	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
+)
+
+// TestMetricsAfterDecisions scripts CreateContainer outcomes and reads them back the way
+// Prometheus does: scraped over HTTP and parsed with Prometheus' own text parser.
+func TestMetricsAfterDecisions(t *testing.T) {
+	host := &specmodtest.Host{Fail: map[string]string{}}
+	m := metrics.New()
+	p := NewPlugin(mustConfig(t, testConfig), true, host, quietLogger()).WithMetrics(m)
+	create := func(handler, id string) error {
+		_, _, err := p.CreateContainer(context.Background(),
+			&api.PodSandbox{Namespace: "ns", Name: "pod", RuntimeHandler: handler}, &api.Container{Id: id, Name: "app"})
+		return err
+	}
+	for i, step := range []struct {
+		handler string
+		fail    bool
+	}{{"fast", false}, {"fast", false}, {"", false}, {"made-up", false}, {"fast", true}} {
+		host.Fail["/srv/private"] = "host mount point /srv is private"
+		if !step.fail {
+			delete(host.Fail, "/srv/private")
+		}
+		err := create(step.handler, string(rune('a'+i)))
+		if (err != nil) != step.fail {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if err := p.ReloadConfig([]byte("runtimeClasses: {fast: {mounts: [{source: relative, destination: /x}]}}\n"), "test"); err == nil {
+		t.Fatal("an invalid config was applied")
+	}
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	if err != nil {
+		t.Fatalf("the scrape is not Prometheus text: %v", err)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		for _, metric := range families[name].GetMetric() {
+			if matches(metric, labels) {
+				switch {
+				case metric.Counter != nil:
+					return metric.GetCounter().GetValue()
+				case metric.Gauge != nil:
+					return metric.GetGauge().GetValue()
+				case metric.Histogram != nil:
+					return float64(metric.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return -1
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"mountkeeper_create_container_decisions_total", map[string]string{"class": "fast", "outcome": "added", "reason": ""}, 2},
+		{"mountkeeper_create_container_decisions_total", map[string]string{"class": "default", "outcome": "added", "reason": ""}, 1},
+		{"mountkeeper_create_container_decisions_total", map[string]string{"class": "none", "outcome": "no_class", "reason": ""}, 1},
+		{"mountkeeper_create_container_decisions_total", map[string]string{"class": "fast", "outcome": "refused", "reason": "mount"}, 1},
+		{"mountkeeper_create_container_decision_seconds", nil, 5},
+		{"mountkeeper_config_reloads_total", map[string]string{"result": "rejected"}, 1},
+		{"mountkeeper_config_last_reload_success", nil, 0},
+	} {
+		if got := value(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if strings.Contains(rec.Body.String(), "made-up") {
+		t.Error("a handler no class has reached a label: cardinality is not bounded")
+	}
+	if st := p.Status(); st.LastReload == nil || st.LastReload.Applied || !strings.Contains(st.LastReload.Error, "relative") || len(st.Classes) != 2 {
+		t.Errorf("status after a refused reload: %+v, want the refusal and the old classes", st)
+	}
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	for k, v := range labels {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,56 @@
+package nri
+
+import (
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+)
+
+// Status is what `mountkeeper status` shows of a running plugin.
+type Status struct {
+	Connected  bool          `json:"connected"`
+	Classes    []string      `json:"classes"`
+	ConfigFrom string        `json:"configFrom"`
+	LastReload *ReloadResult `json:"lastReload,omitempty"`
+}
+
+// ReloadResult is the outcome of the last config reload.
+type ReloadResult struct {
+	At      time.Time `json:"at"`
+	Applied bool      `json:"applied"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Status reports the plugin's state.
+func (p *Plugin) Status() Status {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return Status{Connected: p.connected.Load(), Classes: p.cfg.ClassNames(), ConfigFrom: p.configFrom, LastReload: p.lastReload}
+}
+
+// ReloadConfig parses data, the new content of the config file at from, and puts it in force;
+// an invalid config is refused, logged and counted, and the config in force stays.
+func (p *Plugin) ReloadConfig(data []byte, from string) error {
+	cfg, err := configs.Parse(data)
+	if err == nil {
+		err = p.Reload(cfg)
+	}
+	res := &ReloadResult{At: time.Now(), Applied: err == nil}
+	if err != nil {
+		res.Error = err.Error()
+		p.log.WithField("config", from).Errorf("config reload refused, the previous config stays in force: %v", err)
+	} else {
+		p.log.WithField("config", from).Infof("config reloaded: runtime classes %v", cfg.ClassNames())
+	}
+	p.metrics.Reload(err == nil)
+	p.mu.Lock()
+	p.lastReload = res
+	p.mu.Unlock()
+	return err
+}
+
+// WithConfigSource records where the config came from, for Status.
+func (p *Plugin) WithConfigSource(from string) *Plugin {
+	p.configFrom = from
+	return p
+}
