@@ -68,3 +68,21 @@ func AgentImageArchive(binary []byte, name string) ([]byte, error) {
 		cmd:        []string{"nri"},
 	}})
 }
+
+// ImportImage imports an OCI image-layout archive into the instance's k8s.io namespace (the
+// one CRI and kubelet use) and waits until CRI lists ref.
+func (c *Containerd) ImportImage(ctx context.Context, archive, ref string) error {
+	if err := importImages(ctx, c.opts.BinDir, c.layout.socket(), archive); err != nil {
+		return err
+	}
+	return poll(ctx, readyTimeout, func(ctx context.Context) error {
+		ok, err := c.cri.hasImage(ctx, ref)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("CRI does not list image %s", ref)
+		}
+		return nil
+	})
+}

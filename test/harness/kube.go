@@ -117,6 +117,7 @@ type KubeNode struct {
 	sysctls map[string]string // kernel tunables before kubelet started
 
 	etcd, apiserver, kubelet *kubeProc
+	kubeletArgs              []string // of unshare: kubelet in its own mount namespace
 	etcdPort, apiPort        int
 
 	api    *KubeClient
@@ -353,11 +354,19 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 	if err != nil {
 		return err
 	}
-	k.kubelet, err = k.startProc("kubelet", "unshare", "--mount", "--propagation", "unchanged",
+	k.kubeletArgs = []string{"--mount", "--propagation", "unchanged",
 		"/bin/sh", script, filepath.Join(k.opts.BinDir, kubeletBin),
 		"--config", config, "--kubeconfig", kubeconfig,
 		"--root-dir", k.RootDir(), "--cert-dir", filepath.Join(k.dir, "kubelet-pki"),
-		"--hostname-override", k.opts.NodeName, "--v", "2")
+		"--hostname-override", k.opts.NodeName, "--v", "2"}
+	return k.runKubelet(ctx)
+}
+
+// runKubelet starts kubelet (in a mount namespace of its own, see kubeletNamespace) and waits
+// until the node is registered.
+func (k *KubeNode) runKubelet(ctx context.Context) error {
+	var err error
+	k.kubelet, err = k.startProc("kubelet", "unshare", k.kubeletArgs...)
 	if err != nil {
 		return err
 	}
@@ -371,6 +380,41 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 		return fmt.Errorf("node %s did not register: %w\n%s", k.opts.NodeName, err, tail(k.LogPath("kubelet"), 40))
 	}
 	return nil
+}
+
+// RestartKubelet stops kubelet with SIGTERM (as `systemctl restart kubelet` would) and starts
+// it again with the same configuration; running pods keep running meanwhile. It returns once
+// the new kubelet has reported the node's status (its heartbeat after the start).
+func (k *KubeNode) RestartKubelet(ctx context.Context) error {
+	if err := k.kubelet.stop(kubeStopTimeout); err != nil {
+		return err
+	}
+	started := time.Now().Add(-time.Second).UTC()
+	if err := k.runKubelet(ctx); err != nil {
+		return err
+	}
+	return poll(ctx, kubeStartTimeout, func(ctx context.Context) error {
+		if k.kubelet.exited() {
+			return errPollStop{fmt.Errorf("kubelet exited: %v", k.kubelet.err)}
+		}
+		var node struct {
+			Status struct {
+				Conditions []struct {
+					Type              string    `json:"type"`
+					LastHeartbeatTime time.Time `json:"lastHeartbeatTime"`
+				} `json:"conditions"`
+			} `json:"status"`
+		}
+		if err := k.api.Do(ctx, http.MethodGet, "/api/v1/nodes/"+k.opts.NodeName, "", nil, &node); err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == "Ready" && c.LastHeartbeatTime.After(started) {
+				return nil
+			}
+		}
+		return errors.New("no node status from the restarted kubelet yet")
+	})
 }
 
 // kubeDirName is what StartKubeNode's os.MkdirTemp makes.
