@@ -52,6 +52,8 @@ demo: tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(PRIVATE_NS) $(GO) run ./test/demo
 
 # Ratios against a baseline measured in the same run (see test/benchratio).
+# pipefail: a failing benchmark fails the target even though grep shows only its ratio lines.
+bench: SHELL := /bin/bash -o pipefail
 bench: tools
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench CreateContainer -benchtime 3000x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench NetworkMount -benchtime 199x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
