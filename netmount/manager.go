@@ -221,12 +221,16 @@ func newManager(c Config, sys system) (*Manager, error) {
 }
 
 func (m *Manager) prepare() error {
-	for _, d := range []string{m.mountsDir, m.stateDir, m.secretsDir} {
+	root := filepath.Dir(m.stateDir)
+	for _, d := range []string{m.mountsDir, m.stateDir, m.secretsDir, filepath.Join(root, "locks")} {
 		if err := mkdirPrivate(d); err != nil {
 			return err
 		}
 	}
-	if err := m.sys.makeShared(m.mountsDir); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.lockWait)
+	err := makeSharedLocked(ctx, m.sys, root, m.mountsDir) // a hook may be at it too
+	cancel()
+	if err != nil {
 		return err
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -486,6 +490,14 @@ func (m *Manager) mountOnce(e *entry) error {
 	if err := m.sys.preflight(e.spec); err != nil {
 		return err
 	}
+	// A hook (EnsureMounted) may be mounting the same spec: take the key's lock, as it does.
+	lctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
+	unlock, err := lockKey(lctx, filepath.Dir(m.stateDir), e.key)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	already, err := m.sys.isMounted(e.hostPath)
 	if err != nil {
 		return err
