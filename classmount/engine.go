@@ -37,6 +37,10 @@ type Request struct {
 	// RootfsPropagation is its linux.rootfsPropagation; both matter only InContainer.
 	MountNamespace    bool
 	RootfsPropagation string
+	// Privileged says the container is privileged in the host's user namespace (PrivilegedSpec,
+	// PrivilegedMounts): only such a container gets rshared class mounts, unless its class
+	// allows them for every container.
+	Privileged bool
 }
 
 // Decision is what mountkeeper does to one container.
@@ -126,7 +130,7 @@ func (e *Engine) decide(ctx context.Context, r Request) (Decision, error) {
 	if !ok {
 		return d, nil
 	}
-	mounts, err := e.classMounts(ctx, rc, r)
+	mounts, err := e.classMounts(ctx, class, rc, r)
 	if err != nil {
 		return d, Refuse(r.Handler, r.Container, err)
 	}
@@ -136,7 +140,7 @@ func (e *Engine) decide(ctx context.Context, r Request) (Decision, error) {
 
 // classMounts binds the class's network filesystems from their host paths and checks every
 // class mount against the container and the host.
-func (e *Engine) classMounts(ctx context.Context, rc configs.RuntimeClass, r Request) ([]specmod.Mount, error) {
+func (e *Engine) classMounts(ctx context.Context, class string, rc configs.RuntimeClass, r Request) ([]specmod.Mount, error) {
 	if r.Stage == InContainer && !r.MountNamespace {
 		return nil, errNoMountNamespace
 	}
@@ -155,8 +159,15 @@ func (e *Engine) classMounts(ctx context.Context, rc configs.RuntimeClass, r Req
 		}
 		mounts[i].Source = src
 	}
-	edits := specmod.Edits{Mounts: mounts}
-	if err := edits.Verify(r.Mounts, e.Host); err != nil {
+	bidi := checkBidirectional(class, rc, mounts, r)
+	var checked []specmod.Mount // the host is not asked about mounts refused already
+	for _, m := range mounts {
+		if bidi == nil || m.Propagation != specmod.Shared {
+			checked = append(checked, m)
+		}
+	}
+	edits := specmod.Edits{Mounts: checked}
+	if err := errors.Join(bidi, edits.Verify(r.Mounts, e.Host)); err != nil {
 		return nil, err
 	}
 	if r.Stage == InContainer {

@@ -60,6 +60,14 @@ runtimeClasses:
       - {source: /srv/bc, destination: /b/c, propagation: rslave}
       - {source: /srv/a, destination: /a}
       - {source: /srv/b, destination: /b, readOnly: true}
+  bidi:
+    mounts:
+      - {source: /srv/bidi, destination: /bidi, propagation: Bidirectional}
+      - {source: /srv/bidi-slave, destination: /bidi-slave, propagation: rslave}
+  bidi-open:
+    allowBidirectionalForUnprivileged: true
+    mounts:
+      - {source: /srv/bidi-open, destination: /bidi, propagation: rshared}
   net:
     mounts:
       - {type: nfs, source: "filer:/export", destination: /data, propagation: HostToContainer}
@@ -170,6 +178,28 @@ func TestDecide(t *testing.T) {
 		wantConfigured: true,
 		wantErrHas:     `mount /srv/a -> /a (rprivate): the container already has a mount at //a/ (source "/vol")`,
 		wantAsked:      []string{"/srv/bc", "/srv/b"},
+	}, {
+		// Kubernetes gives Bidirectional to privileged containers only: a mount an
+		// unprivileged container makes (root in its own user namespace) would reach the host.
+		name:           "rshared for an unprivileged container: refused, naming the mount, the reason and the fix",
+		req:            classmount.Request{Handler: "bidi"},
+		wantConfigured: true,
+		wantErr: `mountkeeper: runtime class "bidi", container ns/pod/app: mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is for privileged containers only, as in Kubernetes, ` +
+			`and this container is not privileged: a mount it made below /bidi would appear on the host; run the container privileged, use rslave (HostToContainer), ` +
+			`or set allowBidirectionalForUnprivileged: true on runtime class "bidi" to allow it for every container of the class`,
+		wantAsked: []string{"/srv/bidi-slave"},
+	}, {
+		name:           "rshared for a privileged container",
+		req:            classmount.Request{Handler: "bidi", Privileged: true},
+		wantConfigured: true,
+		wantMounts:     []string{"/srv/bidi -> /bidi (rshared)", "/srv/bidi-slave -> /bidi-slave (rslave)"},
+		wantAsked:      []string{"/srv/bidi", "/srv/bidi-slave"},
+	}, {
+		name:           "rshared for an unprivileged container of a class that allows it",
+		req:            classmount.Request{Handler: "bidi-open"},
+		wantConfigured: true,
+		wantMounts:     []string{"/srv/bidi-open -> /bidi (rshared)"},
+		wantAsked:      []string{"/srv/bidi-open"},
 	}, {
 		name: "in container: runbindable rootfs cuts rslave",
 		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
@@ -315,6 +345,47 @@ func TestContainerString(t *testing.T) {
 	} {
 		if got := tc.c.String(); got != tc.want {
 			t.Errorf("%#v.String() = %q, want %q", tc.c, got, tc.want)
+		}
+	}
+}
+
+func TestPrivileged(t *testing.T) {
+	sysfs := func(opts ...string) []oci.Mount {
+		return []oci.Mount{{Destination: "/proc", Type: "proc"}, {Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: append([]string{"nosuid"}, opts...)}}
+	}
+	all := &oci.Process{Capabilities: &oci.LinuxCapabilities{Bounding: []string{"CAP_CHOWN", "CAP_SYS_ADMIN"}}}
+	some := &oci.Process{Capabilities: &oci.LinuxCapabilities{Bounding: []string{"CAP_CHOWN", "CAP_NET_BIND_SERVICE"}}}
+	userns := []oci.LinuxNamespace{{Type: oci.MountNamespace}, {Type: oci.UserNamespace}}
+	for _, tt := range []struct {
+		name string
+		spec oci.Spec
+		want bool
+	}{
+		{name: "CAP_SYS_ADMIN", spec: oci.Spec{Process: all}, want: true},
+		{name: "no CAP_SYS_ADMIN", spec: oci.Spec{Process: some}},
+		{name: "no process", spec: oci.Spec{}},
+		{name: "CAP_SYS_ADMIN in a user namespace", spec: oci.Spec{Process: all, Linux: &oci.Linux{Namespaces: userns}}},
+	} {
+		if got := classmount.PrivilegedSpec(&tt.spec); got != tt.want {
+			t.Errorf("%s: PrivilegedSpec = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	// Over NRI there are no capabilities: the runtimes mount sysfs read-write for privileged
+	// containers only.
+	for _, tt := range []struct {
+		name   string
+		mounts []oci.Mount
+		userns bool
+		want   bool
+	}{
+		{name: "sysfs rw", mounts: sysfs("rw"), want: true},
+		{name: "sysfs without ro", mounts: sysfs(), want: true},
+		{name: "sysfs ro", mounts: sysfs("ro")},
+		{name: "no sysfs", mounts: sysfs()[:1]},
+		{name: "sysfs rw in a user namespace", mounts: sysfs("rw"), userns: true},
+	} {
+		if got := classmount.PrivilegedMounts(tt.mounts, tt.userns); got != tt.want {
+			t.Errorf("%s: PrivilegedMounts = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

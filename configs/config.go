@@ -99,7 +99,7 @@ func (f *file) resolve() *Config {
 		for i, m := range rc.Mounts {
 			mounts[i] = m.resolve()
 		}
-		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts}
+		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts, AllowBidirectionalForUnprivileged: rc.AllowBidirectionalForUnprivileged}
 	}
 	return c
 }
@@ -116,6 +116,12 @@ func (c *Config) HasNetworkMounts() bool {
 
 // RuntimeClass is what the containers of one CRI runtime handler get.
 type RuntimeClass struct {
+	// AllowBidirectionalForUnprivileged gives the class's rshared (Bidirectional) mounts to
+	// every container of the class. Without it only privileged containers get them, as in
+	// Kubernetes: a mount an unprivileged container makes there (as root of its own user
+	// namespace, say) would appear on the host.
+	AllowBidirectionalForUnprivileged bool `yaml:"allowBidirectionalForUnprivileged"`
+
 	Mounts []Mount `yaml:"mounts"`
 }
 

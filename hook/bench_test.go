@@ -54,6 +54,7 @@ func BenchmarkRuncRunHook(b *testing.B) {
 	config := filepath.Join(dir, "config.yaml")
 	os.WriteFile(config, []byte(fmt.Sprintf(`runtimeClasses:
   bench:
+    allowBidirectionalForUnprivileged: true
     mounts:
       - {source: %[1]s/private, destination: /vol/private, propagation: None}
       - {source: %[1]s/slave, destination: /vol/slave, propagation: HostToContainer, readOnly: true}

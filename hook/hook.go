@@ -133,7 +133,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
 		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
-	req := classmount.Request{Handler: sel.Handler, Container: ctr, Mounts: spec.Mounts, Stage: classmount.InContainer}
+	req := classmount.Request{Handler: sel.Handler, Container: ctr, Mounts: spec.Mounts, Stage: classmount.InContainer, Privileged: classmount.PrivilegedSpec(spec)}
 	if spec.Linux != nil {
 		req.RootfsPropagation = spec.Linux.RootfsPropagation
 		req.MountNamespace = hasMountNamespace(spec.Linux.Namespaces)

@@ -47,6 +47,7 @@ func (n fakeNetwork) HostPath(context.Context, netspec.Spec, string) (string, er
 const testConfig = `
 runtimeClasses:
   fast:
+    allowBidirectionalForUnprivileged: true
     mounts:
       - {source: /srv/ab, destination: /a/b, propagation: HostToContainer}
       - {source: /srv/a, destination: /a, propagation: None, readOnly: true}
@@ -65,6 +66,10 @@ func TestRunMountStage(t *testing.T) {
 	}
 	noDefault := cfg
 	withDefault, err := configs.Parse([]byte(testConfig + "  default:\n    mounts: [{source: /srv/d, destination: /d}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bidi, err := configs.Parse([]byte("runtimeClasses:\n  bidi:\n    mounts: [{source: /srv/bidi, destination: /bidi, propagation: Bidirectional}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +103,7 @@ func TestRunMountStage(t *testing.T) {
 	collision := bundle(`{"root":{"path":"rootfs"},"mounts":[{"destination":"/s","type":"bind","source":"/var/lib/kubelet/pods/x/volumes/v"}],` + mountNS + `}`)
 	below := bundle(`{"root":{"path":"rootfs"},"mounts":[{"destination":"/a/b/c/d","type":"bind","source":"/pod/vol"}],` + mountNS + `}`)
 	unbindable := bundle(`{"root":{"path":"rootfs"},"linux":{"rootfsPropagation":"runbindable","namespaces":[{"type":"mount"}]}}`)
+	privileged := bundle(`{"root":{"path":"rootfs"},"process":{"capabilities":{"bounding":["CAP_SYS_ADMIN"]}},` + mountNS + `}`)
 	sharedRoot := bundle(`{"root":{"path":"rootfs"},"linux":{"rootfsPropagation":"rshared","namespaces":[{"type":"mount"}]}}`)
 
 	wantFast := []specmod.Mount{
@@ -132,6 +138,10 @@ func TestRunMountStage(t *testing.T) {
 		{name: "network mount gets the prepared source", cfg: network, class: "nfs", stdin: state(plain, ""), network: fakeNetwork{source: "/run/mk/nfs/1"},
 			want: &Request{Pid: 42, Rootfs: plain + "/rootfs", Mounts: []specmod.Mount{{Source: "/run/mk/nfs/1", Destination: "/data", Propagation: specmod.Slave}}}},
 
+		{name: "rshared for a container with CAP_SYS_ADMIN", cfg: bidi, class: "bidi", stdin: state(privileged, ""),
+			want: &Request{Pid: 42, Rootfs: privileged + "/rootfs", Mounts: []specmod.Mount{{Source: "/srv/bidi", Destination: "/bidi", Propagation: specmod.Shared}}}},
+		{name: "rshared for an unprivileged container", cfg: bidi, class: "bidi", stdin: state(plain, ""),
+			err: `mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is for privileged containers only`},
 		{name: "unknown class from the flag", class: "kata", stdin: state(plain, ""),
 			err: `mountkeeper: runtime class "kata", container ctr1: the class is not in the config (the class came from --runtime-class; the config has: fast, private): hook mode is enabled per runtime class`},
 		{name: "an annotation a pod can set is not trusted without the flag", cfg: withDefault, stdin: state(crio, ""),

@@ -65,6 +65,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 	src := sharedSources(b)
 	cfg, err := configs.Parse([]byte(`runtimeClasses:
   bench:
+    allowBidirectionalForUnprivileged: true
     mounts:
       - {source: ` + src + `/private, destination: /private, propagation: rprivate}
       - {source: ` + src + `/slave, destination: /slave, propagation: rslave}

@@ -144,6 +144,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		Mounts: ociMounts(ctr.GetMounts()),
 	}
 	userns := hasUserNamespace(ctr)
+	req.Privileged = classmount.PrivilegedMounts(req.Mounts, userns)
 	log := p.log.WithFields(logrus.Fields{"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": req.Container.String(), "handler": req.Handler})
 	cfg := p.config()
 	type result struct {

@@ -19,6 +19,7 @@ runtimeClasses:
     mounts:
       - {source: /srv/default, destination: /default}
   fast:
+    allowBidirectionalForUnprivileged: true
     mounts:
       - {source: /srv/private, destination: /private, propagation: None}
       - {source: /srv/slave, destination: /slave, propagation: HostToContainer, readOnly: true}

@@ -27,7 +27,7 @@ func TestSameRefusalFromEveryFrontEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.yaml")
-	yaml := "runtimeClasses:\n  broken:\n    mounts:\n" +
+	yaml := "runtimeClasses:\n  broken:\n    allowBidirectionalForUnprivileged: true\n    mounts:\n" +
 		"      - {source: " + filepath.Join(dir, "missing") + ", destination: /data}\n" +
 		"      - {source: " + present + ", destination: /shared, propagation: Bidirectional}\n"
 	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
