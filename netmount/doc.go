@@ -16,6 +16,11 @@
 //     and session of its own), so that a FUSE daemon outlives the agent and even a kill of the
 //     agent's whole cgroup.
 //   - Manager mounts in the background, reference counts users, unmounts after a grace period
-//     and adopts the mounts a previous agent left, all with bounded time on every call that
-//     may touch the network.
+//     and adopts the mounts a previous agent left (of the specs still in the config), all with
+//     bounded time on every call that may touch the network.
+//   - EnsureMounted is the hooks' one-shot path: it finds a live mount or mounts one, under a
+//     lock of that mount's key only (the Manager takes it too).
+//   - No secret reaches a command line: CIFS and Ceph secrets go through a root-only file
+//     (netspec.Spec.WithSecretFile), other inline secrets are refused; state files hold the
+//     redacted spec.
 package netmount
