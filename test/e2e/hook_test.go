@@ -368,6 +368,7 @@ func TestHookBadInput(t *testing.T) {
 	}
 	tests := []struct {
 		name, stdin, class, want string
+		trust                    bool
 	}{
 		{name: "malformed state JSON", stdin: `{"ociVersion":"1.3.0","pid":` + fmt.Sprint(pid) + `,"bundle":`, class: "mk-bad",
 			want: "mountkeeper: parse the OCI state on stdin: unexpected end of JSON input: the runtime passes the container's state as JSON"},
@@ -377,7 +378,9 @@ func TestHookBadInput(t *testing.T) {
 			want: "mountkeeper: container mk-hook-target: " + notJSON + "/config.json: not an OCI config: unexpected end of JSON input"},
 		{name: "runtime class not in the config", stdin: state(target), class: "mk-nope",
 			want: `mountkeeper: runtime class "mk-nope", container mk-hook-target: the class is not in the config (the class came from --runtime-class; the config has: mk-bad)`},
-		{name: "no class named and no default class", stdin: state(target),
+		{name: "no class named", stdin: state(target),
+			want: `mountkeeper: container mk-hook-target: no --runtime-class: hook mode needs it to name the runtime class (the io.kubernetes.cri-o.RuntimeHandler annotation, which a pod can set itself, is used only with --trust-runtime-handler-annotation)`},
+		{name: "no class named, annotation trusted, no default class", stdin: state(target), trust: true,
 			want: `runtime class "default", container mk-hook-target: the class is not in the config (the class came from default: no --runtime-class and no io.kubernetes.cri-o.RuntimeHandler annotation;`},
 	}
 	for _, tt := range tests {
@@ -386,6 +389,9 @@ func TestHookBadInput(t *testing.T) {
 			args := []string{"hook", "createRuntime", "--config", w.config}
 			if tt.class != "" {
 				args = append(args, "--runtime-class", tt.class)
+			}
+			if tt.trust {
+				args = append(args, "--trust-runtime-handler-annotation")
 			}
 			cmd := exec.Command(w.bin, args...)
 			cmd.Stdin = strings.NewReader(tt.stdin)
