@@ -47,6 +47,13 @@ runtimeClasses:
 // not started: see startPlugin. Everything is torn down when the test ends, passed or not.
 func newKubeNode(t *testing.T, ctx context.Context, opts harness.KubeOptions) *kubeNode {
 	t.Helper()
+	return newKubeNodeWith(t, ctx, opts, []string{"mk-kube"})
+}
+
+// newKubeNodeWith is newKubeNode with these containerd runtime handlers, each with a
+// RuntimeClass of the same name.
+func newKubeNodeWith(t *testing.T, ctx context.Context, opts harness.KubeOptions, handlers []string) *kubeNode {
+	t.Helper()
 	testenv.Require(t, "root")
 	if why := harness.KubeMissing(opts); why != "" {
 		testenv.Skip(t, "no Kubernetes node: %s", why)
@@ -62,7 +69,7 @@ func newKubeNode(t *testing.T, ctx context.Context, opts harness.KubeOptions) *k
 	if err := os.WriteFile(filepath.Join(n.dir, "src", "class", "marker"), []byte("from-class\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.ctrd, err = harness.Start(ctx, harness.Options{Handlers: []string{"mk-kube"}, NRI: true})
+	n.ctrd, err = harness.Start(ctx, harness.Options{Handlers: handlers, NRI: true})
 	t.Cleanup(func() {
 		if t.Failed() && n.ctrd != nil {
 			if log, err := os.ReadFile(n.ctrd.LogPath()); err == nil {
@@ -91,8 +98,10 @@ func newKubeNode(t *testing.T, ctx context.Context, opts harness.KubeOptions) *k
 		t.Fatalf("start Kubernetes node: %v", err)
 	}
 	n.api = n.kube.API()
-	if err := n.api.CreateRuntimeClass(ctx, "mk-kube", "mk-kube"); err != nil {
-		t.Fatal(err)
+	for _, h := range handlers {
+		if err := n.api.CreateRuntimeClass(ctx, h, h); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return n
 }

@@ -86,3 +86,17 @@ func (c *Containerd) ImportImage(ctx context.Context, archive, ref string) error
 		return nil
 	})
 }
+
+// WriteBusyboxArchive writes an OCI image-layout tarball holding only BusyboxImage, for
+// runtimes that load images themselves (podman load).
+func WriteBusyboxArchive(path string) error {
+	b, err := loadBusybox()
+	if err != nil {
+		return err
+	}
+	archive, err := ociArchive([]imageSpec{b.image()})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, archive, 0o644)
+}

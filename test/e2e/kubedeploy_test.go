@@ -1,0 +1,690 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// deployDir holds the shipped manifests.
+var deployDir = func() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "..", "..", "deploy")
+}()
+
+// deployConfig is the ConfigMap's config in TestKubeDeploy: a class with the three
+// propagations and an sshfs class. DIR, KUBELET, EXPORT and SSHOPTS are replaced.
+const deployConfig = `kubeletRoot: KUBELET
+stateDir: DIR/state
+unmountGrace: 2s
+runtimeClasses:
+  mk-kube:
+    mounts:
+      - {source: DIR/src/host/private, destination: /vol/private, propagation: None}
+      - {source: DIR/src/host/slave, destination: /vol/slave, propagation: HostToContainer}
+      - {source: DIR/src/host/shared, destination: /vol/shared, propagation: Bidirectional}
+  mk-sshfs:
+    mounts:
+      - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: HostToContainer, options: [SSHOPTS]}
+`
+
+// deployNode is a real node with mountkeeper installed from deploy/.
+type deployNode struct {
+	*kubeNode
+	manifests map[string][]map[string]any // file -> objects
+	template  map[string]any              // the DaemonSet's pod template
+	pluginGen int                         // plugin pods created so far
+	sshd      *harness.SSHD
+}
+
+const deployNS = "mountkeeper"
+
+// TestKubeDeploy installs mountkeeper on a real node (kubelet v1.34.4, containerd 2.4.2) from
+// what ships: `make image`'s image imported into containerd, the manifests of deploy/ applied
+// to the API server. There is no controller manager here, so the DaemonSet is stored but no
+// controller makes its pod: the test creates a Pod from the DaemonSet's own pod template
+// (with nodeName), as the DaemonSet controller would. The template's node paths are pointed at
+// the test's node (containerd's config, the NRI socket, the hook and base spec directories),
+// and --host-namespaces-pid at the test process: PID 1 of this machine is a sandbox process
+// whose namespaces cannot be opened, and the test's namespaces are the node's here.
+func TestKubeDeploy(t *testing.T) {
+	testenv.Require(t, "fuse")
+	testenv.Require(t, "sshfs")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	n := &deployNode{kubeNode: newKubeNodeWith(t, ctx, harness.KubeOptions{
+		// A refused start (the guard) is retried every second, not after 10s, 20s, 40s...
+		FeatureGates:              map[string]bool{"KubeletCrashLoopBackOffMax": true},
+		MaxContainerRestartPeriod: time.Second,
+	}, []string{"mk-kube", "mk-sshfs"})}
+	n.readManifests()
+	n.installImage()
+
+	// The class sources: a shared tmpfs (Bidirectional and HostToContainer need it shared).
+	host := filepath.Join(n.dir, "src", "host")
+	if err := harness.MountTmpfs(host, "shared"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"private", "slave", "shared"} {
+		if err := os.MkdirAll(filepath.Join(host, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	if n.sshd, err = harness.StartSSHD(workDir(t, "mk-kdsshd-")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.sshd.Stop)
+	if err := os.WriteFile(filepath.Join(n.sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sshOpts := fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", n.sshd.Port(), n.sshd.IdentityFile())
+	config := strings.NewReplacer("DIR", n.dir, "KUBELET", n.kube.RootDir(), "EXPORT", n.sshd.Export(), "SSHOPTS", sshOpts).Replace(deployConfig)
+	parsed, err := configs.Parse([]byte(config))
+	if err != nil {
+		t.Fatalf("the test's config: %v", err)
+	}
+	t.Cleanup(func() {
+		// The FUSE daemon's scope outlives every pod by design: end it (the mount itself goes
+		// with the work directory).
+		for _, rc := range parsed.RuntimeClasses {
+			for _, s := range rc.NetworkSpecs() {
+				if err := harness.RemoveMountScope(s.Key()); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			}
+		}
+	})
+
+	var plugin string
+	t.Run("1 the shipped manifests install the plugin pod", func(t *testing.T) {
+		n.apply(config)
+		plugin = n.startPluginPod(t)
+		// The init container ran `runtime configure`: containerd's config has the guard per
+		// class, the hook binary is on the node. containerd reads it at its next start.
+		cfg, err := os.ReadFile(n.ctrd.ConfigPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, class := range []string{"mk-kube", "mk-sshfs"} {
+			if !strings.Contains(string(cfg), filepath.Join(n.dir, "specs", class+".json")) {
+				t.Errorf("containerd's config lacks the base spec of %s after the init container:\n%s", class, cfg)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(n.dir, "hookbin", "mountkeeper")); err != nil {
+			t.Errorf("the init container did not install the hook binary: %v", err)
+		}
+		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "restart containerd to apply") {
+			t.Errorf("init container log: %q, want it to have written containerd's config", log)
+		}
+		// The node-install step an operator does once (deploy/README): restart containerd.
+		if err := n.ctrd.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	var classPod string
+	t.Run("2 a class pod gets its mounts, a pod of no class nothing", func(t *testing.T) {
+		classPod = n.runPod(t, "class-a", "mk-kube", "exec sleep 3600", true, nil, nil)
+		checkThreeWay(t, ctx, n.execer(classPod), host)
+		plain := n.runPod(t, "plain-a", "", "exec sleep 3600", true, nil, nil)
+		if out, _, _, _ := n.ctrd.CRI().Exec(ctx, plain, "cat", "/proc/self/mountinfo"); strings.Contains(out, "/vol/") || strings.Contains(out, "/data") {
+			t.Errorf("a pod without runtimeClassName has class mounts:\n%s", out)
+		}
+	})
+
+	reads := filepath.Join(n.dir, "reads")
+	if err := os.MkdirAll(reads, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	readerVolumes := []any{map[string]any{"name": "reads", "hostPath": map[string]any{"path": reads, "type": "Directory"}}}
+	readerMounts := []any{map[string]any{"name": "reads", "mountPath": "/reads"}}
+	var reader string
+	root, err := harness.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hybrid := strings.HasSuffix(root, "/unified")
+	readerFailsAccepted := 0 // failed reads of a known limit (hybrid host), counted once
+	readerLost := false      // the reader's mount died with the plugin pod (hybrid host)
+	t.Run("4 sshfs: one host mount for two pods, kept and adopted across a plugin pod replacement", func(t *testing.T) {
+		reader = n.runPod(t, "sshfs-reader", "mk-sshfs",
+			`while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /reads/log; sleep 0.1; done`,
+			false, readerVolumes, readerMounts)
+		other := n.runPod(t, "sshfs-other", "mk-sshfs", "exec sleep 3600", false, nil, nil)
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, other, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+			t.Errorf("second sshfs pod reads %q (exit %d)", out, code)
+		}
+		mountPoint, daemon := n.sshfsMount(t)
+		if c := fuseMountsAt(t, mountPoint); c != 1 {
+			t.Errorf("%d sshfs mounts at %s for two pods, want 1", c, mountPoint)
+		}
+		pluginPID := n.pluginPID(t)
+		pluginCg, daemonCg := cgroupOf(t, pluginPID), cgroupOf(t, daemon)
+		t.Logf("plugin pod's process %d: cgroup2 %s; FUSE daemon %d: cgroup2 %s", pluginPID, pluginCg, daemon, daemonCg)
+		if daemonCg == "" || strings.HasPrefix(daemonCg+"/", pluginCg+"/") {
+			t.Errorf("FUSE daemon %d in cgroup %q, inside the plugin pod's %q", daemon, daemonCg, pluginCg)
+		}
+
+		v1 := cgroupV1Paths(t, daemon)
+		t.Logf("FUSE daemon's cgroup v1 memberships: %s", v1)
+
+		okBefore, failBefore := countLog(t, filepath.Join(reads, "log"))
+		n.deletePluginPod(t, plugin)
+		died := !alive(daemon)
+		if died && hybrid && strings.Contains(v1, "/k8s.io/") {
+			// Known limit (README, Network filesystems): on a cgroup v1+v2 hybrid host the
+			// helper leaves only the agent's cgroup2 group. A hostPID container's shim kills
+			// every process of the container's cgroup when its init exits, and runc finds
+			// them by the v1 cgroup: the daemon goes with the plugin pod. The new plugin pod
+			// must then replace the dead mount.
+			t.Logf("KNOWN LIMIT (hybrid cgroup host): FUSE daemon %d was killed with the plugin pod through its v1 cgroups (%s)", daemon, v1)
+		} else if died {
+			t.Fatalf("FUSE daemon %d died with the plugin pod", daemon)
+		}
+		time.Sleep(2 * time.Second) // the plugin is away; the reader goes on
+		plugin = n.startPluginPod(t)
+		if died {
+			// Give the new plugin and the reader time to get past the dead mount.
+			_ = harnessPoll(ctx, 20*time.Second, func() error {
+				out, _, code, _ := n.ctrd.CRI().Exec(ctx, reader, "cat", "/data/hello")
+				if code != 0 || out != "hello from sshfs\n" {
+					return errors.New("not yet")
+				}
+				return nil
+			})
+		}
+		time.Sleep(time.Second)
+		okAfter, failAfter := countLog(t, filepath.Join(reads, "log"))
+		t.Logf("reads while the plugin pod was replaced: %d ok, %d failed (before: %d ok, %d failed)",
+			okAfter-okBefore, failAfter-failBefore, okBefore, failBefore)
+		switch {
+		case !died && (failAfter > 0 || okAfter-okBefore < 20):
+			t.Errorf("reads across the plugin pod replacement: %d ok, %d failed in all", okAfter, failAfter)
+		case died:
+			readerFailsAccepted, readerLost = failAfter, true
+			t.Logf("KNOWN LIMIT (hybrid cgroup host): the running pod lost its sshfs mount with the plugin pod: %d failed reads of %d", failAfter, okAfter+failAfter)
+		}
+		if mp, d := n.sshfsMount(t); mp != mountPoint || (!died && d != daemon) {
+			t.Errorf("after the replacement: mount %s, daemon %d; want %s, %d (adopted)", mp, d, mountPoint, daemon)
+		}
+		if c := fuseMountsAt(t, mountPoint); c != 1 {
+			t.Errorf("%d sshfs mounts at %s after the replacement, want 1", c, mountPoint)
+		}
+		if log := n.podLog(plugin, "mountkeeper"); !died && !strings.Contains(log, "adopt") {
+			t.Errorf("the new plugin pod did not log an adoption:\n%s", log)
+		}
+		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "nothing to change") {
+			t.Errorf("the second init container changed containerd's config: %q", log)
+		}
+		third := n.runPod(t, "sshfs-third", "mk-sshfs", "exec sleep 3600", false, nil, nil)
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, third, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+			t.Errorf("a pod after the replacement reads %q (exit %d)", out, code)
+		}
+	})
+
+	t.Run("issue 18 guard: a class pod waits while the plugin pod is away", func(t *testing.T) {
+		n.deletePluginPod(t, plugin)
+		pod := n.podManifest(podSpec{name: "guarded", runtimeClass: "mk-kube", script: "exec sleep 3600"})
+		// Privileged: the class has an rshared (Bidirectional) mount.
+		pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["securityContext"] = map[string]any{"privileged": true}
+		if _, err := n.api.CreatePod(ctx, "default", pod); err != nil {
+			t.Fatal(err)
+		}
+		want := "did not handle this container"
+		var seen string
+		ranEarly := false
+		err := harnessPoll(ctx, 60*time.Second, func() error {
+			p, err := n.api.GetPod(ctx, "default", "guarded")
+			if err != nil {
+				return err
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.State.Running != nil {
+					ranEarly = true
+					return nil
+				}
+			}
+			text := statusText(p) + n.eventsText("default", "guarded")
+			if i := strings.Index(text, want); i >= 0 {
+				seen = text[max(0, strings.LastIndex(text[:i], "mountkeeper:")):min(len(text), i+200)]
+				return nil
+			}
+			return errors.New("no refusal yet")
+		})
+		if ranEarly {
+			t.Fatal("a class pod runs while the plugin pod is away: without its mounts")
+		}
+		if err != nil {
+			t.Fatalf("class pod while the plugin pod is away: %v", err)
+		}
+		t.Logf("refusal seen by the user: %s", seen)
+		plugin = n.startPluginPod(t) // its own pod runs on the default handler, unguarded
+		id := n.waitRunning(t, "guarded", 60*time.Second)
+		if out, _, _, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/proc/self/mountinfo"); mountinfoLine(out, "/vol/shared") == "" {
+			t.Errorf("the class pod started after the plugin came back lacks its mounts:\n%s", out)
+		}
+	})
+
+	t.Run("5 kubelet and containerd restarts keep the mounts; the next pods work", func(t *testing.T) {
+		check := func(when string) {
+			t.Helper()
+			if out, _, _, _ := n.ctrd.CRI().Exec(ctx, classPod, "cat", "/proc/self/mountinfo"); mountinfoLine(out, "/vol/slave") == "" {
+				t.Errorf("%s: the running class pod lost /vol/slave", when)
+			}
+			if readerLost {
+				return
+			}
+			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, reader, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+				t.Errorf("%s: the running sshfs pod reads %q (exit %d)", when, out, code)
+			}
+		}
+		start := time.Now()
+		if err := n.kube.RestartKubelet(ctx); err != nil {
+			t.Fatalf("restart kubelet: %v", err)
+		}
+		t.Logf("kubelet restarted in %v", time.Since(start).Round(time.Millisecond))
+		check("after the kubelet restart")
+		n.runPod(t, "after-kubelet", "mk-kube", "exec sleep 3600", true, nil, nil)
+
+		start = time.Now()
+		if err := n.ctrd.Restart(ctx); err != nil {
+			t.Fatalf("restart containerd: %v", err)
+		}
+		t.Logf("containerd restarted in %v", time.Since(start).Round(time.Millisecond))
+		check("after the containerd restart")
+		id := n.runPod(t, "after-containerd", "mk-sshfs", "exec sleep 3600", false, nil, nil)
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+			t.Errorf("an sshfs pod after the containerd restart reads %q (exit %d)", out, code)
+		}
+		_, fails := countLog(t, filepath.Join(reads, "log"))
+		if fails -= readerFailsAccepted; fails > 0 && !readerLost {
+			t.Errorf("the sshfs reader saw %d failed reads in all", fails)
+		}
+	})
+}
+
+// readManifests reads every YAML document of deploy/*.yaml and the DaemonSet's pod template.
+func (n *deployNode) readManifests() {
+	t := n.t
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", deployDir, err)
+	}
+	n.manifests = map[string][]map[string]any{}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(r)
+		for {
+			var obj map[string]any
+			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if obj == nil {
+				continue
+			}
+			n.manifests[filepath.Base(f)] = append(n.manifests[filepath.Base(f)], obj)
+			if obj["kind"] == "DaemonSet" {
+				n.template = dig(t, obj, "spec", "template")
+			}
+		}
+		r.Close()
+	}
+	if n.template == nil {
+		t.Fatalf("no DaemonSet in %s", deployDir)
+	}
+}
+
+// installImage builds the image as `make image` does and imports it into the node's
+// containerd, where the DaemonSet's image reference finds it.
+func (n *deployNode) installImage() {
+	t := n.t
+	t.Helper()
+	start := time.Now()
+	bin, err := harness.BuildStaticMountkeeper(n.ctx, n.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := harness.AgentImageArchive(data, harness.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(n.dir, "mountkeeper-image.tar")
+	if err := os.WriteFile(path, archive, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ctrd.ImportImage(n.ctx, path, harness.AgentImage); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image %s built and imported in %v (%d bytes)", harness.AgentImage, time.Since(start).Round(time.Millisecond), len(archive))
+}
+
+// apply creates every shipped object through the API, the ConfigMap with the test's config.
+func (n *deployNode) apply(config string) {
+	t := n.t
+	t.Helper()
+	paths := map[string]string{
+		"Namespace":    "/api/v1/namespaces",
+		"ConfigMap":    "/api/v1/namespaces/" + deployNS + "/configmaps",
+		"DaemonSet":    "/apis/apps/v1/namespaces/" + deployNS + "/daemonsets",
+		"RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
+	}
+	for _, file := range []string{"namespace.yaml", "configmap.yaml", "runtimeclass.yaml", "daemonset.yaml"} {
+		objs := n.manifests[file]
+		if len(objs) == 0 {
+			t.Fatalf("deploy/%s: no objects", file)
+		}
+		for _, obj := range objs {
+			kind, _ := obj["kind"].(string)
+			path, ok := paths[kind]
+			if !ok {
+				t.Fatalf("deploy/%s: a %s, which this test does not know how to create", file, kind)
+			}
+			if kind == "ConfigMap" {
+				data := dig(t, obj, "data")
+				if _, ok := data["config.yaml"]; !ok {
+					t.Fatalf("deploy/%s: no config.yaml key", file)
+				}
+				if _, err := configs.Parse([]byte(data["config.yaml"].(string))); err != nil {
+					t.Errorf("deploy/%s: the shipped config does not load: %v", file, err)
+				}
+				data["config.yaml"] = config
+			}
+			if err := n.api.Do(n.ctx, "POST", path, "", obj, nil); err != nil {
+				t.Fatalf("create %s from deploy/%s: %v", kind, file, err)
+			}
+			if kind == "Namespace" {
+				name := dig(t, obj, "metadata")["name"].(string)
+				if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+name+"/serviceaccounts", "", map[string]any{
+					"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default"},
+				}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// startPluginPod creates a Pod from the DaemonSet's pod template, its node paths pointed at
+// the test's node, and waits until its container runs and the plugin has connected (it logs
+// "connected to"); it returns the pod's name.
+func (n *deployNode) startPluginPod(t *testing.T) string {
+	t.Helper()
+	n.pluginGen++
+	name := fmt.Sprintf("mountkeeper-%s-%d", n.kube.NodeName(), n.pluginGen)
+	var spec map[string]any
+	raw, _ := json.Marshal(dig(t, n.template, "spec"))
+	text := strings.NewReplacer(
+		`"/etc/mountkeeper/containerd"`, strconv.Quote(filepath.Join(n.dir, "specs")),
+		`"--base-spec-dir=/etc/mountkeeper/containerd"`, strconv.Quote("--base-spec-dir="+filepath.Join(n.dir, "specs")),
+		`"/opt/mountkeeper/bin"`, strconv.Quote(filepath.Join(n.dir, "hookbin")),
+		`"--install-hook=/opt/mountkeeper/bin/mountkeeper"`, strconv.Quote("--install-hook="+filepath.Join(n.dir, "hookbin", "mountkeeper")),
+		`"--socket=/var/run/nri/nri.sock"`, strconv.Quote("--socket="+n.ctrd.NRISocket()),
+	).Replace(string(raw))
+	if err := json.Unmarshal([]byte(text), &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec["nodeName"] = n.kube.NodeName()
+	for _, v := range spec["volumes"].([]any) {
+		if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok && hp["path"] == "/etc/containerd" {
+			hp["path"] = filepath.Dir(n.ctrd.ConfigPath()) // the init container writes config.toml there
+		}
+	}
+	for _, c := range spec["containers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] == "mountkeeper" {
+			c["args"] = append(c["args"].([]any), "--host-namespaces-pid="+strconv.Itoa(os.Getpid()), "--log-level=debug")
+		}
+	}
+	meta := map[string]any{"name": name, "labels": dig(t, n.template, "metadata")["labels"]}
+	if _, err := n.api.CreatePod(n.ctx, deployNS, map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}); err != nil {
+		t.Fatalf("create the plugin pod from the DaemonSet's template: %v", err)
+	}
+	n.waitRunningIn(t, deployNS, name, 90*time.Second)
+	if err := harnessPoll(n.ctx, 30*time.Second, func() error {
+		if strings.Contains(n.podLog(name, "mountkeeper"), "connected to") {
+			return nil
+		}
+		return errors.New("the plugin has not connected")
+	}); err != nil {
+		t.Fatalf("plugin pod %s: %v\n%s", name, err, n.podLog(name, "mountkeeper"))
+	}
+	return name
+}
+
+// deletePluginPod deletes the plugin pod and waits until it is gone.
+func (n *deployNode) deletePluginPod(t *testing.T, name string) {
+	t.Helper()
+	if err := n.api.DeletePod(n.ctx, deployNS, name, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := harnessPoll(n.ctx, 60*time.Second, func() error {
+		if _, err := n.api.GetPod(n.ctx, deployNS, name); !harness.IsNotFound(err) {
+			return fmt.Errorf("plugin pod %s still there (%v)", name, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runPod creates a pod in default and waits until its container runs (retrying through
+// refusals, which kubelet retries); it returns the container's CRI ID.
+func (n *deployNode) runPod(t *testing.T, name, class, script string, privileged bool, volumes, mounts []any) string {
+	t.Helper()
+	p := n.podManifest(podSpec{name: name, runtimeClass: class, script: script, volumes: volumes, mounts: mounts})
+	if privileged {
+		p["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["securityContext"] = map[string]any{"privileged": true}
+	}
+	if _, err := n.api.CreatePod(n.ctx, "default", p); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	return n.waitRunning(t, name, 90*time.Second)
+}
+
+func (n *deployNode) waitRunning(t *testing.T, name string, timeout time.Duration) string {
+	t.Helper()
+	return n.waitRunningIn(t, "default", name, timeout)
+}
+
+func (n *deployNode) waitRunningIn(t *testing.T, ns, name string, timeout time.Duration) string {
+	t.Helper()
+	pod, err := n.api.WaitPod(n.ctx, ns, name, timeout, func(p *harness.Pod) error {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running != nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("not running: %s", statusText(p))
+	})
+	if err != nil {
+		t.Fatalf("%v\nevents: %s", err, n.eventsText(ns, name))
+	}
+	return strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
+}
+
+func (n *deployNode) execer(id string) harness.Execer {
+	return func(ctx context.Context, cmd ...string) (string, string, int, error) {
+		return n.ctrd.CRI().Exec(ctx, id, cmd...)
+	}
+}
+
+// podLog returns what kubelet logged of a container of a pod in deployNS (every run).
+func (n *deployNode) podLog(pod, container string) string {
+	files, _ := filepath.Glob(filepath.Join(n.kube.PodLogsDir(), deployNS+"_"+pod+"_*", container, "*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		b.Write(data)
+	}
+	return b.String()
+}
+
+func (n *deployNode) eventsText(ns, name string) string {
+	evs, err := n.api.Events(n.ctx, ns, name)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "[%s %s] %s\n", e.Type, e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+// sshfsMount returns the host mount point of the sshfs export and the PID of its FUSE daemon.
+func (n *deployNode) sshfsMount(t *testing.T) (string, int) {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var point string
+	for _, line := range strings.Split(string(mi), "\n") {
+		if strings.Contains(line, " - fuse.sshfs ") && strings.Contains(line, n.sshd.Export()) {
+			point = strings.Fields(line)[4]
+		}
+	}
+	if point == "" {
+		t.Fatalf("no sshfs mount of %s on the host", n.sshd.Export())
+	}
+	return point, findPID(t, "sshfs", n.sshd.Export())
+}
+
+// pluginPID is the PID of the running plugin (after its re-exec into the host's namespaces).
+func (n *deployNode) pluginPID(t *testing.T) int {
+	t.Helper()
+	return findPID(t, "mountkeeper", "nri", "--socket="+n.ctrd.NRISocket())
+}
+
+// findPID returns the PID of the one process whose command line contains all words.
+func findPID(t *testing.T, words ...string) int {
+	t.Helper()
+	var found []int
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range cmdlines {
+		cmd, err := os.ReadFile(p)
+		if err != nil || !containsAllWords(string(cmd), words) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		found = append(found, pid)
+	}
+	if len(found) != 1 {
+		t.Fatalf("processes with %q in their command line: %v, want one", words, found)
+	}
+	return found[0]
+}
+
+func containsAllWords(s string, words []string) bool {
+	for _, w := range words {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// cgroupOf returns the cgroup2 path of a process.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// cgroupV1Paths lists a process's cgroup v1 memberships (hierarchy:path).
+func cgroupV1Paths(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1 []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if !strings.HasPrefix(line, "0::") {
+			v1 = append(v1, line)
+		}
+	}
+	return strings.Join(v1, " ")
+}
+
+func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// countLog counts "ok" and "FAIL" lines of a reader's log.
+func countLog(t *testing.T, path string) (ok, fails int) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		switch l {
+		case "ok":
+			ok++
+		case "FAIL":
+			fails++
+		}
+	}
+	return ok, fails
+}
+
+// statusText is a pod's phase and container states, for messages and for finding a refusal.
+func statusText(p *harness.Pod) string {
+	b, _ := json.Marshal(p.Status)
+	return string(b)
+}
+
+// dig walks nested maps.
+func dig(t *testing.T, obj map[string]any, keys ...string) map[string]any {
+	t.Helper()
+	cur := obj
+	for _, k := range keys {
+		next, ok := cur[k].(map[string]any)
+		if !ok {
+			t.Fatalf("no map at %q in %v", k, keys)
+		}
+		cur = next
+	}
+	return cur
+}
