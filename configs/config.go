@@ -40,6 +40,9 @@ type Config struct {
 	// UnmountGrace is how long a network mount stays after its last container is removed, so
 	// a restarting pod does not remount.
 	UnmountGrace time.Duration
+	// ProbeInterval is how often each held network mount is probed (a bounded stat and, for
+	// FUSE, a look at its daemon's scope); a dead one is replaced under running containers.
+	ProbeInterval time.Duration
 	// CreateBudget is how long CreateContainer waits for a network mount that is not ready.
 	// It stays below the runtime's plugin_request_timeout (2s by default): a plugin that
 	// answers late is dropped and the container created WITHOUT its mounts.
@@ -57,6 +60,7 @@ type file struct {
 	StateDir      string   `yaml:"stateDir"`
 	MountTimeout  Duration `yaml:"mountTimeout"`
 	UnmountGrace  Duration `yaml:"unmountGrace"`
+	ProbeInterval Duration `yaml:"probeInterval"`
 	CreateBudget  Duration `yaml:"createBudget"`
 	// PluginRequestTimeout says the runtime's plugin_request_timeout, when not its default.
 	PluginRequestTimeout Duration                `yaml:"pluginRequestTimeout"`
@@ -68,6 +72,10 @@ const (
 	DefaultStateDir     = "/var/lib/mountkeeper"
 	DefaultMountTimeout = 30 * time.Second
 	DefaultUnmountGrace = 30 * time.Second
+	// DefaultProbeInterval is how often a held network mount is probed.
+	DefaultProbeInterval = 3 * time.Second
+	// MinProbeInterval keeps probing from becoming load on the servers.
+	MinProbeInterval    = 100 * time.Millisecond
 	DefaultCreateBudget = 1500 * time.Millisecond
 	// DefaultPluginRequestTimeout is containerd's (and CRI-O's) default plugin_request_timeout.
 	DefaultPluginRequestTimeout = 2 * time.Second
@@ -89,6 +97,7 @@ func (f *file) resolve() *Config {
 		StateDir:      cmp.Or(f.StateDir, DefaultStateDir),
 		MountTimeout:  cmp.Or(time.Duration(f.MountTimeout), DefaultMountTimeout),
 		UnmountGrace:  cmp.Or(time.Duration(f.UnmountGrace), DefaultUnmountGrace),
+		ProbeInterval: cmp.Or(time.Duration(f.ProbeInterval), DefaultProbeInterval),
 		CreateBudget:  cmp.Or(time.Duration(f.CreateBudget), DefaultCreateBudget),
 
 		PluginRequestTimeout: cmp.Or(time.Duration(f.PluginRequestTimeout), DefaultPluginRequestTimeout),
@@ -217,10 +226,13 @@ func (c *file) validate() error {
 	for _, d := range []struct {
 		key string
 		v   Duration
-	}{{"mountTimeout", c.MountTimeout}, {"unmountGrace", c.UnmountGrace}, {"createBudget", c.CreateBudget}, {"pluginRequestTimeout", c.PluginRequestTimeout}} {
+	}{{"mountTimeout", c.MountTimeout}, {"unmountGrace", c.UnmountGrace}, {"probeInterval", c.ProbeInterval}, {"createBudget", c.CreateBudget}, {"pluginRequestTimeout", c.PluginRequestTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s is negative", d.key, time.Duration(d.v)))
 		}
+	}
+	if c.ProbeInterval > 0 && time.Duration(c.ProbeInterval) < MinProbeInterval {
+		errs = append(errs, fmt.Errorf("probeInterval %s is below the minimum %s", time.Duration(c.ProbeInterval), MinProbeInterval))
 	}
 	errs = append(errs, c.validateBudget())
 	if len(c.RuntimeClasses) == 0 && c.SubPathRepair != nil && !*c.SubPathRepair {
