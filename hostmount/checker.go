@@ -20,6 +20,7 @@ const DefaultTimeout = time.Second
 type Checker struct {
 	in      Inspector
 	timeout time.Duration
+	cache   *factCache // nil: every check asks the host
 }
 
 // NewChecker returns a Checker that reads the host through in, giving up after DefaultTimeout.
@@ -27,16 +28,45 @@ func NewChecker(in Inspector) *Checker { return &Checker{in: in, timeout: Defaul
 
 // WithTimeout returns a copy of c that gives up after d; d <= 0 runs the checks inline, for a
 // caller that bounds its whole request itself.
-func (c *Checker) WithTimeout(d time.Duration) *Checker { return &Checker{in: c.in, timeout: d} }
+func (c *Checker) WithTimeout(d time.Duration) *Checker {
+	return &Checker{in: c.in, timeout: d, cache: c.cache}
+}
+
+// WithCache returns a copy of c that remembers the sources that passed until the live host
+// changes (factCache). Only for an Inspector that reads the live host.
+func (c *Checker) WithCache() (*Checker, error) {
+	ch, err := newChanges()
+	if err != nil {
+		return nil, err
+	}
+	return &Checker{in: c.in, timeout: c.timeout, cache: &factCache{ch: ch, ok: map[string]uint64{}}}, nil
+}
 
 var _ specmod.Host = (*Checker)(nil)
 
 // CheckSources returns one MountError per mount whose source is missing or whose host mount
 // point does not propagate as the mount's propagation needs; each says how to fix it.
 func (c *Checker) CheckSources(mounts []specmod.Mount) error {
-	_, err := bounded.Do(bounded.Default, c.timeout, checkKey(mounts), "check the host side of "+describeMounts(mounts), func() (struct{}, error) {
-		return struct{}{}, c.checkSources(mounts)
+	var gen uint64
+	if c.cache != nil {
+		var hit bool
+		if hit, gen = c.cache.hit(mounts); hit {
+			return nil
+		}
+	}
+	type checked struct {
+		cacheable bool
+		ids       map[string]uint64
+	}
+	r, err := bounded.Do(bounded.Default, c.timeout, checkKey(mounts), "check the host side of "+describeMounts(mounts), func() (checked, error) {
+		// Watch before checking, so that a change during the check is not missed.
+		cacheable := c.cache != nil && c.cache.watchAll(mounts)
+		ids, err := c.checkSources(mounts)
+		return checked{cacheable, ids}, err
 	})
+	if err == nil && r.cacheable {
+		c.cache.store(mounts, r.ids, gen)
+	}
 	return err
 }
 
@@ -65,7 +95,9 @@ func describeMounts(mounts []specmod.Mount) string {
 	return b.String()
 }
 
-func (c *Checker) checkSources(mounts []specmod.Mount) error {
+// checkSources checks mounts and returns the unique ID of the host mount holding each
+// propagating source (where the kernel has one).
+func (c *Checker) checkSources(mounts []specmod.Mount) (map[string]uint64, error) {
 	var errs []error
 	var propagating []specmod.Mount
 	for _, m := range mounts {
@@ -78,7 +110,7 @@ func (c *Checker) checkSources(mounts []specmod.Mount) error {
 		}
 	}
 	if len(propagating) == 0 {
-		return errors.Join(errs...)
+		return nil, errors.Join(errs...)
 	}
 	paths := make([]string, len(propagating))
 	for i, m := range propagating {
@@ -86,14 +118,16 @@ func (c *Checker) checkSources(mounts []specmod.Mount) error {
 	}
 	mps, err := c.in.MountPoints(paths)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("find the host mount points of %v: %w", paths, err))...)
+		return nil, errors.Join(append(errs, fmt.Errorf("find the host mount points of %v: %w", paths, err))...)
 	}
+	ids := make(map[string]uint64, len(propagating))
 	for i, m := range propagating {
 		if err := checkPropagation(m.Propagation, mps[i]); err != nil {
 			errs = append(errs, &specmod.MountError{Mount: m, Err: err})
 		}
+		ids[m.Source] = mps[i].UniqueID
 	}
-	return errors.Join(errs...)
+	return ids, errors.Join(errs...)
 }
 
 func (c *Checker) checkExists(src string) error {

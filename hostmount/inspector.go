@@ -4,10 +4,13 @@ import "io/fs"
 
 // MountPoint is the host mount that holds a path.
 type MountPoint struct {
-	ID     int
-	Path   string
-	Shared bool // in a peer group: "shared:N" in mountinfo
-	Slave  bool // receives from a master: "master:N" in mountinfo
+	ID int
+	// UniqueID is the mount's 64-bit unique ID where the kernel has one (Linux >= 6.8: it
+	// never names another mount), for statmount(2); 0 where it does not.
+	UniqueID uint64
+	Path     string
+	Shared   bool // in a peer group: "shared:N" in mountinfo
+	Slave    bool // receives from a master: "master:N" in mountinfo
 }
 
 // Propagation names the mount point's propagation the way findmnt does.

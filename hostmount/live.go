@@ -33,6 +33,9 @@ func (Live) MountPoints(paths []string) ([]MountPoint, error) {
 	mps := make([]MountPoint, len(ms))
 	for i, m := range ms {
 		mps[i] = MountPoint{ID: m.MountinfoID, Path: m.Point, Shared: m.Shared, Slave: m.Slave}
+		if m.ID >= mounttable.UniqueIDOffset {
+			mps[i].UniqueID = m.ID
+		}
 	}
 	return mps, nil
 }

@@ -169,6 +169,10 @@ type mntIDReq struct {
 	param uint64
 }
 
+// UniqueIDOffset is where the kernel's unique mount IDs start (MNT_UNIQUE_ID_OFFSET, Linux
+// 6.8): an ID at or above it is unique, one below it is a reusable mountinfo ID.
+const UniqueIDOffset = 1 << 31
+
 // StatmountByID describes the mount with unique ID id in one syscall.
 func StatmountByID(id uint64) (Mount, error) {
 	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: statmountWant}
@@ -226,4 +230,27 @@ func parseOptional(optional string) (shared, slave bool) {
 		slave = slave || strings.HasPrefix(f, "master:")
 	}
 	return shared, slave
+}
+
+// PropagationByID tells whether the mount with unique ID id is shared and whether it is a slave,
+// in one statmount(2) that asks for nothing else: no path is built or resolved, so it is cheap
+// and cannot hang on a dead filesystem. ErrNoStatmount where the kernel cannot answer.
+func PropagationByID(id uint64) (shared, slave bool, err error) {
+	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: statmountMntBasic}
+	var buf [smFixedSize]byte
+	_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
+		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	switch errno {
+	case 0:
+	case unix.ENOSYS, unix.EINVAL:
+		return false, false, ErrNoStatmount
+	default:
+		return false, false, fmt.Errorf("statmount of mount %d: %w", id, errno)
+	}
+	le := binary.LittleEndian
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 || le.Uint64(buf[smMask:])&statmountMntBasic == 0 {
+		return false, false, ErrNoStatmount
+	}
+	prop := le.Uint64(buf[smMntPropagation:])
+	return prop&unix.MS_SHARED != 0, prop&unix.MS_SLAVE != 0, nil
 }

@@ -21,9 +21,9 @@ const DefaultCgroupParent = "mountkeeper.slice"
 // (CLONE_INTO_CGROUP), so it never runs a single instruction in the agent's cgroup: a kill
 // of the agent's whole cgroup cannot catch it, nor the FUSE daemon it forks.
 //
-// It places processes in the cgroup2 hierarchy only. On a hybrid host the helper stays in the
-// agent's cgroup v1 hierarchies (memory, pids, ...), so a supervisor that kills by a v1
-// cgroup (runc on a hybrid host does) would still kill the FUSE daemon.
+// On a hybrid host the helper also leaves the agent's cgroup v1 groups, at once after it
+// starts (scoper_v1.go): a supervisor that kills by a v1 cgroup would otherwise still kill the
+// FUSE daemon.
 type CgroupScoper struct {
 	Root   string // the cgroup2 mount point, e.g. /sys/fs/cgroup/unified
 	Parent string // directory under Root holding one cgroup per mount
@@ -62,6 +62,10 @@ func (c *CgroupScoper) Start(ctx context.Context, job Job) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s in cgroup %s: %w", job.Argv[0], dir, err)
 	}
+	if err := c.leaveV1(job.Unit, cmd.Process.Pid); err != nil {
+		// The mount still works; only a kill of the agent's v1 groups would reach it.
+		fmt.Fprintf(os.Stderr, "mountkeeper: %s stays in the agent's cgroup v1 groups: %v\n", job.Argv[0], err)
+	}
 	return cmd, nil
 }
 
@@ -86,6 +90,7 @@ func (c *CgroupScoper) Units() ([]string, error) {
 // Remove implements Scoper: it removes the unit's cgroup if it is empty.
 func (c *CgroupScoper) Remove(unit string) error {
 	dir := c.Dir(unit)
+	c.removeV1(unit)
 	err := unix.Rmdir(dir)
 	switch {
 	case err == nil, errors.Is(err, unix.ENOENT):

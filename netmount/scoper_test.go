@@ -145,7 +145,12 @@ func testCgroupScoper(t *testing.T) *CgroupScoper {
 	if err := os.Mkdir(filepath.Join(root, sc.Parent), 0o755); err != nil {
 		testenv.Skip(t, "cannot create a cgroup here: %v", err)
 	}
-	t.Cleanup(func() { removeCgroupTree(t, filepath.Join(root, sc.Parent)) })
+	t.Cleanup(func() {
+		removeCgroupTree(t, filepath.Join(root, sc.Parent))
+		if err := removeV1Trees(sc.Parent); err != nil {
+			t.Error(err)
+		}
+	})
 	return sc
 }
 

@@ -101,8 +101,33 @@ func BenchmarkCreateContainer(b *testing.B) {
 			}
 		}
 	}
+	// replay answers with exactly what mountkeeper answered (the same 3 mounts, options and
+	// guard annotation) and checks nothing: mountkeeper against it is mountkeeper's own work.
+	rsp, err := mk.CreateContainer(ctx, createRequest("bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	replay := startRuntime(b, filepath.Join(shortDir(b), "nri.sock"))
+	defer replay.Stop()
+	runStub(b, replayPlugin{rsp.GetAdjust()}, replay.socket)
+	replay.waitSynced(b)
+
 	b.Run("mountkeeper-vs-noop", func(b *testing.B) { benchratio.Compare(b, create(noop, 0), create(mk, 3)) })
 	b.Run("static-3-mounts-vs-noop", func(b *testing.B) { benchratio.Compare(b, create(noop, 0), create(static, 3)) })
+	b.Run("mountkeeper-vs-same-answer", func(b *testing.B) {
+		benchratio.CompareTarget(b, 1.05, create(replay, 3), create(mk, 3))
+	})
+}
+
+// replayPlugin answers every CreateContainer with a copy of one adjustment.
+type replayPlugin struct{ adj *api.ContainerAdjustment }
+
+func (r replayPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	a := &api.ContainerAdjustment{Annotations: r.adj.Annotations}
+	for _, m := range r.adj.Mounts {
+		a.AddMount(&api.Mount{Destination: m.Destination, Type: m.Type, Source: m.Source, Options: m.Options})
+	}
+	return a, nil, nil
 }
 
 // runStub runs a bare NRI stub for p until the benchmark ends.

@@ -60,7 +60,16 @@ type Plugin struct {
 // (hostmount.DefaultTimeout, below createBudget) and keyed by its sources. Bounding only the
 // whole decision would leave one goroutine, and on a dead FUSE mount one OS thread, behind
 // per CreateContainer; keyed checks leave at most one per dead source (package bounded).
-func NewHostChecker() specmod.Host { return newHostChecker(hostmount.Live{}) }
+//
+// It remembers the sources that passed until the host changes (hostmount.Checker.WithCache);
+// where inotify or /proc/self/mountinfo cannot be opened, it checks every time.
+func NewHostChecker() specmod.Host {
+	c := hostmount.NewChecker(hostmount.Live{})
+	if cached, err := c.WithCache(); err == nil {
+		return cached
+	}
+	return c
+}
 
 func newHostChecker(in hostmount.Inspector) specmod.Host { return hostmount.NewChecker(in) }
 
@@ -147,54 +156,87 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	req.Privileged = classmount.PrivilegedMounts(req.Mounts, userns)
 	log := p.log.WithFields(logrus.Fields{"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": req.Container.String(), "handler": req.Handler})
 	cfg := p.config()
-	type result struct {
-		d   classmount.Decision
-		err error
+	var r decided
+	if p.cannotBlock(cfg, req) {
+		// Nothing in this decision can wait on the host: no goroutine, no timer.
+		r = p.decide(cfg, req)
+	} else {
+		done := make(chan decided, 1)
+		go func() { done <- p.decide(cfg, req) }()
+		timer := time.NewTimer(cfg.CreateBudget)
+		defer timer.Stop()
+		select {
+		case r = <-done:
+		case <-timer.C:
+			// The container will not be created; whatever the late decision claimed is released.
+			go func() { <-done; p.release(ctr.GetId()) }()
+			err := classmount.Refuse(req.Handler, req.Container, classmount.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", cfg.CreateBudget)))
+			log.Error(err)
+			return nil, nil, err
+		}
 	}
-	done := make(chan result, 1)
-	go func() {
-		defer func() {
-			// A bug must refuse this container, not end the plugin: a runtime without its
-			// plugin creates containers without their mounts.
-			if r := recover(); r != nil {
-				p.release(req.Container.ID)
-				done <- result{err: &bounded.PanicError{What: "internal error", Value: r, Stack: debug.Stack()}}
-			}
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
-		defer cancel()
-		d, err := p.engine(cfg).Decide(ctx, req)
-		done <- result{d, err}
+	r.d.LogRepairs(log)
+	p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
+	var pe *bounded.PanicError
+	if errors.As(r.err, &pe) {
+		log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
+		if _, refused := r.err.(*classmount.Error); !refused {
+			r.err = classmount.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
+		}
+	}
+	if r.err != nil {
+		log.Error(r.err)
+		return nil, nil, r.err
+	}
+	adj = adjustment(log, r.d, ctr.GetMounts(), userns)
+	if r.d.Configured {
+		p.markHandled(log, adj, cfg, ctr.GetId())
+	}
+	return adj, nil, nil
+}
+
+// decided is a decision or the refusal.
+type decided struct {
+	d   classmount.Decision
+	err error
+}
+
+// decide runs the engine under acquireBudget; a panic refuses the container instead of ending
+// the plugin (a runtime without its plugin creates containers without their mounts).
+func (p *Plugin) decide(cfg *configs.Config, req classmount.Request) (r decided) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.release(req.Container.ID)
+			r = decided{err: &bounded.PanicError{What: "internal error", Value: v, Stack: debug.Stack()}}
+		}
 	}()
-	timer := time.NewTimer(cfg.CreateBudget)
-	defer timer.Stop()
-	select {
-	case r := <-done:
-		r.d.LogRepairs(log)
-		p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
-		var pe *bounded.PanicError
-		if errors.As(r.err, &pe) {
-			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
-			if _, refused := r.err.(*classmount.Error); !refused {
-				r.err = classmount.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
-			}
-		}
-		if r.err != nil {
-			log.Error(r.err)
-			return nil, nil, r.err
-		}
-		adj = adjustment(log, r.d, ctr.GetMounts(), userns)
-		if r.d.Configured {
-			p.markHandled(log, adj, cfg, ctr.GetId())
-		}
-		return adj, nil, nil
-	case <-timer.C:
-		// The container will not be created; whatever the late decision claimed is released.
-		go func() { <-done; p.release(ctr.GetId()) }()
-		err := classmount.Refuse(req.Handler, req.Container, classmount.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", cfg.CreateBudget)))
-		log.Error(err)
-		return nil, nil, err
+	ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
+	defer cancel()
+	d, err := p.engine(cfg).Decide(ctx, req)
+	return decided{d, err}
+}
+
+// cannotBlock says the decision for req holds at most one step that can wait on the host, the
+// host check, which bounds itself (hostmount.DefaultTimeout) below createBudget: no kubelet
+// subPath mount, no network filesystem in the class. Such a decision runs on the request's
+// goroutine; any other runs on one of its own under createBudget, so that the sum of its
+// bounded steps can never keep the runtime waiting past its plugin timeout.
+func (p *Plugin) cannotBlock(cfg *configs.Config, req classmount.Request) bool {
+	if hostmount.DefaultTimeout >= cfg.CreateBudget {
+		return false
 	}
+	for _, m := range req.Mounts {
+		if _, sub := subpath.ParseTarget(cfg.KubeletRoot, m.Source); sub {
+			return false
+		}
+	}
+	_, rc, _ := cfg.Class(req.Handler)
+	for _, m := range rc.Mounts {
+		if m.Network != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // engine is the decision engine for cfg with the plugin's side effects.

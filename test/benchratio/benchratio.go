@@ -10,7 +10,7 @@ import (
 
 // Compare runs baseline and candidate b.N times each, interleaved, and reports their mean
 // times and candidate/baseline as the metric "ratio". The benchmark's own ns/op is the sum.
-func Compare(b *testing.B, baseline, candidate func()) {
+func Compare(b *testing.B, baseline, candidate func()) float64 {
 	b.Helper()
 	var base, cand time.Duration
 	timed := func(f func()) time.Duration {
@@ -32,7 +32,25 @@ func Compare(b *testing.B, baseline, candidate func()) {
 	n := float64(b.N)
 	b.ReportMetric(float64(base.Nanoseconds())/n, "baseline-ns/op")
 	b.ReportMetric(float64(cand.Nanoseconds())/n, "candidate-ns/op")
-	if base > 0 {
-		b.ReportMetric(float64(cand)/float64(base), "ratio")
+	if base == 0 {
+		return 0
 	}
+	r := float64(cand) / float64(base)
+	b.ReportMetric(r, "ratio")
+	return r
+}
+
+// CompareTarget is Compare, then a line "<name>: ratio R, target T: PASS|MISS", which
+// `make bench` prints. It never fails the benchmark: a ratio is measured, not asserted.
+func CompareTarget(b *testing.B, target float64, baseline, candidate func()) {
+	b.Helper()
+	r := Compare(b, baseline, candidate)
+	if b.N == 1 {
+		return // the framework's first, one-iteration round: not a measurement
+	}
+	verdict := "PASS"
+	if r > target {
+		verdict = "MISS"
+	}
+	b.Logf("%s: ratio %.3f, target %.2f: %s", b.Name(), r, target, verdict)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -89,5 +90,16 @@ func RemoveMountScope(key string) error {
 	parent := filepath.Join(root, "mountkeeper.slice")
 	err = (&Cgroup2{Dir: filepath.Join(parent, "mount-"+key)}).Remove()
 	os.Remove(parent) // only if empty: another mount's cgroup may live there
+	// On a hybrid host the scope also has a group in each cgroup v1 hierarchy; its processes
+	// are gone with the cgroup2 group above.
+	if mi, rerr := os.ReadFile("/proc/self/mountinfo"); rerr == nil {
+		for _, line := range strings.Split(string(mi), "\n") {
+			f := strings.Fields(line)
+			if i := slices.Index(f, "-"); i > 0 && i+1 < len(f) && f[i+1] == "cgroup" {
+				os.Remove(filepath.Join(f[4], "mountkeeper.slice", "mount-"+key))
+				os.Remove(filepath.Join(f[4], "mountkeeper.slice"))
+			}
+		}
+	}
 	return err
 }

@@ -1,0 +1,93 @@
+package hostmount
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mountkeeper/mountkeeper/specmod"
+	"github.com/mountkeeper/mountkeeper/test/privatens"
+)
+
+// countingInspector is Live, counting the questions it is asked.
+type countingInspector struct {
+	Live
+	n atomic.Int64
+}
+
+func (c *countingInspector) Stat(p string) (fs.FileInfo, error) { c.n.Add(1); return c.Live.Stat(p) }
+func (c *countingInspector) MountPoints(p []string) ([]MountPoint, error) {
+	c.n.Add(1)
+	return c.Live.MountPoints(p)
+}
+
+// TestCacheSeesEveryChange: a cached check asks the host nothing, and the next check after any
+// change that matters (the source removed, a component turned into a symlink, the mount made
+// private) sees it.
+func TestCacheSeesEveryChange(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	dir := t.TempDir()
+	mount(t, "-t", "tmpfs", "mk-cache", dir)
+	run(t, "mount", "--make-shared", dir)
+	src := filepath.Join(dir, "srv", "a")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := &countingInspector{}
+	c, err := NewChecker(in).WithCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := []specmod.Mount{{Source: src, Destination: "/a", Propagation: specmod.Slave}}
+	check := func(step string, want string) {
+		t.Helper()
+		err := c.CheckSources(mounts)
+		switch {
+		case want == "" && err != nil:
+			t.Fatalf("%s: %v", step, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Fatalf("%s: %v, want an error containing %q", step, err, want)
+		}
+	}
+	check("first check", "")
+	before := in.n.Load()
+	check("cached check", "")
+	if in.n.Load() != before {
+		t.Errorf("a cached check asked the host %d questions", in.n.Load()-before)
+	}
+
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	check("after the source was removed", "does not exist")
+
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check("source back", "")
+	check("cached again", "")
+	old := filepath.Join(dir, "srv.old")
+	if err := os.Rename(filepath.Join(dir, "srv"), old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(old, filepath.Join(dir, "srv")); err != nil {
+		t.Fatal(err)
+	}
+	check("after a component became a symlink", "symlink")
+
+	if err := os.Remove(filepath.Join(dir, "srv")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(old, filepath.Join(dir, "srv")); err != nil {
+		t.Fatal(err)
+	}
+	check("real directory back", "")
+	check("cached again", "")
+	run(t, "mount", "--make-private", dir)
+	check("after the mount was made private", "is private")
+}

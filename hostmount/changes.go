@@ -1,0 +1,140 @@
+package hostmount
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// changes tells, in one non-blocking syscall, whether the host may have changed since it was
+// last asked in a way that matters to a source check: the mount table (poll on
+// /proc/self/mountinfo reports POLLPRI once per change) or any watched directory (inotify on
+// the source and each of its ancestors: an entry created, deleted or renamed, which is how a
+// component turns into a symlink or disappears). It never answers from stale state: a watch
+// is added before the check it vouches for, so an event during the check is still pending at
+// the next question.
+type changes struct {
+	mu        sync.Mutex
+	mountinfo int
+	inotify   int
+	watched   map[string]int            // watched path -> watch descriptor
+	names     map[int32]map[string]bool // watch descriptor -> the entries in it that matter
+}
+
+const dirEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
+	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_DONT_FOLLOW
+
+func newChanges() (*changes, error) {
+	mi, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		unix.Close(mi)
+		return nil, err
+	}
+	return &changes{mountinfo: mi, inotify: in, watched: map[string]int{}, names: map[int32]map[string]bool{}}, nil
+}
+
+// changed reports whether anything changed since the last call, and forgets it.
+func (c *changes) changed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fds := []unix.PollFd{{Fd: int32(c.mountinfo), Events: unix.POLLPRI}, {Fd: int32(c.inotify), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	if err != nil {
+		return true // cannot tell: assume it did
+	}
+	if n == 0 {
+		return false
+	}
+	changed := fds[0].Revents != 0
+	if fds[1].Revents != 0 {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(c.inotify, buf)
+			if err != nil || n <= 0 {
+				break // EAGAIN: drained
+			}
+			changed = c.matters(buf[:n]) || changed
+		}
+	}
+	return changed
+}
+
+// matters says whether any of the inotify events in buf concerns a watched path: an entry
+// that is a component of one (created, deleted, renamed), a watched directory itself deleted
+// or moved, or events lost. Events about other entries of a busy ancestor (/tmp) do not.
+func (c *changes) matters(buf []byte) bool {
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		nameStart := off + unix.SizeofInotifyEvent
+		end := nameStart + int(ev.Len)
+		if end > len(buf) {
+			return true
+		}
+		name := strings.TrimRight(string(buf[nameStart:end]), "\x00")
+		off = end
+		switch {
+		case ev.Mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0:
+			return true
+		case c.names[ev.Wd][name]:
+			return true
+		}
+	}
+	return false
+}
+
+// watch watches path and every ancestor. ok is false when a change there might not be seen:
+// a filesystem whose changes inotify does not report (NFS, FUSE, CIFS: changed elsewhere).
+// It may hang below a dead filesystem: call it inside the bounded check.
+func (c *changes) watch(path string) (ok bool, err error) {
+	child := ""
+	for p := path; ; child, p = filepath.Base(p), filepath.Dir(p) {
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(p, &sfs); err != nil {
+			return false, &os.PathError{Op: "statfs", Path: p, Err: err}
+		}
+		if !localFS(sfs.Type) {
+			return false, nil
+		}
+		c.mu.Lock()
+		wd, done := c.watched[p]
+		c.mu.Unlock()
+		if !done {
+			var err error
+			if wd, err = unix.InotifyAddWatch(c.inotify, p, dirEvents); err != nil {
+				return false, fmt.Errorf("watch %s: %w", p, err)
+			}
+		}
+		c.mu.Lock()
+		c.watched[p] = wd
+		if child != "" {
+			if c.names[int32(wd)] == nil {
+				c.names[int32(wd)] = map[string]bool{}
+			}
+			c.names[int32(wd)][child] = true
+		}
+		c.mu.Unlock()
+		if p == "/" {
+			return true, nil
+		}
+	}
+}
+
+// localFS says whether every change to a filesystem of type t is made through this kernel,
+// so inotify reports it.
+func localFS(t int64) bool {
+	switch t {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.TMPFS_MAGIC,
+		unix.OVERLAYFS_SUPER_MAGIC, unix.RAMFS_MAGIC, unix.F2FS_SUPER_MAGIC:
+		return true
+	}
+	return false
+}
