@@ -54,6 +54,11 @@ type Config struct {
 	// Wanted are the network mounts of the current config. At start-up only these are
 	// adopted; an earlier agent's mount of any other spec is unmounted and forgotten.
 	Wanted []netspec.Spec
+	// ProbeInterval is how often each mounted filesystem is probed; a dead one is replaced
+	// under the running containers (heal.go). 0: not probed.
+	ProbeInterval time.Duration
+	// Uses are the class mounts of each network mount, by key: for the logs of a death.
+	Uses map[string][]Use
 
 	lockWait time.Duration // how long NewManager waits for StateDir's lock; tests shorten it
 }
@@ -62,10 +67,17 @@ type Config struct {
 // the network mounts of every class.
 func ConfigFrom(c *configs.Config, log *logrus.Logger) Config {
 	var wanted []netspec.Spec
+	uses := make(map[string][]Use)
 	for _, name := range c.ClassNames() {
 		wanted = append(wanted, c.RuntimeClasses[name].NetworkSpecs()...)
+		for _, cm := range c.RuntimeClasses[name].Mounts {
+			if cm.Network != nil {
+				uses[cm.Network.Key()] = append(uses[cm.Network.Key()], Use{Class: name, Propagation: string(cm.Bind.Propagation)})
+			}
+		}
 	}
-	return Config{StateDir: c.StateDir, MountTimeout: c.MountTimeout, Grace: c.UnmountGrace, Log: log, Wanted: wanted}
+	return Config{StateDir: c.StateDir, MountTimeout: c.MountTimeout, Grace: c.UnmountGrace, Log: log, Wanted: wanted,
+		ProbeInterval: c.ProbeInterval, Uses: uses}
 }
 
 // withDefaults fills in what a Config built by hand (tests) leaves out; the defaults a config
@@ -132,10 +144,12 @@ const (
 	checking                // a mount found at start-up is being probed
 	mounted                 // mounted and usable
 	unmounting              // the grace period is over and it is being unmounted
+	dead                    // mounted, but found dead by a probe (heal.go)
+	recovering              // dead, and being replaced under the running containers
 )
 
 func (p phase) String() string {
-	return [...]string{"idle", "mounting", "checking", "mounted", "unmounting"}[p]
+	return [...]string{"idle", "mounting", "checking", "mounted", "unmounting", "dead", "recovering"}[p]
 }
 
 // entry is one host mount. Its fields are guarded by Manager.mu.
@@ -157,6 +171,8 @@ type entry struct {
 
 	graceGen   int // bumping it disarms a pending grace timer
 	graceTimer *time.Timer
+
+	heal heal // deaths and recoveries (heal.go)
 }
 
 func (e *entry) broadcast() {
@@ -238,6 +254,7 @@ func (m *Manager) prepare() error {
 		m.cancel()
 		return err
 	}
+	m.startProber()
 	return nil
 }
 
@@ -350,6 +367,9 @@ func (m *Manager) removeStaleScopesLocked() {
 // mounting again would not help.
 func (m *Manager) checkAdopted(e *entry) {
 	defer m.wg.Done()
+	if m.healAdopted(e) {
+		return // dead: being replaced under the running containers (heal.go)
+	}
 	err := m.probe(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -634,6 +654,8 @@ func (m *Manager) notReadyLocked(e *entry) error {
 		return fmt.Errorf("%s: not ready: checking the mount found at start-up (since %s)", e.spec, ago(e.since))
 	case e.phase == unmounting:
 		return fmt.Errorf("%s: not ready: being unmounted after its grace period; it will be mounted again", e.spec)
+	case e.phase == dead || e.phase == recovering:
+		return fmt.Errorf("%s: not ready: %w (recovery attempt %d, dead since %s)", e.spec, e.lastErr, e.attempt, ago(e.heal.deadSince))
 	}
 	return fmt.Errorf("%s: not ready (%s)", e.spec, e.phase)
 }
