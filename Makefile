@@ -57,6 +57,7 @@ bench: SHELL := /bin/bash -o pipefail
 bench: tools
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench CreateContainer -benchtime 3000x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench NetworkMount -benchtime 199x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
+	$(PRIVATE_NS) $(GO) test -run '^$$' -bench Memory -benchtime 1x ./nri/ | grep -E 'memory:|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./subpath/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench RuncRunHook -benchtime 50x -count 3 ./hook/ | grep -E 'ratio|^ok|FAIL|SKIP'
 
