@@ -12,6 +12,33 @@ type Status struct {
 	Classes    []string      `json:"classes"`
 	ConfigFrom string        `json:"configFrom"`
 	LastReload *ReloadResult `json:"lastReload,omitempty"`
+	// NetworkMounts are the network filesystems the plugin holds on the host.
+	NetworkMounts []NetworkMount `json:"networkMounts,omitempty"`
+}
+
+// NetworkMount is one network filesystem mounted on the host (netmount.MountStatus, which cmd
+// translates: nri does not import netmount).
+type NetworkMount struct {
+	Key                 string     `json:"key"`
+	Spec                string     `json:"spec"` // secrets redacted
+	HostPath            string     `json:"hostPath"`
+	State               string     `json:"state"` // mounting, checking, mounted, dead, recovering, unmounting, idle
+	Users               int        `json:"users"`
+	Scope               string     `json:"scope"`
+	Classes             []string   `json:"classes,omitempty"`
+	Attempt             int        `json:"attempt,omitempty"`
+	LastError           string     `json:"lastError,omitempty"`
+	Since               time.Time  `json:"since"`
+	Deaths              int        `json:"deaths"`
+	Recoveries          int        `json:"recoveries"`
+	LastDeath           *time.Time `json:"lastDeath,omitempty"`
+	LastRecovery        *time.Time `json:"lastRecovery,omitempty"`
+	LastRecoverySeconds float64    `json:"lastRecoverySeconds,omitempty"`
+}
+
+// MountReporter is a Mounter that reports the mounts it holds, for Status.
+type MountReporter interface {
+	NetworkMounts() []NetworkMount
 }
 
 // ReloadResult is the outcome of the last config reload.
@@ -24,8 +51,13 @@ type ReloadResult struct {
 // Status reports the plugin's state.
 func (p *Plugin) Status() Status {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return Status{Connected: p.connected.Load(), Classes: p.cfg.ClassNames(), ConfigFrom: p.configFrom, LastReload: p.lastReload}
+	st := Status{Connected: p.connected.Load(), Classes: p.cfg.ClassNames(), ConfigFrom: p.configFrom, LastReload: p.lastReload}
+	net := p.net
+	p.mu.RUnlock()
+	if r, ok := net.(MountReporter); ok {
+		st.NetworkMounts = r.NetworkMounts()
+	}
+	return st
 }
 
 // ReloadConfig parses data, the new content of the config file at from, and puts it in force;

@@ -168,7 +168,12 @@ func runNRI(args []string, stderr io.Writer) error {
 	m := metrics.New()
 	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
-			return netmount.NewManager(netmount.ConfigFrom(cfg, log))
+			mgr, err := netmount.NewManager(netmount.ConfigFrom(cfg, log))
+			if err != nil {
+				return nil, err
+			}
+			m.Register(mgr.Collector())
+			return managerMounter{mgr}, nil
 		}).WithMetrics(m).WithConfigSource(from)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

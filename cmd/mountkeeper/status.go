@@ -57,5 +57,30 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "last reload: %s, %s\n", r.At.Format("2006-01-02 15:04:05Z07:00"), verdict)
 	}
+	printNetworkMounts(stdout, st.NetworkMounts)
 	return nil
+}
+
+// printNetworkMounts lists the held network mounts, one paragraph each.
+func printNetworkMounts(w io.Writer, mounts []nri.NetworkMount) {
+	if len(mounts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "network mounts: %d\n", len(mounts))
+	for _, m := range mounts {
+		fmt.Fprintf(w, "  %s  %s\n", m.Key, m.Spec)
+		fmt.Fprintf(w, "    state: %s since %s, users: %d, deaths: %d, recoveries: %d", m.State,
+			m.Since.UTC().Format("2006-01-02 15:04:05Z"), m.Users, m.Deaths, m.Recoveries)
+		if m.LastRecovery != nil {
+			fmt.Fprintf(w, " (last %s, took %.1fs)", m.LastRecovery.UTC().Format("15:04:05Z"), m.LastRecoverySeconds)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "    host path: %s\n    scope: %s\n", m.HostPath, m.Scope)
+		if len(m.Classes) > 0 {
+			fmt.Fprintf(w, "    classes: %s\n", strings.Join(m.Classes, ", "))
+		}
+		if m.LastError != "" {
+			fmt.Fprintf(w, "    last error: %s\n", m.LastError)
+		}
+	}
 }

@@ -1,0 +1,42 @@
+package netmount
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// states are the phases a mount can be in, as MountStatus.State and the metrics name them.
+var states = []string{"idle", "mounting", "checking", "mounted", "unmounting", "dead", "recovering"}
+
+// Collector reports the Manager's mounts at scrape time, from Status: how many are in each
+// state, and how many deaths and recoveries there were (over the mounts held now).
+func (m *Manager) Collector() prometheus.Collector { return collector{m} }
+
+type collector struct{ m *Manager }
+
+var (
+	mountsDesc = prometheus.NewDesc("mountkeeper_network_mounts",
+		"Network filesystem mounts held on the host, by state (mounted, dead, recovering, ...).", []string{"state"}, nil)
+	deathsDesc = prometheus.NewDesc("mountkeeper_network_mount_deaths_total",
+		"Times a held network mount was found dead (daemon gone, ENOTCONN, no answer), over the mounts held now.", nil, nil)
+	recoveriesDesc = prometheus.NewDesc("mountkeeper_network_mount_recoveries_total",
+		"Times a dead network mount was replaced under the running containers, over the mounts held now.", nil, nil)
+)
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- mountsDesc
+	ch <- deathsDesc
+	ch <- recoveriesDesc
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	count := make(map[string]int, len(states))
+	var deaths, recoveries int
+	for _, st := range c.m.Status() {
+		count[st.State]++
+		deaths += st.Deaths
+		recoveries += st.Recoveries
+	}
+	for _, s := range states {
+		ch <- prometheus.MustNewConstMetric(mountsDesc, prometheus.GaugeValue, float64(count[s]), s)
+	}
+	ch <- prometheus.MustNewConstMetric(deathsDesc, prometheus.CounterValue, float64(deaths))
+	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(recoveries))
+}
