@@ -41,6 +41,10 @@ type Request struct {
 	// PrivilegedMounts): only such a container gets rshared class mounts, unless its class
 	// allows them for every container.
 	Privileged bool
+	// UserNamespace says the container has a user namespace of its own (Kubernetes
+	// hostUsers: false): its class mounts are idmapped to its mappings where the filesystem
+	// allows it (Engine.Idmap), and it gets no rshared mount.
+	UserNamespace bool
 }
 
 // Decision is what mountkeeper does to one container.
@@ -95,6 +99,15 @@ type Engine struct {
 	// SubPathCopies, where the front end can replace a mount's source (NRI), gives atomic-writer
 	// subPaths a private copy instead of a repair; nil repairs them all in place.
 	SubPathCopies SubPathCopies
+	// Idmap asks the kernel whether a host path can be idmapped (idmap.Prober), for the class
+	// mounts of a container with a user namespace; nil takes every source for one that can.
+	Idmap Idmapper
+}
+
+// Idmapper says whether the mount at a host path can be idmapped: nil if it can, an error
+// wrapping *idmap.NotSupportedError if its filesystem cannot, another error if it cannot tell.
+type Idmapper interface {
+	Check(source string) error
 }
 
 // Decide returns the decision for one container, or a refusal (*Error). A refused decision
@@ -169,6 +182,11 @@ func (e *Engine) classMounts(ctx context.Context, class string, rc configs.Runti
 	edits := specmod.Edits{Mounts: checked}
 	if err := errors.Join(bidi, edits.Verify(r.Mounts, e.Host)); err != nil {
 		return nil, err
+	}
+	if r.UserNamespace {
+		if err := e.idmapMounts(class, rc, mounts); err != nil {
+			return nil, err
+		}
 	}
 	if r.Stage == InContainer {
 		return inContainerOrder(mounts, r)

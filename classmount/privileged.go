@@ -26,6 +26,12 @@ func PrivilegedSpec(spec *oci.Spec) bool {
 		slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 }
 
+// UserNamespaceSpec says whether the container a spec describes has a user namespace of its
+// own (linux.namespaces has "user").
+func UserNamespaceSpec(spec *oci.Spec) bool {
+	return spec.Linux != nil && slices.ContainsFunc(spec.Linux.Namespaces, func(ns oci.LinuxNamespace) bool { return ns.Type == oci.UserNamespace })
+}
+
 // PrivilegedMounts says whether a container is privileged from its mounts, for a front end
 // that is not told its capabilities (NRI): containerd and CRI-O mount /sys read-only unless
 // the container is privileged (Kubernetes securityContext.privileged). A container with a user
@@ -47,6 +53,20 @@ func PrivilegedMounts(mounts []oci.Mount, userns bool) bool {
 // class allows it: Kubernetes allows Bidirectional only for privileged containers, because a
 // mount made in the container propagates to the host.
 func checkBidirectional(class string, rc configs.RuntimeClass, mounts []specmod.Mount, r Request) error {
+	if r.UserNamespace {
+		// Whatever the class allows: a container with a user namespace is never privileged
+		// on the host (Kubernetes refuses hostUsers: false with privileged), its mounts are
+		// made by its own root, and runc fails such a container with an unrelated-looking
+		// error.
+		var errs []error
+		for _, m := range mounts {
+			if m.Propagation == specmod.Shared {
+				errs = append(errs, &specmod.MountError{Mount: m, Err: errors.New(
+					"rshared (Bidirectional) is refused for a container with a user namespace (hostUsers: false), whatever allowBidirectionalForUnprivileged says: its mounts would propagate to the host from a namespace the host does not control; use rslave (HostToContainer), or run the pod with hostUsers: true")})
+			}
+		}
+		return errors.Join(errs...)
+	}
 	if r.Privileged || rc.AllowBidirectionalForUnprivileged {
 		return nil
 	}

@@ -18,7 +18,7 @@ func (e *Engine) Render(ctx context.Context, handler string, c Container, doc []
 	if err := json.Unmarshal(doc, &spec); err != nil {
 		return nil, Decision{}, fmt.Errorf("parse OCI spec: %w", err)
 	}
-	d, err := e.Decide(ctx, Request{Handler: handler, Container: c, Mounts: spec.Mounts, Stage: BeforeCreate, Privileged: PrivilegedSpec(&spec)})
+	d, err := e.Decide(ctx, Request{Handler: handler, Container: c, Mounts: spec.Mounts, Stage: BeforeCreate, Privileged: PrivilegedSpec(&spec), UserNamespace: UserNamespaceSpec(&spec)})
 	if err != nil || !d.Configured {
 		return doc, d, err
 	}

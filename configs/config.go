@@ -51,6 +51,9 @@ type Config struct {
 	// below by BudgetMargin.
 	PluginRequestTimeout time.Duration
 	RuntimeClasses       map[string]RuntimeClass
+	// Warnings are what the config allows but is probably wrong, one line each, naming the
+	// class and the mount (`validate` prints them).
+	Warnings []string
 }
 
 // file is the configuration as the YAML file spells it; unset keys are zero.
@@ -110,6 +113,16 @@ func (f *file) resolve() *Config {
 		}
 		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts, AllowBidirectionalForUnprivileged: rc.AllowBidirectionalForUnprivileged}
 	}
+	for _, name := range sortedKeys(c.RuntimeClasses) {
+		for i, m := range c.RuntimeClasses[name].Mounts {
+			if m.Network == nil {
+				continue
+			}
+			for _, w := range m.Network.Warnings() {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("runtime class %q, mount %d (destination %q): %s", name, i+1, m.Destination, w))
+			}
+		}
+	}
 	return c
 }
 
@@ -143,6 +156,14 @@ type Mount struct {
 	ReadOnly    bool     `yaml:"readOnly"`
 	Type        string   `yaml:"type"` // bind (default)
 	Options     []string `yaml:"options"`
+	// AllowWithoutIdmap passes the mount un-idmapped into a container with a user namespace
+	// when its filesystem cannot be idmapped (FUSE, NFS, CIFS): the container then sees every
+	// file owned by 65534 (nobody) and the kernel checks access by the host uids. Without it
+	// such a container is refused.
+	AllowWithoutIdmap bool `yaml:"allowWithoutIdmap"`
+	// FUSEDefaultOptions, for a fuse.<program> mount, adds allow_other and default_permissions
+	// where its options lack them (netspec.WithFUSEDefaults); default true.
+	FUSEDefaultOptions *bool `yaml:"fuseDefaultOptions"`
 
 	// Bind is the bind mount into the container. For a network filesystem its source is
 	// empty until the filesystem's host path is known, and it has no options.
@@ -193,7 +214,11 @@ func (m Mount) networkSpec() (netspec.Spec, bool) {
 	if !netspec.IsNetworkType(m.Type) {
 		return netspec.Spec{}, false
 	}
-	return netspec.Spec{Type: m.Type, Source: m.Source, Options: m.Options}, true
+	opts := m.Options
+	if m.FUSEDefaultOptions == nil || *m.FUSEDefaultOptions {
+		opts = netspec.WithFUSEDefaults(m.Type, opts)
+	}
+	return netspec.Spec{Type: m.Type, Source: m.Source, Options: opts}, true
 }
 
 func (m Mount) specMount() (specmod.Mount, error) {
@@ -364,6 +389,9 @@ func validateMount(m Mount) []error {
 		return validateNetworkMount(m, ns)
 	}
 	var errs []error
+	if m.FUSEDefaultOptions != nil {
+		errs = append(errs, errors.New("fuseDefaultOptions is for fuse.<program> mounts only"))
+	}
 	if m.Type != "" && m.Type != "bind" {
 		errs = append(errs, fmt.Errorf("type %q is not supported: use bind (the default), nfs, nfs4, cifs, glusterfs, ceph or fuse.<program>", m.Type))
 	}
@@ -399,6 +427,9 @@ func isAbsClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }
 // options) and the bind into the container (destination, propagation).
 func validateNetworkMount(m Mount, ns netspec.Spec) []error {
 	var errs []error
+	if m.FUSEDefaultOptions != nil && !strings.HasPrefix(m.Type, "fuse.") {
+		errs = append(errs, fmt.Errorf("fuseDefaultOptions is for fuse.<program> mounts only, not %s", m.Type))
+	}
 	if err := ns.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -34,6 +34,9 @@ type Options struct {
 	// Mounter makes the mounts in the container (prestart, createRuntime). Nil: the real one,
 	// NamespaceMounter.
 	Mounter Mounter
+	// Idmap asks the kernel whether a source can be idmapped, for a container with a user
+	// namespace (idmap.Default in production); nil takes every source for one that can.
+	Idmap classmount.Idmapper
 }
 
 // Mounter makes class mounts inside a container's mount namespace, all or nothing.
@@ -46,7 +49,10 @@ type Request struct {
 	Pid    int    // a process in the container's mount namespace (the OCI state's pid)
 	Rootfs string // the container's root, as a path in that namespace before pivot_root
 	// Mounts in mount order (parents first), each verified against the spec and the host.
+	// Those with Idmap are idmapped with the user namespace of Pid.
 	Mounts []specmod.Mount
+	// UserNamespace says the container has a user namespace of its own.
+	UserNamespace bool
 }
 
 // Run runs one hook invocation: for precreate it reads a config.json from stdin and writes
@@ -70,7 +76,7 @@ func Run(stage Stage, opts Options, stdin io.Reader, stdout io.Writer) error {
 // engine is the decision engine with the hook's side effects. Only precreate repairs subPath
 // binds: by prestart and createRuntime the runtime has made them already.
 func (opts Options) engine(stage Stage) *classmount.Engine {
-	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network}
+	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: opts.Idmap}
 	if stage == Precreate {
 		e.SubPaths = subpath.NewRepairer(opts.Config.KubeletRoot)
 	}
@@ -133,7 +139,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
 		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
-	req := classmount.Request{Handler: sel.Handler, Container: ctr, Mounts: spec.Mounts, Stage: classmount.InContainer, Privileged: classmount.PrivilegedSpec(spec)}
+	req := classmount.Request{Handler: sel.Handler, Container: ctr, Mounts: spec.Mounts, Stage: classmount.InContainer, Privileged: classmount.PrivilegedSpec(spec), UserNamespace: classmount.UserNamespaceSpec(spec)}
 	if spec.Linux != nil {
 		req.RootfsPropagation = spec.Linux.RootfsPropagation
 		req.MountNamespace = hasMountNamespace(spec.Linux.Namespaces)
@@ -146,7 +152,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if mounter == nil {
 		mounter = NamespaceMounter{}
 	}
-	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts}); err != nil {
+	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts, UserNamespace: req.UserNamespace}); err != nil {
 		return classmount.Refuse(sel.Handler, ctr, err)
 	}
 	return nil

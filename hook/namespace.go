@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -44,6 +45,13 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 		return err
 	}
 	defer ns.Close()
+	var userns *os.File
+	if slices.ContainsFunc(req.Mounts, func(m specmod.Mount) bool { return m.Idmap }) {
+		if userns, err = openUserNamespace(req.Pid); err != nil {
+			return err
+		}
+		defer userns.Close()
+	}
 
 	trees := make([]*os.File, 0, len(req.Mounts))
 	defer func() {
@@ -54,7 +62,7 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 	}()
 	creq := childRequest{Rootfs: req.Rootfs}
 	for i, m := range req.Mounts {
-		tree, dir, err := cloneSource(m)
+		tree, dir, err := cloneSource(m, userns)
 		if err != nil {
 			return &specmod.MountError{Mount: m, Err: err}
 		}
@@ -92,12 +100,35 @@ func openMountNamespace(pid int) (*os.File, error) {
 	return ns, nil
 }
 
+// openUserNamespace opens the user namespace of pid, which must not be the hook's own: an
+// idmapping with it would map nothing.
+func openUserNamespace(pid int) (*os.File, error) {
+	path := fmt.Sprintf("/proc/%d/ns/user", pid)
+	ns, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open the container's user namespace: %w", err)
+	}
+	var theirs, ours unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &theirs); err == nil {
+		err = unix.Stat("/proc/self/ns/user", &ours)
+	}
+	if err == nil && theirs.Dev == ours.Dev && theirs.Ino == ours.Ino {
+		err = fmt.Errorf("process %d from the OCI state is in the hook's own user namespace, though the spec asks for one of its own", pid)
+	}
+	if err != nil {
+		ns.Close()
+		return nil, err
+	}
+	return ns, nil
+}
+
 // cloneSource clones the mount tree at m.Source (recursively) into a detached tree and gives it
-// m's propagation, read-only flag and options, recursively. It reports whether the source is a
+// m's propagation, read-only flag and options, recursively. With m.Idmap its top mount (not
+// the mounts below it, as runc's "idmap" option) is idmapped with userns, the container's. It reports whether the source is a
 // directory. The source is opened by hostmount.OpenSource, which follows no symlink, and the
 // tree is cloned from that descriptor: a source swapped for a symlink after the host check
 // is refused, never followed.
-func cloneSource(m specmod.Mount) (*os.File, bool, error) {
+func cloneSource(m specmod.Mount, userns *os.File) (*os.File, bool, error) {
 	attr, err := mountAttr(m)
 	if err != nil {
 		return nil, false, err
@@ -122,6 +153,17 @@ func cloneSource(m specmod.Mount) (*os.File, bool, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		tree.Close()
 		return nil, false, fmt.Errorf("stat the cloned tree of %s: %w", m.Source, err)
+	}
+	if m.Idmap {
+		if userns == nil {
+			tree.Close()
+			return nil, false, errors.New("no user namespace to idmap the mount with")
+		}
+		err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())})
+		if err != nil {
+			tree.Close()
+			return nil, false, fmt.Errorf("idmap the cloned tree of %s with the container's user namespace (mount_setattr MOUNT_ATTR_IDMAP): %w", m.Source, err)
+		}
 	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
 		tree.Close()

@@ -26,6 +26,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/guard"
 	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/idmap"
 	"github.com/mountkeeper/mountkeeper/metrics"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/subpath"
@@ -54,6 +55,10 @@ type Plugin struct {
 
 	guardMu  sync.Mutex
 	guardKey []byte // the node's guard key, read (or made) at the first class container
+
+	// idmap asks the kernel whether a class mount can be idmapped, for containers with a user
+	// namespace; nil: idmap.Default.
+	idmap classmount.Idmapper
 }
 
 // NewHostChecker is the host side the plugin checks through: the live host, each check bounded
@@ -154,6 +159,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	userns := hasUserNamespace(ctr)
 	req.Privileged = classmount.PrivilegedMounts(req.Mounts, userns)
+	req.UserNamespace = userns
 	log := p.log.WithFields(logrus.Fields{"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": req.Container.String(), "handler": req.Handler})
 	cfg := p.config()
 	var r decided
@@ -241,7 +247,10 @@ func (p *Plugin) cannotBlock(cfg *configs.Config, req classmount.Request) bool {
 
 // engine is the decision engine for cfg with the plugin's side effects.
 func (p *Plugin) engine(cfg *configs.Config) *classmount.Engine {
-	e := &classmount.Engine{Config: cfg, Host: p.host, SubPaths: subpath.NewRepairer(cfg.KubeletRoot)}
+	e := &classmount.Engine{Config: cfg, Host: p.host, SubPaths: subpath.NewRepairer(cfg.KubeletRoot), Idmap: p.idmap}
+	if e.Idmap == nil {
+		e.Idmap = idmap.Default
+	}
 	if m := p.mounter(); m != nil {
 		e.Network = mounterNetwork{m}
 	}

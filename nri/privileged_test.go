@@ -33,7 +33,9 @@ func TestCreateContainerBidirectionalNeedsPrivileged(t *testing.T) {
 		switch {
 		case tt.ok && (err != nil || len(adj.GetMounts()) != 1):
 			t.Errorf("%s: %v, mounts %v; want the rshared mount", tt.name, err, mountStrings(adj.GetMounts()))
-		case !tt.ok && (err == nil || !strings.Contains(err.Error(), "mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is for privileged containers only")):
+		case !tt.ok && tt.ctr.Linux != nil && (err == nil || !strings.Contains(err.Error(), "mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is refused for a container with a user namespace")):
+			t.Errorf("%s: %v, want the user namespace refusal", tt.name, err)
+		case !tt.ok && tt.ctr.Linux == nil && (err == nil || !strings.Contains(err.Error(), "mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is for privileged containers only")):
 			t.Errorf("%s: %v, want the refusal", tt.name, err)
 		}
 	}

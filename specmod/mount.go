@@ -16,6 +16,12 @@ type Mount struct {
 	Propagation Propagation
 	ReadOnly    bool
 	Options     []string // extra bind mount options (nosuid, nodev, noexec, ...)
+	// Idmap maps the mount with the container's user namespace (the "idmap" option, which
+	// runc >= 1.2 applies with the container's own mappings): files keep the owners they have
+	// on the host, as kubelet's volumes do in a pod with hostUsers: false. Only the mount
+	// itself is mapped, not mounts below it. Only for a container with a user namespace: runc
+	// refuses the option on one without.
+	Idmap bool
 }
 
 // String names a mount in logs and errors the way an operator reads a config: what goes where,
@@ -24,6 +30,9 @@ func (m Mount) String() string {
 	s := fmt.Sprintf("%s -> %s (%s", m.Source, m.Destination, m.Propagation)
 	if m.ReadOnly {
 		s += ", ro"
+	}
+	if m.Idmap {
+		s += ", idmap"
 	}
 	return s + ")"
 }
@@ -127,6 +136,9 @@ func (m Mount) OCI() oci.Mount {
 		opts = append(opts, "ro")
 	}
 	opts = append(opts, m.Options...)
+	if m.Idmap {
+		opts = append(opts, "idmap")
+	}
 	return oci.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts}
 }
 

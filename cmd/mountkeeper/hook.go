@@ -11,6 +11,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
 	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/idmap"
 
 	// The constructor that moves the hook's helper into a container's mount namespace before
 	// the Go runtime starts; see package nsenter. Needs cgo.
@@ -94,6 +95,7 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		TrustRuntimeHandlerAnnotation: *trust,
 		Host:                          hostmount.NewChecker(hostmount.Live{}),
 		Network:                       network,
+		Idmap:                         idmap.Default,
 	}, stdin, stdout)
 }
 

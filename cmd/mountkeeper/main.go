@@ -266,6 +266,9 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	for _, rc := range cfg.RuntimeClasses {
 		mounts += len(rc.Mounts)
 	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", from, w) // allowed, so validate still succeeds
+	}
 	fmt.Fprintf(stdout, "%s: OK: %d runtime classes (%s), %d mounts\n", from, len(cfg.RuntimeClasses), strings.Join(cfg.ClassNames(), ", "), mounts)
 	return nil
 }

@@ -61,3 +61,8 @@ const EnvVar = "_MOUNTKEEPER_NSENTER_MNT_FD"
 // ExitCode is the exit status of a child whose setns failed. Keep in sync with
 // MK_NSENTER_EXIT in nsenter.go.
 const ExitCode = 97
+
+// HoldUserNSEnv, when set, makes the constructor a placeholder that waits for its stdin to
+// close and exits, without starting the Go runtime: started with CLONE_NEWUSER, it holds a
+// user namespace open for package idmap to probe filesystems with.
+const HoldUserNSEnv = "_MOUNTKEEPER_HOLD_USERNS"

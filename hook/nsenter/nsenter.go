@@ -13,6 +13,7 @@ package nsenter
 
 #define MK_NSENTER_ENV "_MOUNTKEEPER_NSENTER_MNT_FD"
 #define MK_NSENTER_EXIT 97
+#define MK_HOLD_USERNS_ENV "_MOUNTKEEPER_HOLD_USERNS"
 
 static int mk_entered;
 
@@ -26,6 +27,14 @@ __attribute__((constructor)) static void mk_nsenter(void)
 	char *end;
 	long fd;
 
+	if (getenv(MK_HOLD_USERNS_ENV) != NULL) {
+		// A placeholder process in a user namespace of its own, whose namespace the parent
+		// opens (package idmap): it waits for stdin to close, then exits, without starting Go.
+		char c;
+		while (read(0, &c, 1) > 0 || errno == EINTR)
+			errno = 0;
+		_exit(0);
+	}
 	if (v == NULL)
 		return;
 	errno = 0;

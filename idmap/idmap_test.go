@@ -1,0 +1,55 @@
+package idmap
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// The kernel's answers, asked the way runc asks: a tmpfs can be idmapped (Linux >= 6.3), proc
+// cannot.
+func TestCheck(t *testing.T) {
+	testenv.Require(t, "root", "cgo")
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	p := &Prober{}
+	if err := p.Check(dir); err != nil {
+		t.Errorf("tmpfs: %v, want nil", err)
+	}
+	err := p.Check("/proc")
+	var ns *NotSupportedError
+	if !errors.As(err, &ns) || ns.FSType != "proc" || !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("/proc: %v, want a NotSupportedError for proc (EINVAL)", err)
+	}
+	t.Log(err)
+	if err := p.Check(dir + "/missing"); err == nil || errors.As(err, &ns) {
+		t.Errorf("missing source: %v, want an error that is not NotSupported", err)
+	}
+}
+
+func TestNewUserNSIsNotOurs(t *testing.T) {
+	testenv.Require(t, "root", "cgo")
+	ns, err := NewUserNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var theirs, ours unix.Stat_t
+	if err := unix.Fstat(int(ns.Fd()), &theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat("/proc/self/ns/user", &ours); err != nil {
+		t.Fatal(err)
+	}
+	if theirs.Ino == ours.Ino {
+		t.Fatal("the placeholder's user namespace is ours")
+	}
+	_ = os.Getpid()
+}
