@@ -76,11 +76,25 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 		return "", fmt.Errorf("%s: not ready: %w", s, err)
 	}
 	defer unlock()
-	// Another hook, or the plugin, may have mounted it while this one waited.
-	if live, err := liveMount(ctx, sys, hostPath, true); err != nil {
+	// Another hook, or the plugin, may have mounted it while this one waited. A dead one is
+	// replaced in place, so running containers of rslave/rshared classes get the new mount
+	// too (heal.go); a system that cannot do that unmounts it lazily first.
+	_, canHeal := sys.(healer)
+	if live, err := liveMount(ctx, sys, hostPath, !canHeal); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	} else if live {
 		return hostPath, nil
+	}
+	if canHeal {
+		if dead, err := sys.isMounted(hostPath); err != nil {
+			return "", err
+		} else if dead {
+			if err := ensureReplaced(ctx, c, sys, s, dir, hostPath); err != nil {
+				return "", fmt.Errorf("%s: the mount at %s is dead and replacing it failed: %w", s, hostPath, err)
+			}
+			log.Warn("netmount: the mount was dead: replaced it in place (running rslave/rshared containers see the new one)")
+			return hostPath, nil
+		}
 	}
 	if err := sys.preflight(s); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)

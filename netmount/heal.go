@@ -435,3 +435,42 @@ func (l *liveSystem) daemonGone(s netspec.Spec, unit string) bool {
 func (l *liveSystem) replace(target, staging string) error { return replaceDead(target, staging) }
 
 func (l *liveSystem) prepareStaging(dir string) error { return makePrivateDir(dir) }
+
+// ensureReplaced is a hook's replacement of the dead mount of s at hostPath (EnsureMounted):
+// the same as the Manager's, once, under the key's lock the caller holds.
+func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, stateDir, hostPath string) error {
+	h := sys.(healer)
+	if err := sys.preflight(s); err != nil {
+		return err
+	}
+	unit := "mount-" + s.Key()
+	sys.killScope(unit)
+	stagingDir := filepath.Join(stateDir, "staging")
+	if err := h.prepareStaging(stagingDir); err != nil {
+		return err
+	}
+	staging := filepath.Join(stagingDir, s.Key()+".hook"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(staging, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	defer os.Remove(staging)
+	cmdSpec, err := writeSecretFile(filepath.Join(stateDir, "secrets"), s)
+	if err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
+	defer cancel()
+	if err := sys.mount(mctx, cmdSpec, unit, staging, c.MountTimeout); err != nil {
+		if ok, ierr := sys.isMounted(staging); ierr == nil && !ok {
+			sys.killScope(unit)
+		}
+		return redactError(s, err)
+	}
+	if err := h.replace(hostPath, staging); err != nil {
+		uctx, cancel := context.WithTimeout(context.Background(), DefaultUnmountTimeout)
+		defer cancel()
+		sys.unmount(uctx, staging, true)
+		return err
+	}
+	return nil
+}
