@@ -60,7 +60,7 @@ func TestSSHFSHeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	path, err := acquire(t, m, 15*time.Second, spec, "ctr-a")
+	path, err := acquireEventually(t, m, 15*time.Second, spec, "ctr-a")
 	if err != nil {
 		t.Fatal(err)
 	}

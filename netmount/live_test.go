@@ -147,7 +147,7 @@ func TestSSHFS(t *testing.T) {
 	t.Run("Acquire mounts the export", func(t *testing.T) {
 		m1.Ensure(spec)
 		start := time.Now()
-		path, err = acquire(t, m1, 15*time.Second, spec, "ctr-a")
+		path, err = acquireEventually(t, m1, 15*time.Second, spec, "ctr-a")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func TestSSHFS(t *testing.T) {
 			user string
 			want string
 		}{{spec2, "ctr-c", path2}, {spec, "ctr-a", path}, {spec, "ctr-b", path}} {
-			p, err := acquire(t, m2, 5*time.Second, a.s, a.user)
+			p, err := acquireEventually(t, m2, 5*time.Second, a.s, a.user)
 			if err != nil || p != a.want {
 				t.Fatalf("Acquire(%s) on the new Manager = %s, %v; want %s", a.user, p, err, a.want)
 			}
@@ -381,7 +381,7 @@ func TestSSHFS(t *testing.T) {
 		}
 
 		startSSHD(outer, sc, keys, port2) // until the end: the next subtest uses it
-		p, err := acquire(t, m2, 40*time.Second, dead, "ctr-d")
+		p, err := acquireEventually(t, m2, 40*time.Second, dead, "ctr-d")
 		if err != nil {
 			t.Fatalf("Acquire once the server is up: %v", err)
 		}
@@ -438,7 +438,7 @@ func TestSSHFS(t *testing.T) {
 		}
 		defer m3.Close()
 		start := time.Now()
-		p, err := acquire(t, m3, 15*time.Second, dead, "ctr-d")
+		p, err := acquireEventually(t, m3, 15*time.Second, dead, "ctr-d")
 		if err != nil || p != deadPath {
 			t.Fatalf("Acquire over a dead mount = %s, %v; want %s", p, err, deadPath)
 		}

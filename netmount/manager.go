@@ -28,6 +28,8 @@ const (
 	// DefaultLockWait is how long NewManager waits for another Manager (an agent being
 	// replaced) to release the state directory.
 	DefaultLockWait = 10 * time.Second
+	// DefaultFirstWait is Config.FirstWait's default: a third of configs.DefaultCreateBudget.
+	DefaultFirstWait = configs.DefaultCreateBudget / 3
 )
 
 // Config configures a Manager. Zero values take the defaults.
@@ -59,6 +61,11 @@ type Config struct {
 	ProbeInterval time.Duration
 	// Uses are the class mounts of each network mount, by key: for the logs of a death.
 	Uses map[string][]Use
+	// FirstWait is how long after a mount's first attempt began (or the check of a mount
+	// found at start-up) Acquire may still wait for it; in every other state that is not
+	// mounted Acquire answers at once. The runtime creates containers under one node-wide
+	// lock, so a wait in Acquire holds every container of the node. Default DefaultFirstWait.
+	FirstWait time.Duration
 
 	lockWait time.Duration // how long NewManager waits for StateDir's lock; tests shorten it
 }
@@ -77,7 +84,7 @@ func ConfigFrom(c *configs.Config, log *logrus.Logger) Config {
 		}
 	}
 	return Config{StateDir: c.StateDir, MountTimeout: c.MountTimeout, Grace: c.UnmountGrace, Log: log, Wanted: wanted,
-		ProbeInterval: c.ProbeInterval, Uses: uses}
+		ProbeInterval: c.ProbeInterval, Uses: uses, FirstWait: c.CreateBudget / 3}
 }
 
 // withDefaults fills in what a Config built by hand (tests) leaves out; the defaults a config
@@ -97,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.FirstWait <= 0 {
+		c.FirstWait = DefaultFirstWait
 	}
 	if c.Env == nil {
 		c.Env = LiveEnv{}
@@ -576,11 +586,13 @@ func (m *Manager) saveState(e *entry) error {
 	return nil
 }
 
-// Acquire waits at most until ctx is done for s to be mounted, then records user (a container
-// ID) as one of its users and returns the host path of the mount. If ctx ends first it
-// returns "<spec>: not ready: ..." with the last error or the attempt under way, while the
-// mount goes on in the background, so that the kubelet's retry succeeds; if the node lacks
-// what s needs (see Preflight) it says so at once. It never blocks past ctx.
+// Acquire records user (a container ID) as one of the users of s and returns the host path of
+// the mount, if s is mounted. Otherwise it answers "<spec>: not ready: ..." (the attempt under
+// way and since when, or the last error) while the mount goes on in the background, so that
+// the kubelet's retry succeeds; it waits only for a mount's first attempt (or the check of a
+// mount found at start-up), and only until FirstWait after it began or ctx is done: a server
+// that does not answer costs one short wait, not one per container. The runtime creates every
+// container of the node under one lock while its plugin decides (see FirstWait).
 func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (string, error) {
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
@@ -599,24 +611,35 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 			m.mu.Unlock()
 			return path, nil
 		}
-		var pe *PreflightError
-		if e.phase == mounting && !e.retryAt.IsZero() && errors.As(e.lastErr, &pe) {
-			// Installing a package takes longer than any request: say so now.
+		until := m.waitUntilLocked(e)
+		if !time.Now().Before(until) || ctx.Err() != nil {
 			err := m.notReadyLocked(e)
 			m.mu.Unlock()
 			return "", err
 		}
 		changed := e.changed
 		m.mu.Unlock()
+		timer := time.NewTimer(time.Until(until))
 		select {
 		case <-ctx.Done():
-			m.mu.Lock()
-			err := m.notReadyLocked(e)
-			m.mu.Unlock()
-			return "", err
+		case <-timer.C:
 		case <-changed:
 		}
+		timer.Stop()
 	}
+}
+
+// waitUntilLocked is until when Acquire may wait for e to be mounted: FirstWait after its
+// first mount attempt began, or the check of a mount found at start-up; never after a failed
+// attempt, a death, or during an unmount (the zero time).
+func (m *Manager) waitUntilLocked(e *entry) time.Time {
+	switch {
+	case e.phase == mounting && e.attempt == 0:
+		return time.Now().Add(m.cfg.FirstWait) // just started: mountLoop begins attempt 1 at once
+	case e.phase == mounting && e.attempt == 1 && e.lastErr == nil, e.phase == checking:
+		return e.since.Add(m.cfg.FirstWait)
+	}
+	return time.Time{}
 }
 
 // Hold records user as using s without waiting for the mount, and starts mounting s if it is
@@ -648,8 +671,17 @@ func (m *Manager) notReadyLocked(e *entry) error {
 		return fmt.Errorf("%s: not ready: last error: %w (attempt %d under way since %s)",
 			e.spec, e.lastErr, e.attempt, ago(e.since))
 	case e.phase == mounting:
-		return fmt.Errorf("%s: not ready: still mounting (attempt %d, started %s ago, at %s)",
-			e.spec, e.attempt, ago(e.since), e.since.Format(time.RFC3339))
+		var hint string
+		if time.Since(e.since) >= m.cfg.FirstWait {
+			server := "the server"
+			if addr, err := e.spec.ServerAddress(); err == nil {
+				server += " " + addr
+			}
+			hint = fmt.Sprintf(": %s has not answered yet: check that it is up and answers from this node; "+
+				"the mount goes on in the background, and a container created once it is mounted gets it", server)
+		}
+		return fmt.Errorf("%s: not ready: still mounting (attempt %d, started %s ago, at %s)%s",
+			e.spec, e.attempt, ago(e.since), e.since.Format(time.RFC3339), hint)
 	case e.phase == checking:
 		return fmt.Errorf("%s: not ready: checking the mount found at start-up (since %s)", e.spec, ago(e.since))
 	case e.phase == unmounting:
