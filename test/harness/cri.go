@@ -102,6 +102,9 @@ type PodOptions struct {
 	RuntimeHandler string
 	// Annotations and Labels of the pod, e.g. required-plugins.noderesource.dev.
 	Annotations, Labels map[string]string
+	// UserNamespace gives the pod a user namespace (UsernsHostID), as kubelet does for
+	// hostUsers: false; the pod is then not privileged. Its containers need it too.
+	UserNamespace bool
 }
 
 // RunPod starts a pod sandbox. The pod uses the node's network (no CNI needed), its own
@@ -123,8 +126,8 @@ func (c *Client) RunPod(ctx context.Context, o PodOptions) (string, error) {
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: c.cgroup + "/pod-" + o.UID,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				Privileged:       true,
-				NamespaceOptions: namespaces(),
+				Privileged:       !o.UserNamespace, // a user-namespaced pod cannot be privileged
+				NamespaceOptions: withUserns(namespaces(), o.UserNamespace),
 			},
 		},
 	}
@@ -173,6 +176,10 @@ type ContainerOptions struct {
 	Privileged  bool
 	Annotations map[string]string
 	Labels      map[string]string
+	// UserNamespace: the container joins its pod's user namespace (see PodOptions).
+	UserNamespace bool
+	// RunAsUser, if not nil, is the uid the container runs as (securityContext.runAsUser).
+	RunAsUser *int64
 }
 
 // CreateContainer creates a container in a pod made by RunPod. Its error is the runtime's
@@ -199,7 +206,8 @@ func (c *Client) CreateContainer(ctx context.Context, podID string, o ContainerO
 		Linux: &runtimeapi.LinuxContainerConfig{
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 				Privileged:       o.Privileged,
-				NamespaceOptions: namespaces(),
+				NamespaceOptions: withUserns(namespaces(), o.UserNamespace),
+				RunAsUser:        runAsUser(o.RunAsUser),
 			},
 		},
 	}
