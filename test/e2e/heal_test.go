@@ -1,0 +1,293 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+const healConfig = `
+stateDir: SRC/state
+unmountGrace: 2s
+probeInterval: 500ms
+runtimeClasses:
+  mk-heal:
+    mounts:
+      - {type: TYPE, source: "SOURCE", destination: /data, propagation: HostToContainer, options: [OPTS]}
+  mk-private:
+    mounts:
+      - {type: TYPE, source: "SOURCE", destination: /data, propagation: None, options: [OPTS]}
+`
+
+// healBound is the recovery time the tests hold the plugin to after a FUSE daemon's death:
+// a probe every 500ms, one mount (sshfs ~0.2s, GlusterFS ~1s) and the replacement.
+const healBound = 10 * time.Second
+
+// healServer is the network filesystem server of a heal test.
+type healServer struct {
+	typ, source, opts string
+	content           string
+	daemon            func(comm string) bool // which processes of the mount's scope are the FUSE daemon
+	down, up          func(t *testing.T)     // the server goes away, and comes back
+}
+
+// TestNetworkHeal: on real containerd + runc, for sshfs and GlusterFS, a container of an
+// rslave class reads the mount in a loop; the FUSE daemon is killed with SIGKILL five times
+// in a row; each time the reads fail for a while and then succeed again without a restart,
+// within healBound; a new container works; the host holds one mount for the spec; an rprivate
+// container keeps the dead mount (logged). Then the server goes down for a while and comes
+// back: the reads recover. GlusterFS also goes through two containers sharing one host mount,
+// a cgroup kill of the agent and the adoption of its mount.
+func TestNetworkHeal(t *testing.T) {
+	testenv.Require(t, "fuse", "root")
+	t.Run("sshfs", func(t *testing.T) {
+		testenv.Require(t, "sshfs", "/usr/sbin/sshd")
+		work := workDir(t, "mk-heal-")
+		sshd, err := harness.StartSSHD(work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sshd.Stop)
+		content := "hello from sshfs\n"
+		if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		testHeal(t, work, healServer{
+			typ: "fuse.sshfs", source: "root@127.0.0.1:" + sshd.Export(), content: content,
+			opts:   fmt.Sprintf("port=%d,IdentityFile=%s,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,ConnectTimeout=3", sshd.Port(), sshd.IdentityFile()),
+			daemon: func(comm string) bool { return comm != "ssh" },
+			down:   func(t *testing.T) { sshd.Stop() },
+			up: func(t *testing.T) {
+				if err := sshd.Start(); err != nil {
+					t.Fatal(err)
+				}
+			},
+		})
+	})
+	t.Run("glusterfs", func(t *testing.T) {
+		testenv.Require(t, harness.GlusterPrograms...)
+		work := workDir(t, "mk-heal-")
+		g, err := harness.StartGluster(work)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Stop)
+		content := "hello from glusterfs\n"
+		if err := os.WriteFile(filepath.Join(g.Brick(), "hello"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		testHeal(t, work, healServer{
+			typ: "glusterfs", source: g.Source(), content: content, opts: "log-file=" + g.ClientLog(),
+			daemon: func(comm string) bool { return comm == "glusterfs" },
+			down: func(t *testing.T) {
+				// the brick daemon killed outright: glusterd does not restart it by itself
+				for _, pid := range g.BrickPids() {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			},
+			up: func(t *testing.T) {
+				if err := g.StartVolume(); err != nil {
+					t.Fatal(err)
+				}
+			},
+		})
+	})
+}
+
+func testHeal(t *testing.T, work string, srv healServer) {
+	cfg := strings.NewReplacer("TYPE", srv.typ, "SOURCE", srv.source, "OPTS", srv.opts).Replace(healConfig)
+	plugCg, err := harness.NewCgroup2(filepath.Base(work) + "-plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plugCg.Remove() })
+	n := newNodeWith(t, harness.KindContainerd, []string{"mk-heal", "mk-private"}, cfg, plugCg.Dir)
+	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := *parsed.RuntimeClasses["mk-heal"].Mounts[0].Network
+	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
+	t.Cleanup(func() {
+		if err := harness.RemoveMountScope(spec.Key()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done"}
+	r1 := n.mustRun("mk-heal", "r1", reader)
+	r2 := n.mustRun("mk-heal", "r2", nil)
+	p1 := n.mustRun("mk-private", "p1", nil)
+	readsOK := func(id string) bool {
+		out, code := n.sh(id, "cat /data/hello 2>&1")
+		return code == 0 && out == srv.content
+	}
+	oneMount := func(what string) {
+		t.Helper()
+		if got := fuseMountsAt(t, hostPath); got != 1 {
+			t.Errorf("%s: %d mounts at %s, want 1", what, got, hostPath)
+		}
+	}
+	for _, id := range []string{r1, r2, p1} {
+		if !readsOK(id) {
+			t.Fatalf("container %s does not read the export", id[:12])
+		}
+	}
+	oneMount("three containers of two classes")
+
+	if srv.typ == "glusterfs" {
+		t.Run("agent cgroup kill and adoption", func(t *testing.T) {
+			before, _ := countReads(t, n, r1)
+			if err := plugCg.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Second)
+			if ok, fails := countReads(t, n, r1); fails > 0 || ok < before+5 {
+				t.Errorf("reads after the agent's cgroup kill: %d ok (from %d), %d failed", ok, before, fails)
+			}
+			n.startPluginIn(plugCg.Dir)
+			r3 := n.mustRun("mk-heal", "r3", nil)
+			if !readsOK(r3) {
+				t.Error("a container made after the restart does not read the export")
+			}
+			oneMount("after the restart")
+			if !strings.Contains(n.plugin.Log(), "adopt") {
+				t.Error("the restarted plugin did not log an adoption")
+			}
+		})
+	}
+
+	scope := func() string {
+		root, err := harness.Cgroup2Root()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(root, "mountkeeper.slice", "mount-"+spec.Key())
+	}()
+	var times []time.Duration
+	for i := 1; i <= 5; i++ {
+		pids := daemonPids(t, scope, srv.daemon)
+		if len(pids) != 1 {
+			t.Fatalf("kill %d: FUSE daemons in %s: %v, want one", i, scope, pids)
+		}
+		okBefore, failBefore := countReads(t, n, r1)
+		killed := time.Now()
+		syscall.Kill(pids[0], syscall.SIGKILL)
+		for !readsOK(r1) {
+			if time.Since(killed) > healBound {
+				t.Fatalf("kill %d: the container does not read the export %s after the kill\n%s", i, healBound, tail(n.plugin.Log(), 3000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		took := time.Since(killed)
+		times = append(times, took)
+		time.Sleep(300 * time.Millisecond)
+		ok, fails := countReads(t, n, r1)
+		t.Logf("kill %d: the reader reads again %s after SIGKILL of pid %d (reads in between: %d failed, %d ok)",
+			i, took.Round(time.Millisecond), pids[0], fails-failBefore, ok-okBefore)
+		oneMount("kill " + strconv.Itoa(i))
+	}
+	t.Logf("%s recovery times after SIGKILL of the daemon: %v", srv.typ, times)
+	if !readsOK(r2) {
+		t.Error("the second rslave container does not read after the kills")
+	}
+	if readsOK(p1) {
+		t.Error("the rprivate container reads after the kills: it should keep the dead mount")
+	}
+	if !strings.Contains(n.plugin.Log(), "cannot be healed in place") {
+		t.Error("the plugin did not log that the rprivate container cannot be healed in place")
+	}
+	if r4 := n.mustRun("mk-heal", "r4", nil); !readsOK(r4) {
+		t.Error("a container made after the kills does not read the export")
+	}
+	oneMount("after 5 kills")
+	if staged, _ := os.ReadDir(filepath.Join(n.src(), "state", "staging")); len(staged) != 0 {
+		t.Errorf("staging directory not empty after 5 kills: %d entries", len(staged))
+	}
+	if got := countMountsBelow(t, filepath.Join(n.src(), "state")); got > 3 {
+		t.Errorf("%d mounts below the state directory after 5 kills (mounts/, staging/, the mount)", got)
+	}
+
+	t.Run("server down for a while", func(t *testing.T) {
+		srv.down(t)
+		deadline := time.Now().Add(healBound)
+		for readsOK(r1) {
+			if time.Now().After(deadline) {
+				t.Fatal("the container still reads with the server down")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(4 * time.Second)
+		if readsOK(r1) {
+			t.Fatal("the container reads with the server down")
+		}
+		_, failBefore := countReads(t, n, r1)
+		srv.up(t)
+		back := time.Now()
+		for !readsOK(r1) {
+			if time.Since(back) > healBound {
+				t.Fatalf("the container does not read %s after the server is back\n%s", healBound, tail(n.plugin.Log(), 3000))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		took := time.Since(back)
+		_, fails := countReads(t, n, r1)
+		t.Logf("%s: the reader reads again %s after the server is back (%d reads failed from then)", srv.typ, took.Round(time.Millisecond), fails-failBefore)
+		oneMount("after the server came back")
+		if !strings.Contains(n.plugin.Log(), "recovery attempt failed") {
+			t.Error("no failed recovery attempt logged while the server was down")
+		}
+	})
+}
+
+// daemonPids are the processes of the mount's cgroup scope that daemon accepts by name.
+func daemonPids(t *testing.T, scope string, daemon func(comm string) bool) []int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(scope, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		comm, _ := os.ReadFile("/proc/" + f + "/comm")
+		if daemon(strings.TrimSpace(string(comm))) {
+			pid, _ := strconv.Atoi(f)
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// countMountsBelow counts the mounts at or below dir in this mount namespace.
+func countMountsBelow(t *testing.T, dir string) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			n++
+		}
+	}
+	return n
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
