@@ -10,7 +10,7 @@ KUBERNETES_VERSION=v1.34.4
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
 
-apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server podman)
+apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server podman glusterfs-server glusterfs-client)
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
