@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -111,7 +112,7 @@ func (f *file) resolve() *Config {
 		for i, m := range rc.Mounts {
 			mounts[i] = m.resolve()
 		}
-		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts, AllowBidirectionalForUnprivileged: rc.AllowBidirectionalForUnprivileged}
+		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts, AllowBidirectionalForUnprivileged: rc.AllowBidirectionalForUnprivileged, NetworkMount: rc.NetworkMount}
 	}
 	for _, name := range sortedKeys(c.RuntimeClasses) {
 		for i, m := range c.RuntimeClasses[name].Mounts {
@@ -143,9 +144,22 @@ type RuntimeClass struct {
 	// Kubernetes: a mount an unprivileged container makes there (as root of its own user
 	// namespace, say) would appear on the host.
 	AllowBidirectionalForUnprivileged bool `yaml:"allowBidirectionalForUnprivileged"`
+	// NetworkMount says when the class's network filesystems are mounted: MountOnDemand (the
+	// default: when a pod of the class starts) or MountEager (when the plugin starts, and
+	// kept while the config says so), so that even a class's first container finds them.
+	NetworkMount string `yaml:"networkMount"`
 
 	Mounts []Mount `yaml:"mounts"`
 }
+
+// Values of RuntimeClass.NetworkMount.
+const (
+	MountOnDemand = "onDemand"
+	MountEager    = "eager"
+)
+
+// Eager says the class's network filesystems are mounted ahead of its pods.
+func (rc RuntimeClass) Eager() bool { return rc.NetworkMount == MountEager }
 
 // Mount is one class mount: the keys as the config file spells them, and, once loaded, what it
 // mounts.
@@ -365,6 +379,15 @@ func validateClass(name string, rc RuntimeClass) error {
 		return fmt.Errorf("runtime class %q has no mounts", name)
 	}
 	var errs []error
+	switch rc.NetworkMount {
+	case "", MountOnDemand:
+	case MountEager:
+		if !slices.ContainsFunc(rc.Mounts, func(m Mount) bool { return netspec.IsNetworkType(m.Type) }) {
+			errs = append(errs, fmt.Errorf("runtime class %q: networkMount: %s is for classes with network filesystem mounts (nfs, cifs, fuse.<program>, ...); this one has none", name, MountEager))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("runtime class %q: networkMount %q: use %s (the default: mounted when a pod of the class starts) or %s (mounted when mountkeeper starts)", name, rc.NetworkMount, MountOnDemand, MountEager))
+	}
 	seen := map[string]int{}
 	for i, m := range rc.Mounts {
 		where := fmt.Sprintf("runtime class %q, mount %d (destination %q)", name, i+1, m.Destination)

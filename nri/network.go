@@ -28,10 +28,20 @@ func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) 
 	return p
 }
 
-// startMounter makes the Mounter once a config needs one. It runs at Configure, so a node
-// that cannot mount (no cgroup2, state dir not writable) fails the plugin's registration
-// loudly instead of each container later.
+// startMounter makes the Mounter once a config needs one, and mounts the eager classes'
+// network filesystems (holdEager). It runs at Configure and at every reload, so a node that
+// cannot mount (no cgroup2, state dir not writable) fails the plugin's registration loudly
+// instead of each container later.
 func (p *Plugin) startMounter() error {
+	had := p.mounter() != nil
+	if err := p.makeMounter(); err != nil {
+		return err
+	}
+	p.holdEager(had)
+	return nil
+}
+
+func (p *Plugin) makeMounter() error {
 	cfg := p.config()
 	if p.mounter() != nil || !cfg.HasNetworkMounts() {
 		return nil
@@ -49,6 +59,34 @@ func (p *Plugin) startMounter() error {
 	return nil
 }
 
+// eagerUser holds the network mounts of the classes with `networkMount: eager`: a user that is no
+// container (container IDs are hex), so no RemoveContainer releases it.
+const eagerUser = "mountkeeper:eager"
+
+// holdEager mounts the network filesystems of the classes with `networkMount: eager` now, in the
+// background, and keeps them mounted for as long as the config says so, with or without
+// containers: the first container of such a class finds its mount ready and costs what any
+// container costs. Mounts of classes no longer eager begin their grace period (Release, then
+// Hold again for those still eager: a grace timer started by one is stopped by the other, long
+// before it could end). held says an earlier config may have held some.
+func (p *Plugin) holdEager(held bool) {
+	net := p.mounter()
+	if net == nil {
+		return
+	}
+	if held {
+		net.Release(eagerUser)
+	}
+	cfg := p.config()
+	for _, name := range cfg.ClassNames() {
+		if rc := cfg.RuntimeClasses[name]; rc.Eager() {
+			for _, s := range rc.NetworkSpecs() {
+				net.Hold(s, eagerUser)
+			}
+		}
+	}
+}
+
 // mounter is the Mounter, or nil while no config had network mounts.
 func (p *Plugin) mounter() Mounter {
 	p.mu.RLock()
@@ -56,18 +94,20 @@ func (p *Plugin) mounter() Mounter {
 	return p.net
 }
 
-// acquireBudget is how long CreateContainer waits for network mounts: most of createBudget,
+// acquireBudget bounds the wait of CreateContainer for network mounts: most of createBudget,
 // leaving room for the checks after it, so that a mount not ready fails with its own "not
-// ready: last error ..." rather than the overall budget's message.
+// ready: last error ..." rather than the overall budget's message. The Mounter waits far less
+// (netmount: only for a first attempt, a third of createBudget at most): the runtime holds
+// every container creation of the node while the plugin answers one.
 func acquireBudget(createBudget time.Duration) time.Duration {
 	return max(createBudget*4/5, createBudget-300*time.Millisecond)
 }
 
-// mounterNetwork is how the engine gets the host path of a network mount in the plugin: it
-// waits for the mount until the decision's context ends (acquireBudget), so the runtime's
-// request timeout (2s by default, after which the container is created WITHOUT the plugin's
-// mounts) is never reached; a mount that is not ready by then fails the container with "not
-// ready" while it goes on mounting, and the kubelet's retry finds it ready.
+// mounterNetwork is how the engine gets the host path of a network mount in the plugin: a
+// mount not ready (still mounting past its first short wait, retrying, dead, hung) fails the
+// container at once with "not ready" while it goes on mounting or healing, and the kubelet's
+// retry finds it ready; the runtime's request timeout (2s by default, after which the
+// container is created WITHOUT the plugin's mounts) is never reached.
 type mounterNetwork struct{ m Mounter }
 
 func (n mounterNetwork) HostPath(ctx context.Context, s netspec.Spec, user string) (string, error) {
