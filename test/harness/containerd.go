@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,6 +122,19 @@ func (c *Containerd) NRISocket() string {
 	return c.layout.nriSocket()
 }
 
+// Name is KindContainerd.
+func (c *Containerd) Name() string { return string(KindContainerd) }
+
+// NRIPluginPath is containerd's plugin_path (pre-registered plugins).
+func (c *Containerd) NRIPluginPath() string {
+	return cmp.Or(c.opts.NRIPluginPath, c.layout.nriPlugins())
+}
+
+// NRIPluginConfigPath is containerd's plugin_config_path.
+func (c *Containerd) NRIPluginConfigPath() string {
+	return cmp.Or(c.opts.NRIPluginConfigPath, c.layout.nriPluginConf())
+}
+
 // LogPath is the file that collects containerd's output (until Close removes Dir()).
 func (c *Containerd) LogPath() string { return c.layout.log() }
 
@@ -178,15 +192,20 @@ type daemon struct {
 // startDaemon runs containerd with config, its output going to log. PATH gets binDir first
 // so that anything containerd looks up by name (the shim) comes from there.
 func startDaemon(binDir, config string, log *logSink) (*daemon, error) {
+	cmd := exec.Command(filepath.Join(binDir, containerdBin), "--config", config)
+	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return startLogged(cmd, log)
+}
+
+// startLogged starts cmd (a runtime daemon) with its output going to log.
+func startLogged(cmd *exec.Cmd, log *logSink) (*daemon, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("pipe for containerd output: %w", err)
+		return nil, fmt.Errorf("pipe for %s output: %w", filepath.Base(cmd.Path), err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, containerdBin), "--config", config)
 	// An *os.File (not an io.Writer) so that exec does not wait for the pipe to close: shims
 	// or NRI plugins that inherit it could keep it open long after containerd is gone.
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
@@ -213,6 +232,8 @@ func (d *daemon) exited() bool {
 
 func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
+func (d *daemon) name() string { return filepath.Base(d.cmd.Path) }
+
 // stop sends SIGTERM, and SIGKILL if containerd is still running after timeout. A nil
 // daemon is already stopped.
 func (d *daemon) stop(timeout time.Duration) error {
@@ -220,7 +241,7 @@ func (d *daemon) stop(timeout time.Duration) error {
 		return nil
 	}
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("SIGTERM containerd %d: %w", d.pid(), err)
+		return fmt.Errorf("SIGTERM %s %d: %w", d.name(), d.pid(), err)
 	}
 	select {
 	case <-d.done:
@@ -229,7 +250,7 @@ func (d *daemon) stop(timeout time.Duration) error {
 	}
 	_ = d.cmd.Process.Kill()
 	<-d.done
-	return fmt.Errorf("containerd %d ignored SIGTERM for %v and was killed", d.pid(), timeout)
+	return fmt.Errorf("%s %d ignored SIGTERM for %v and was killed", d.name(), d.pid(), timeout)
 }
 
 // errPollStop makes poll give up at once instead of retrying.

@@ -23,8 +23,9 @@ import (
 const defaultExecTimeout = 30 * time.Second
 
 // Client is a small CRI client, the part of kubelet the tests need. It talks
-// k8s.io/cri-api runtime/v1 over gRPC on containerd's socket and keeps working across
-// Containerd.Restart (gRPC reconnects by itself).
+// k8s.io/cri-api runtime/v1 over gRPC on the runtime's socket (containerd or CRI-O) and keeps
+// working across Restart (gRPC reconnects by itself). Like kubelet it labels pods and
+// containers with their names and sets ImageSpec.UserSpecifiedImage.
 type Client struct {
 	conn   *grpc.ClientConn
 	rt     runtimeapi.RuntimeServiceClient
@@ -100,11 +101,42 @@ type PodOptions struct {
 	// RuntimeHandler selects the CRI runtime handler; empty means containerd's default
 	// ("runc"), which NRI plugins see as "".
 	RuntimeHandler string
-	// Annotations and Labels of the pod, e.g. required-plugins.noderesource.dev.
+	// Annotations and Labels of the pod, e.g. required-plugins.noderesource.dev. Labels come
+	// on top of the ones kubelet sets (see kubeletLabels).
 	Annotations, Labels map[string]string
+	// NoKubeletLabels leaves out the labels kubelet sets, for a client that is not kubelet.
+	NoKubeletLabels bool
 	// UserNamespace gives the pod a user namespace (UsernsHostID), as kubelet does for
 	// hostUsers: false; the pod is then not privileged. Its containers need it too.
 	UserNamespace bool
+}
+
+// Labels kubelet puts on every pod sandbox and container. CRI-O takes the pod and container
+// names it reports to NRI plugins from them, not from the CRI metadata.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+)
+
+// kubeletLabels returns the labels kubelet would set for meta (and container, if not ""),
+// with extra on top; nil when none is asked for.
+func kubeletLabels(skip bool, meta *runtimeapi.PodSandboxMetadata, container string, extra map[string]string) map[string]string {
+	l := map[string]string{}
+	if !skip {
+		l[LabelPodName], l[LabelPodNamespace], l[LabelPodUID] = meta.GetName(), meta.GetNamespace(), meta.GetUid()
+		if container != "" {
+			l[LabelContainerName] = container
+		}
+	}
+	for k, v := range extra {
+		l[k] = v
+	}
+	if len(l) == 0 {
+		return nil
+	}
+	return l
 }
 
 // RunPod starts a pod sandbox. The pod uses the node's network (no CNI needed), its own
@@ -118,10 +150,11 @@ func (c *Client) RunPod(ctx context.Context, o PodOptions) (string, error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return "", fmt.Errorf("create pod log dir %s: %w", logDir, err)
 	}
+	meta := &runtimeapi.PodSandboxMetadata{Name: o.Name, Namespace: o.Namespace, Uid: o.UID}
 	cfg := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: o.Name, Namespace: o.Namespace, Uid: o.UID},
+		Metadata:     meta,
 		LogDirectory: logDir,
-		Labels:       o.Labels,
+		Labels:       kubeletLabels(o.NoKubeletLabels, meta, "", o.Labels),
 		Annotations:  o.Annotations,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: c.cgroup + "/pod-" + o.UID,
@@ -175,7 +208,9 @@ type ContainerOptions struct {
 	Mounts      []Mount
 	Privileged  bool
 	Annotations map[string]string
-	Labels      map[string]string
+	// Labels come on top of the ones kubelet sets, unless NoKubeletLabels.
+	Labels          map[string]string
+	NoKubeletLabels bool
 	// UserNamespace: the container joins its pod's user namespace (see PodOptions).
 	UserNamespace bool
 	// RunAsUser, if not nil, is the uid the container runs as (securityContext.runAsUser).
@@ -198,10 +233,10 @@ func (c *Client) CreateContainer(ctx context.Context, podID string, o ContainerO
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: o.Name},
-		Image:       &runtimeapi.ImageSpec{Image: o.Image},
+		Image:       &runtimeapi.ImageSpec{Image: o.Image, UserSpecifiedImage: o.Image},
 		Args:        o.Args,
 		Annotations: o.Annotations,
-		Labels:      o.Labels,
+		Labels:      kubeletLabels(o.NoKubeletLabels, pod.GetMetadata(), o.Name, o.Labels),
 		LogPath:     o.Name + ".log",
 		Linux: &runtimeapi.LinuxContainerConfig{
 			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
@@ -267,8 +302,22 @@ func (c *Client) RemoveContainer(ctx context.Context, id string) error {
 	return nil
 }
 
-// RemovePod stops a pod (and its containers) and removes it.
+// RemovePod stops a pod's containers (StopTimeout each), then the pod, and removes it. Like
+// kubelet it stops the containers first: CRI-O's StopPodSandbox would give each a grace
+// period of its own choosing.
 func (c *Client) RemovePod(ctx context.Context, podID string) error {
+	ctrs, err := c.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{PodSandboxId: podID}})
+	if err != nil {
+		return fmt.Errorf("CRI ListContainers of pod %s: %w", podID, err)
+	}
+	for _, ctr := range ctrs.GetContainers() {
+		if ctr.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			if err := c.StopContainer(ctx, ctr.GetId()); err != nil {
+				return err
+			}
+		}
+	}
 	if _, err := c.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID}); err != nil {
 		return fmt.Errorf("CRI StopPodSandbox %s: %w", podID, err)
 	}

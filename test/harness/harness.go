@@ -69,10 +69,15 @@ func cacheDir() string {
 	return cmp.Or(os.Getenv("MOUNTKEEPER_CACHE"), defaultCacheDir)
 }
 
+// binDir is BinDir or its default.
+func (o Options) binDir() string {
+	return cmp.Or(o.BinDir, os.Getenv("MOUNTKEEPER_BIN"), filepath.Join(cacheDir(), "bin"))
+}
+
 // withDefaults fills in defaults and checks that the binaries exist, so a missing install
 // fails with a hint instead of an obscure exec error later.
 func (o Options) withDefaults() (Options, error) {
-	o.BinDir = cmp.Or(o.BinDir, os.Getenv("MOUNTKEEPER_BIN"), filepath.Join(cacheDir(), "bin"))
+	o.BinDir = o.binDir()
 	for _, b := range []string{containerdBin, shimBin, ctrBin, runcBin} {
 		p := filepath.Join(o.BinDir, b)
 		if _, err := os.Stat(p); err != nil {

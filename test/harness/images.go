@@ -22,10 +22,14 @@ import (
 
 // imageFormat is part of the cache key: bump it whenever the archive layout or an image's
 // content changes in a way the other key inputs do not capture.
-const imageFormat = "mk-images-v1"
+const imageFormat = "mk-images-v2"
 
-// imageNameAnnotation is how ctr import learns an image's full name from index.json.
-const imageNameAnnotation = "io.containerd.image.name"
+// imageNameAnnotation is how ctr import learns an image's full name from index.json;
+// refNameAnnotation is the OCI one, which podman load reads (ctr prefers the first).
+const (
+	imageNameAnnotation = "io.containerd.image.name"
+	refNameAnnotation   = "org.opencontainers.image.ref.name"
+)
 
 const (
 	mediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
@@ -191,7 +195,7 @@ func (s *blobStore) addImage(img imageSpec) (descriptor, error) {
 		return descriptor{}, err
 	}
 	m.Platform = &platform{Architecture: runtime.GOARCH, OS: "linux"}
-	m.Annotations = map[string]string{imageNameAnnotation: img.name}
+	m.Annotations = map[string]string{imageNameAnnotation: img.name, refNameAnnotation: img.name}
 	return m, nil
 }
 
@@ -226,55 +230,96 @@ func ociArchive(images []imageSpec) ([]byte, error) {
 // under cacheDir()/images when possible. workDir is scratch space for building pause; if the
 // cache cannot be written the archive is built there instead.
 func imageArchive(ctx context.Context, workDir string) (string, error) {
-	busybox, err := loadBusybox()
+	paths, err := imageArchives(ctx, workDir, false)
 	if err != nil {
 		return "", err
+	}
+	return paths[0], nil
+}
+
+// singleImageArchives is imageArchive with one archive per image: podman load (how images get
+// into CRI-O's storage) refuses an OCI archive that holds more than one image.
+func singleImageArchives(ctx context.Context, workDir string) ([]string, error) {
+	return imageArchives(ctx, workDir, true)
+}
+
+// imageArchives returns one archive with all images, or with split one archive per image.
+func imageArchives(ctx context.Context, workDir string, split bool) ([]string, error) {
+	busybox, err := loadBusybox()
+	if err != nil {
+		return nil, err
 	}
 	key := sha256.New()
 	for _, part := range [][]byte{[]byte(imageFormat), []byte(runtime.GOARCH), []byte(pauseSource), busybox.binary} {
 		fmt.Fprintf(key, "%d:", len(part))
 		key.Write(part)
 	}
-	name := "images-" + hex.EncodeToString(key.Sum(nil))[:16] + ".tar"
+	base := "images-" + hex.EncodeToString(key.Sum(nil))[:16]
+	names := []string{base + ".tar"}
+	if split {
+		names = []string{base + "-busybox.tar", base + "-pause.tar"}
+	}
 
 	dir := filepath.Join(cacheDir(), "images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		dir = workDir // no cache, still works
 	}
-	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
+	var paths []string
+	cached := true
+	for _, name := range names {
+		paths = append(paths, filepath.Join(dir, name))
+		if _, err := os.Stat(paths[len(paths)-1]); err != nil {
+			cached = false
+		}
+	}
+	if cached {
+		return paths, nil
 	}
 
 	pause, err := buildPause(ctx, workDir)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	archive, err := ociArchive([]imageSpec{busybox.image(), pauseImage(pause)})
-	if err != nil {
-		return "", err
+	sets := [][]imageSpec{{busybox.image(), pauseImage(pause)}}
+	if split {
+		sets = [][]imageSpec{{busybox.image()}, {pauseImage(pause)}}
 	}
-	// Write then rename, so a concurrent test process never imports a half-written file.
+	for i, set := range sets {
+		archive, err := ociArchive(set)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeFileAtomic(dir, names[i], archive); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}
+
+// writeFileAtomic writes dir/name through a temporary file and a rename, so a concurrent test
+// process never imports a half-written file.
+func writeFileAtomic(dir, name string, data []byte) error {
+	path := filepath.Join(dir, name)
 	tmp, err := os.CreateTemp(dir, name+".*")
 	if err != nil {
-		return "", fmt.Errorf("create image archive in %s: %w", dir, err)
+		return fmt.Errorf("create image archive in %s: %w", dir, err)
 	}
 	defer os.Remove(tmp.Name())
 	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
 	}
-	if _, err := tmp.Write(archive); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
+		return fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
 	}
-	return path, nil
+	return nil
 }
 
 // importImages imports the archive into the k8s.io namespace (the one CRI uses) and unpacks

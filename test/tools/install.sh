@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Installs what the e2e suite needs on a fresh Debian machine, as root: Debian packages and
-# containerd + runc built from pinned versions into a cache directory, so a second run is fast.
+# Installs what the e2e suite needs on a fresh Debian machine, as root: Debian packages, and
+# containerd, runc, kubelet, kube-apiserver, CRI-O and pinns built from pinned versions into a
+# cache directory, so a second run is fast.
 # Prints the cache's bin directory on its last line.
 set -euo pipefail
 
 CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.2
 KUBERNETES_VERSION=v1.34.4
+# The Go module proxy serves exactly this one CRI-O release.
+CRIO_VERSION=v1.34.0
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
 
-apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server podman glusterfs-server glusterfs-client)
+apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server conmon podman glusterfs-server glusterfs-client)
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -77,5 +80,41 @@ GO
 		CGO_ENABLED=0 go build -o "$BIN/kubelet" k8s.io/kubernetes/cmd/kubelet >&2 &&
 		CGO_ENABLED=0 go build -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2)
 	echo "$KUBERNETES_VERSION" >"$BIN/.kubernetes"
+fi
+if ! stamp_ok crio "$CRIO_VERSION"; then
+	# `go install github.com/cri-o/cri-o/cmd/crio@v1.34.0` fails: the proxy serves that one
+	# version but refuses the module's version list (403), which go install reads for
+	# deprecations. A wrapper module in the cache requires it instead, with a copy of cri-o's
+	# own go.sum so every dependency is checked against what cri-o recorded. pinns (the
+	# namespace pinner CRI-O runs for each pod) is C: compiled from the same module's sources.
+	echo "install.sh: building crio and pinns $CRIO_VERSION into $BIN (about 4 minutes cold)" >&2
+	mod=$CACHE/crio-build
+	rm -rf "$mod"
+	mkdir -p "$mod"
+	src=$(cd "$mod" && go mod download -json "github.com/cri-o/cri-o@$CRIO_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	[ -f "$src/go.sum" ] && [ -f "$src/pinns/src/pinns.c" ] || { echo "install.sh: no cri-o sources at '$src'" >&2; exit 1; }
+	{
+		echo "module mountkeeper.test/crio-build"
+		echo
+		echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
+		echo
+		echo "require github.com/cri-o/cri-o $CRIO_VERSION"
+	} >"$mod/go.mod"
+	cp "$src/go.sum" "$mod/go.sum"
+	chmod u+w "$mod/go.sum"
+	cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/cri-o/cri-o/cmd/crio"
+GO
+	# The tags leave out what needs libraries this machine lacks (gpgme, btrfs,
+	# devicemapper); seccomp uses libseccomp-dev.
+	(cd "$mod" && go mod tidy >&2 &&
+		CGO_ENABLED=1 go build -tags "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper seccomp" \
+			-o "$BIN/crio" github.com/cri-o/cri-o/cmd/crio >&2)
+	gcc -std=c99 -O2 -Wall -static -o "$BIN/pinns" "$src"/pinns/src/*.c >&2
+	echo "$CRIO_VERSION" >"$BIN/.crio"
 fi
 echo "$BIN"
