@@ -31,6 +31,7 @@ func networkFilesystem(d *demo) error {
 	}
 	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
 		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
+	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	defer harness.RemoveMountScope(spec.Key())
 	stateDir := filepath.Join(d.work, "state")
 	config := filepath.Join(d.work, "sshfs.yaml")

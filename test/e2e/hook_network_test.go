@@ -62,6 +62,7 @@ func (w *hookWorld) sshfsClass(class string) (netspec.Spec, string) {
 	}
 	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
 		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
+	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	t.Cleanup(func() {
 		if err := harness.RemoveMountScope(spec.Key()); err != nil {
 			t.Errorf("cleanup: %v", err)

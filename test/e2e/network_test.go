@@ -75,6 +75,7 @@ func TestNetworkFilesystem(t *testing.T) {
 	}
 	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
 		Options: strings.Split(strings.ReplaceAll(sshOpts(sshd.Port()), " ", ""), ",")}
+	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
 	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
 	if err != nil {

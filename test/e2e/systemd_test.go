@@ -231,6 +231,7 @@ func TestSystemdRestart(t *testing.T) {
 	sshOpts := []string{"port=" + strconv.Itoa(sshd.Port()), "IdentityFile=" + sshd.IdentityFile(),
 		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes"}
 	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshOpts}
+	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	hostPath := netmount.HostPath(filepath.Join(work, "state"), spec)
 
 	ctrd, err := harness.Start(ctx, harness.Options{Handlers: []string{"mk-sshfs"}, NRI: true})
