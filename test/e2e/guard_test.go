@@ -28,7 +28,7 @@ runtimeClasses:
 // at start with mountkeeper's message, a default container runs, and once the plugin is back
 // the class container gets its mounts. A second `runtime configure` changes nothing.
 func TestGuardWhilePluginAway(t *testing.T) {
-	n := newNode(t, []string{"mk-guard"}, guardConfig)
+	n := newNode(t, harness.KindContainerd, []string{"mk-guard"}, guardConfig)
 	if err := os.MkdirAll(filepath.Join(n.src(), "guarded"), 0o755); err != nil {
 		t.Fatal(err)
 	}

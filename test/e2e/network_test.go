@@ -36,7 +36,7 @@ runtimeClasses:
       - {source: SRC/plain, destination: /plain}
 `
 
-// TestNetworkFilesystem runs an sshfs class on real containerd + runc with sshd over loopback:
+// TestNetworkFilesystem runs an sshfs class on real containerd and CRI-O (runc) with sshd over loopback:
 // containers of the class read the export from one shared host mount; killing the plugin's
 // whole cgroup does not interrupt a container reading it every 250 ms; the restarted plugin
 // adopts the mount and serves new containers; a dead server fails creation inside the budget
@@ -44,6 +44,10 @@ runtimeClasses:
 // the helper and its packages; removing the last container unmounts after the grace period.
 func TestNetworkFilesystem(t *testing.T) {
 	testenv.Require(t, "fuse")
+	forEachRuntime(t, testNetworkFilesystem)
+}
+
+func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 	work := workDir(t, "mk-net-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
@@ -69,7 +73,7 @@ func TestNetworkFilesystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { plugCg.Remove() })
-	n := newNodeWith(t, []string{"mk-sshfs", "mk-dead", "mk-nfs", "mk-plain"}, cfg, plugCg.Dir)
+	n := newNodeWith(t, kind, []string{"mk-sshfs", "mk-dead", "mk-nfs", "mk-plain"}, cfg, plugCg.Dir)
 	if err := os.MkdirAll(filepath.Join(n.src(), "plain"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +172,7 @@ func TestNetworkFilesystem(t *testing.T) {
 
 	t.Run("removing the last container unmounts after the grace period", func(t *testing.T) {
 		for _, c := range n.containersOf("mk-sshfs") {
-			cri := n.ctrd.CRI()
+			cri := n.rt.CRI()
 			cri.StopContainer(n.ctx, c)
 			if err := cri.RemoveContainer(n.ctx, c); err != nil {
 				t.Fatal(err)

@@ -14,11 +14,14 @@ import (
 )
 
 // TestPreRegisteredPlugin installs mountkeeper the way a node does without a DaemonSet: the
-// binary in containerd's NRI plugin_path as 10-mountkeeper, its config in plugin_config_path.
-// containerd starts it with no flags and only the NRI environment; the plugin takes the
-// config the runtime passes. After a containerd restart the runtime starts it again and it
-// serves the next container.
-func TestPreRegisteredPlugin(t *testing.T) {
+// binary in the runtime's NRI plugin directory as 10-mountkeeper (containerd's plugin_path,
+// CRI-O's nri_plugin_dir), its config in the plugin config directory (plugin_config_path,
+// nri_plugin_config_dir) as 10-mountkeeper.conf. The runtime starts it with no flags and only
+// the NRI environment; the plugin takes the config the runtime passes. After a runtime
+// restart the runtime starts it again and it serves the next container.
+func TestPreRegisteredPlugin(t *testing.T) { forEachRuntime(t, testPreRegisteredPlugin) }
+
+func testPreRegisteredPlugin(t *testing.T, kind harness.RuntimeKind) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := workDir(t, "mk-pre-")
@@ -46,16 +49,19 @@ func TestPreRegisteredPlugin(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(conf, "10-mountkeeper.conf"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctrd, err := harness.Start(ctx, harness.Options{Handlers: []string{"mk-pre"}, NRI: true, NRIPluginPath: plugins, NRIPluginConfigPath: conf})
+	rt, err := harness.StartRuntime(ctx, kind, harness.Options{Handlers: []string{"mk-pre"}, NRI: true, NRIPluginPath: plugins, NRIPluginConfigPath: conf})
 	if err != nil {
-		t.Fatalf("start containerd: %v", err)
+		t.Fatalf("start %s: %v", kind, err)
 	}
 	t.Cleanup(func() {
-		if err := ctrd.Close(); err != nil {
-			t.Errorf("cleanup containerd: %v", err)
+		if err := rt.Close(); err != nil {
+			t.Errorf("cleanup %s: %v", kind, err)
 		}
 	})
-	cri := ctrd.CRI()
+	if rt.NRIPluginPath() != plugins || rt.NRIPluginConfigPath() != conf {
+		t.Fatalf("%s plugin dirs %s, %s; want %s, %s", kind, rt.NRIPluginPath(), rt.NRIPluginConfigPath(), plugins, conf)
+	}
+	cri := rt.CRI()
 	check := func(name string) {
 		t.Helper()
 		pod, err := cri.RunPod(ctx, harness.PodOptions{Name: name, RuntimeHandler: "mk-pre"})
@@ -71,16 +77,16 @@ func TestPreRegisteredPlugin(t *testing.T) {
 		}
 		out, _, code, err := cri.Exec(ctx, id, "cat", "/pre/marker")
 		if err != nil || code != 0 || out != "pre-registered" {
-			log, _ := os.ReadFile(ctrd.LogPath())
+			log, _ := os.ReadFile(rt.LogPath())
 			t.Fatalf("%s reads %q (exit %d, %v): the pre-registered plugin did not add its mount\n%s", name, out, code, err, lastBytes(log, 3000))
 		}
 	}
 	check("first")
-	if err := ctrd.Restart(ctx); err != nil {
+	if err := rt.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	check("after-restart")
-	if log, _ := os.ReadFile(ctrd.LogPath()); !strings.Contains(string(log), "10-mountkeeper") {
-		t.Errorf("containerd's log never names the pre-registered plugin")
+	if log, _ := os.ReadFile(rt.LogPath()); !strings.Contains(string(log), "10-mountkeeper") {
+		t.Errorf("%s's log never names the pre-registered plugin", kind)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/mountkeeper/mountkeeper/mounttable"
+	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
 const propagationConfig = `
@@ -24,13 +26,18 @@ runtimeClasses:
       - {source: SRC/private, destination: /vol/shared, propagation: Bidirectional}
 `
 
-// TestPropagation proves the three propagations on a real container: a mount made on the host
-// after the container started shows through rslave and rshared only; a mount made in the
-// container shows on the host through rshared only; an rshared mount from a private source
-// fails creation with mountkeeper's own error; after a containerd restart the plugin serves
-// the next container.
+// TestPropagation proves the three propagations on a real container, under containerd and
+// CRI-O: a mount made on the host after the container started shows through rslave and
+// rshared only; a mount made in the container shows on the host through rshared only; an
+// rshared mount from a private source fails creation with mountkeeper's own error, which
+// names the container even for a CRI client that sets none of kubelet's labels; after a
+// runtime restart the plugin reconnects and serves the next container.
 func TestPropagation(t *testing.T) {
-	n := newNode(t, []string{"mk-e2e", "mk-bad"}, propagationConfig)
+	forEachRuntime(t, testPropagation)
+}
+
+func testPropagation(t *testing.T, kind harness.RuntimeKind) {
+	n := newNode(t, kind, []string{"mk-e2e", "mk-bad"}, propagationConfig)
 	host := n.sourceTmpfs("host", "shared")
 	for _, d := range []string{"private", "slave", "shared"} {
 		if err := os.Mkdir(filepath.Join(host, d), 0o755); err != nil {
@@ -50,7 +57,7 @@ func TestPropagation(t *testing.T) {
 	// relation to the host's group. Then it probes both directions with real mounts.
 	t.Run("mounts relate to the host's peer group and propagate as asked", func(t *testing.T) {
 		checkThreeWay(t, n.ctx, func(ctx context.Context, cmd ...string) (string, string, int, error) {
-			return n.ctrd.CRI().Exec(ctx, id, cmd...)
+			return n.rt.CRI().Exec(ctx, id, cmd...)
 		}, host)
 	})
 
@@ -59,12 +66,34 @@ func TestPropagation(t *testing.T) {
 		if err == nil {
 			t.Fatal("container of class mk-bad was created")
 		}
-		for _, want := range []string{"mountkeeper", `runtime class "mk-bad"`, n.src() + "/private -> /vol/shared (rshared)",
-			"is private", "mount --make-rshared " + n.src() + "/private"} {
+		for _, want := range []string{"mountkeeper", `runtime class "mk-bad"`, "container default/bad-pod/bad:",
+			n.src() + "/private -> /vol/shared (rshared)", "is private", "mount --make-rshared " + n.src() + "/private"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error lacks %q:\n%v", want, err)
 			}
 		}
+	})
+
+	// CRI-O takes the container name it gives NRI plugins from kubelet's labels only; without
+	// them the plugin names the container by its ID. containerd takes it from the metadata.
+	t.Run("without kubelet's labels the error still names the container", func(t *testing.T) {
+		cri := n.rt.CRI()
+		pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: "nolabels-pod", RuntimeHandler: "mk-bad", NoKubeletLabels: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: "nolabels", Privileged: true, NoKubeletLabels: true})
+		if err == nil {
+			t.Fatal("container of class mk-bad was created")
+		}
+		named := regexp.MustCompile(`container default/nolabels-pod/nolabels:`)
+		if kind == harness.KindCRIO {
+			named = regexp.MustCompile(`container [^ ]*/[0-9a-f]{64}:`)
+		}
+		if !named.MatchString(err.Error()) {
+			t.Errorf("error does not name the container as %s:\n%v", named, err)
+		}
+		t.Logf("%s without labels: %v", kind, err)
 	})
 
 	t.Run("pods of other handlers get nothing", func(t *testing.T) {
@@ -77,9 +106,9 @@ func TestPropagation(t *testing.T) {
 		}
 	})
 
-	t.Run("after a containerd restart the plugin serves the next container", func(t *testing.T) {
-		if err := n.ctrd.Restart(n.ctx); err != nil {
-			t.Fatalf("restart containerd: %v", err)
+	t.Run("after a runtime restart the plugin serves the next container", func(t *testing.T) {
+		if err := n.rt.Restart(n.ctx); err != nil {
+			t.Fatalf("restart %s: %v", kind, err)
 		}
 		// The plugin logs "connected to" on every (re)registration: wait for the second.
 		if err := n.plugin.WaitLog(n.ctx, "connected to", 2, 30e9); err != nil {

@@ -26,12 +26,14 @@ type subPathMount struct {
 	v1, v2                           string // what the container reads before and after the update
 }
 
-// TestSubPathRepair reproduces kubernetes #68211 on real containerd + runc: a container whose
+// TestSubPathRepair reproduces kubernetes #68211 on real containerd and CRI-O (runc): a container whose
 // subPath mounts point into configMap, secret and projected volumes is restarted after the
 // volumes were updated the atomic-writer way. Without mountkeeper runc fails with ENOENT;
 // with it the container starts and reads the new content.
-func TestSubPathRepair(t *testing.T) {
-	n := newNode(t, nil, subPathConfig)
+func TestSubPathRepair(t *testing.T) { forEachRuntime(t, testSubPathRepair) }
+
+func testSubPathRepair(t *testing.T, kind harness.RuntimeKind) {
+	n := newNode(t, kind, nil, subPathConfig)
 	pod := harness.KubeletPod{Root: filepath.Join(n.src(), "kubelet"), UID: "0b5e6f3c-uid"}
 	mounts := []subPathMount{
 		{"kubernetes.io~configmap", "cfg", "app.conf", "/etc/app.conf", false, "cfg-v1", "cfg-v2"},
@@ -91,7 +93,7 @@ func TestSubPathRepair(t *testing.T) {
 		return strings.Join(parts, "")
 	}
 
-	cri := n.ctrd.CRI()
+	cri := n.rt.CRI()
 	podID, err := cri.RunPod(n.ctx, harness.PodOptions{Name: "web", UID: pod.UID})
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +200,10 @@ func TestSubPathRepair(t *testing.T) {
 // the ~75 ms before runc mounts), then StartContainer. Without mountkeeper runc fails with
 // ENOENT; with it the container starts and reads the content it was created with, from a
 // private copy that keeps the file's mode and owner and goes away with the container.
-func TestSubPathWindow(t *testing.T) {
-	n := newNode(t, nil, subPathConfig)
+func TestSubPathWindow(t *testing.T) { forEachRuntime(t, testSubPathWindow) }
+
+func testSubPathWindow(t *testing.T, kind harness.RuntimeKind) {
+	n := newNode(t, kind, nil, subPathConfig)
 	pod := harness.KubeletPod{Root: filepath.Join(n.src(), "kubelet"), UID: "5a1d0c0e-uid"}
 	cfgDir := pod.VolumeDir("kubernetes.io~configmap", "cfg")
 	secDir := pod.VolumeDir("kubernetes.io~secret", "sec")
@@ -246,7 +250,7 @@ func TestSubPathWindow(t *testing.T) {
 		}
 		mounts = append(mounts, harness.Mount{HostPath: target, ContainerPath: m.ctrPath, ReadOnly: true})
 	}
-	cri := n.ctrd.CRI()
+	cri := n.rt.CRI()
 	podID, err := cri.RunPod(n.ctx, harness.PodOptions{Name: "web", UID: pod.UID})
 	if err != nil {
 		t.Fatal(err)
@@ -268,10 +272,27 @@ func TestSubPathWindow(t *testing.T) {
 		return id, created, nil
 	}
 
+	// containerd runs `runc create`, which makes the mounts, in StartContainer: the window is
+	// between the two calls. CRI-O runs it in CreateContainer, right after the NRI plugins
+	// answered: an update after CreateContainer can no longer break the container, and the
+	// window is inside CreateContainer (TestSubPathRepair covers a bind gone stale before it).
+	mountsAtCreate := kind == harness.KindCRIO
 	t.Run("without mountkeeper the update between create and start fails runc", func(t *testing.T) {
 		n.plugin.Stop()
 		defer n.startPlugin()
-		_, _, err := raceStart()
+		id, created, err := raceStart()
+		if mountsAtCreate {
+			if err != nil {
+				t.Fatalf("%s mounts at CreateContainer, yet the start after the update failed: %v", kind, err)
+			}
+			defer func() { cri.StopContainer(n.ctx, id); cri.RemoveContainer(n.ctx, id) }()
+			out, _ := n.sh(id, "cat /etc/app.conf")
+			if out != "app-"+created {
+				t.Errorf("container reads %q, want %q (what it was created with)", out, "app-"+created)
+			}
+			t.Logf("%s made the mounts at CreateContainer: the update before StartContainer did not matter", kind)
+			return
+		}
 		if err == nil || !strings.Contains(err.Error(), "no such file or directory") {
 			t.Fatalf("start after the update: %v, want runc's ENOENT (the race is not reproduced)", err)
 		}
@@ -292,6 +313,15 @@ func TestSubPathWindow(t *testing.T) {
 			copies := filepath.Join(n.src(), "state", "subpath", id)
 			if _, err := os.Stat(copies); err != nil {
 				t.Errorf("no private copies at %s: %v", copies, err)
+			}
+			// The runtime applied the plugin's replacement of kubelet's bind: the mount is the
+			// container's directory on the copies' tmpfs, not the file in the volume.
+			mi, _ := n.sh(id, "cat /proc/self/mountinfo")
+			for _, dst := range []string{"/etc/app.conf", "/etc/conf.d", "/var/run/token"} {
+				line := mountinfoLine(mi, dst)
+				if f := strings.Fields(line); len(f) < 4 || !strings.HasPrefix(f[3], "/"+id+"/") || !strings.Contains(line, " mountkeeper-subpath ") {
+					t.Errorf("%s is not mounted from the private copy in %s:\n%s", dst, copies, line)
+				}
 			}
 			if err := cri.StopContainer(n.ctx, id); err != nil {
 				t.Fatal(err)

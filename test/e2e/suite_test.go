@@ -1,7 +1,7 @@
 //go:build e2e
 
-// Package e2e runs mountkeeper against real containerd 2.4.2 + runc 1.5.2 with NRI, driven
-// through CRI as kubelet drives it. `make e2e` runs it; it needs root and the binaries that
+// Package e2e runs mountkeeper against real containerd 2.4.2 and CRI-O 1.34.0 (each on runc
+// 1.5.2) with NRI, driven through CRI as kubelet drives it. `make e2e` runs it; it needs root and the binaries that
 // test/tools/install.sh builds.
 package e2e
 
@@ -14,15 +14,18 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// node is one test's world: a private containerd with NRI, host volume sources under a tmpfs,
-// and the mountkeeper plugin connected to it.
+// node is one test's world: a private CRI runtime (containerd or CRI-O) with NRI, host volume
+// sources under a tmpfs, and the mountkeeper plugin connected to it.
 type node struct {
 	t         *testing.T
 	ctx       context.Context
 	dir       string // host side: sources, config
-	ctrd      *harness.Containerd
+	kind      harness.RuntimeKind
+	rt        harness.Runtime
+	ctrd      *harness.Containerd // rt when it is containerd (for containerd-only tests), else nil
 	plugin    *harness.Plugin
 	bin       string
 	config    string
@@ -30,22 +33,34 @@ type node struct {
 	byHandler map[string][]string // container IDs created, by runtime handler
 }
 
-// newNode starts containerd with the given runtime handlers and mountkeeper with config (the
-// string SRC is replaced by the node's source directory). Everything is torn down when the
-// test ends, whether it passed or not.
-func newNode(t *testing.T, handlers []string, config string) *node {
+// forEachRuntime runs f as a subtest per runtime (named after it): the NRI scenarios hold on
+// containerd and CRI-O alike. A runtime whose binaries are missing skips (fails under
+// MOUNTKEEPER_REQUIRE_ALL=1).
+func forEachRuntime(t *testing.T, f func(t *testing.T, kind harness.RuntimeKind)) {
+	for _, kind := range harness.RuntimeKinds {
+		t.Run(string(kind), func(t *testing.T) {
+			testenv.Require(t, kind.Binaries()...)
+			f(t, kind)
+		})
+	}
+}
+
+// newNode starts the runtime kind with the given runtime handlers and mountkeeper with config
+// (the string SRC is replaced by the node's source directory). Everything is torn down when
+// the test ends, whether it passed or not.
+func newNode(t *testing.T, kind harness.RuntimeKind, handlers []string, config string) *node {
 	t.Helper()
-	return newNodeWith(t, handlers, config, "")
+	return newNodeWith(t, kind, handlers, config, "")
 }
 
 // newNodeWith is newNode with the plugin started in the cgroup2 directory pluginCgroup.
-func newNodeWith(t *testing.T, handlers []string, config, pluginCgroup string) *node {
+func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, config, pluginCgroup string) *node {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	dir := workDir(t, "mk-e2e-")
 	var err error
-	n := &node{t: t, ctx: ctx, dir: dir, cgroup: pluginCgroup, byHandler: map[string][]string{}}
+	n := &node{t: t, ctx: ctx, dir: dir, kind: kind, cgroup: pluginCgroup, byHandler: map[string][]string{}}
 	if n.bin, err = harness.BuildMountkeeper(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -53,18 +68,19 @@ func newNodeWith(t *testing.T, handlers []string, config, pluginCgroup string) *
 	if err := os.WriteFile(n.config, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.ctrd, err = harness.Start(ctx, harness.Options{Handlers: handlers, NRI: true})
+	n.rt, err = harness.StartRuntime(ctx, kind, harness.Options{Handlers: handlers, NRI: true})
 	if err != nil {
-		t.Fatalf("start containerd: %v", err)
+		t.Fatalf("start %s: %v", kind, err)
 	}
+	n.ctrd, _ = n.rt.(*harness.Containerd)
 	t.Cleanup(func() {
 		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(n.ctrd.Dir(), "containerd.log")); err == nil {
-				t.Logf("containerd log (last 4 KiB):\n%s", lastBytes(log, 4096))
+			if log, err := os.ReadFile(n.rt.LogPath()); err == nil {
+				t.Logf("%s log (last 4 KiB):\n%s", kind, lastBytes(log, 4096))
 			}
 		}
-		if err := n.ctrd.Close(); err != nil {
-			t.Errorf("cleanup containerd: %v", err)
+		if err := n.rt.Close(); err != nil {
+			t.Errorf("cleanup %s: %v", kind, err)
 		}
 	})
 	n.startPlugin()
@@ -79,7 +95,7 @@ func (n *node) startPluginIn(cgroup string) {
 	n.t.Helper()
 	var err error
 	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config,
-		Socket: n.ctrd.NRISocket(), Log: testWriter{n.t, "mountkeeper"}, Cgroup: cgroup})
+		Socket: n.rt.NRISocket(), Log: testWriter{n.t, "mountkeeper"}, Cgroup: cgroup})
 	if err != nil {
 		n.t.Fatalf("start mountkeeper: %v", err)
 	}
@@ -120,7 +136,7 @@ func (n *node) containersOf(handler string) []string { return n.byHandler[handle
 
 func (n *node) runContainerArgs(handler, name string, args []string) (string, error) {
 	n.t.Helper()
-	cri := n.ctrd.CRI()
+	cri := n.rt.CRI()
 	pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: name + "-pod", RuntimeHandler: handler})
 	if err != nil {
 		n.t.Fatalf("run pod with handler %q: %v", handler, err)
@@ -139,7 +155,7 @@ func (n *node) runContainerArgs(handler, name string, args []string) (string, er
 // sh runs a shell command in a container and returns its stdout and exit code.
 func (n *node) sh(id, script string) (string, int) {
 	n.t.Helper()
-	out, stderr, code, err := n.ctrd.CRI().Exec(n.ctx, id, "sh", "-c", script)
+	out, stderr, code, err := n.rt.CRI().Exec(n.ctx, id, "sh", "-c", script)
 	if err != nil {
 		n.t.Fatalf("exec %q: %v", script, err)
 	}
