@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/netmount"
@@ -37,6 +38,7 @@ func networkFilesystem(d *demo) error {
 	config := filepath.Join(d.work, "sshfs.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`stateDir: %s
 unmountGrace: 2s
+probeInterval: 500ms
 runtimeClasses:
   %s:
     mounts:
@@ -90,6 +92,40 @@ runtimeClasses:
 	}
 	d.pluginLog("adopted")
 	fmt.Printf("  host mounts after the restart: %d\n", mountsAt(hostPath))
+
+	step("killing the sshfs FUSE daemon (SIGKILL), as an OOM kill would")
+	pid := harness.ProcessPid("sshfs", sshd.Export())
+	if pid == 0 {
+		return fmt.Errorf("no sshfs daemon for %s", sshd.Export())
+	}
+	countReads := func() (ok, failed int) {
+		out, _, _, _ := cri.Exec(d.ctx, ids[0], "sh", "-c", "echo $(grep -c ok /tmp/reads) $(grep -c FAIL /tmp/reads)")
+		fmt.Sscan(out, &ok, &failed)
+		return ok, failed
+	}
+	okBefore, failedBefore := countReads()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	killed := time.Now()
+	time.Sleep(300 * time.Millisecond) // the daemon is gone: reads fail from here on
+	var recovered time.Duration
+	for end := killed.Add(15 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		out, _, _, _ := cri.Exec(d.ctx, ids[0], "cat", "/shared/motd")
+		if strings.Contains(out, "served by sshd") {
+			recovered = time.Since(killed)
+			break
+		}
+	}
+	time.Sleep(time.Second) // a few more reads after the recovery
+	okAfter, failedAfter := countReads()
+	if recovered == 0 {
+		return fmt.Errorf("reader-1 still cannot read /shared/motd 15s after the daemon was killed")
+	}
+	fmt.Printf("  reader-1 reads /shared/motd again %.1fs after the kill, without a restart: %d reads failed meanwhile, %d succeeded since\n",
+		recovered.Seconds(), failedAfter-failedBefore, okAfter-okBefore)
+	fmt.Printf("  host mounts at %s: %d (the new one on top of the dead one, which was detached)\n", hostPath, mountsAt(hostPath))
+	d.pluginLog("recovered")
 
 	step("removing both containers: the mount goes after the 2s grace period")
 	for _, id := range ids {

@@ -3,6 +3,7 @@ package harness
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -25,17 +26,33 @@ func MountsAt(path string) (int, error) {
 // every one of words (e.g. "sshfs" and its export, to find a FUSE daemon whose name may be
 // sshfs or mount.fuse.sshfs), and "" when no process does.
 func ProcessCgroup(words ...string) string {
+	dir := processDir(words)
+	if dir == "" {
+		return ""
+	}
+	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
+	for _, line := range strings.Split(string(cg), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest
+		}
+	}
+	return ""
+}
+
+// ProcessPid returns the PID of the first process whose command line contains every one of
+// words, and 0 when no process does.
+func ProcessPid(words ...string) int {
+	pid, _ := strconv.Atoi(filepath.Base(processDir(words)))
+	return pid
+}
+
+// processDir is /proc/<pid> of the first process whose command line contains every word.
+func processDir(words []string) string {
 	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range cmdlines {
 		cmd, err := os.ReadFile(p)
-		if err != nil || !containsAll(string(cmd), words) {
-			continue
-		}
-		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
-		for _, line := range strings.Split(string(cg), "\n") {
-			if rest, ok := strings.CutPrefix(line, "0::"); ok {
-				return rest
-			}
+		if err == nil && containsAll(string(cmd), words) {
+			return filepath.Dir(p)
 		}
 	}
 	return ""
