@@ -147,18 +147,30 @@ func (c *Containerd) ConfigPath() string { return c.layout.config() }
 // CRI returns the instance's CRI client; it stays valid across Restart.
 func (c *Containerd) CRI() *Client { return c.cri }
 
-// Restart stops containerd with SIGTERM and starts it again with the same config, as an
-// upgrade or crash-restart would. Shims and containers keep running; pods, containers and
-// images are still there afterwards.
-func (c *Containerd) Restart(ctx context.Context) error {
+// Stop stops containerd with SIGTERM, as a crash or an upgrade would; Start starts it again.
+// Shims and containers keep running.
+func (c *Containerd) Stop() error {
 	c.mu.Lock()
 	d := c.daemon
 	c.daemon = nil
 	c.mu.Unlock()
-	if err := d.stop(stopTimeout); err != nil {
+	if d == nil {
+		return nil
+	}
+	return d.stop(stopTimeout)
+}
+
+// Start starts containerd again after Stop and waits until CRI is ready.
+func (c *Containerd) Start(ctx context.Context) error { return c.startDaemon(ctx) }
+
+// Restart stops containerd with SIGTERM and starts it again with the same config, as an
+// upgrade or crash-restart would. Shims and containers keep running; pods, containers and
+// images are still there afterwards.
+func (c *Containerd) Restart(ctx context.Context) error {
+	if err := c.Stop(); err != nil {
 		return err
 	}
-	return c.startDaemon(ctx)
+	return c.Start(ctx)
 }
 
 // startDaemon starts containerd and waits until CRI is ready.

@@ -119,6 +119,9 @@ func (p *Plugin) Exited() bool {
 // Log returns what the plugin logged so far.
 func (p *Plugin) Log() string { return p.log.String() }
 
+// Signal sends sig to the plugin (SIGHUP: reload its config).
+func (p *Plugin) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Stop ends the plugin (SIGTERM, then SIGKILL after 5s). Safe to call twice.
 func (p *Plugin) Stop() {
 	select {
