@@ -20,8 +20,8 @@ import (
 	"time"
 )
 
-// DefaultAddress is where `mountkeeper status` looks, and what the shipped unit and DaemonSet
-// listen on.
+// DefaultAddress is where `mountkeeper status` looks, and what the shipped systemd unit listens
+// on (the DaemonSet listens on 127.0.0.1:9658 for kubelet's probes).
 const DefaultAddress = "unix:/run/mountkeeper/mountkeeper.sock"
 
 // Handlers are what the endpoints answer from.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -28,8 +29,10 @@ import (
 // Go runs many threads that share one fs_struct, and setns(CLONE_NEWNS) refuses such a
 // thread, so one locked thread unshares CLONE_FS, enters both namespaces of PID 1 and
 // re-executes this binary from there (execve keeps the calling thread's namespaces). The
-// config named by --config is opened first and handed over as /proc/self/fd/N: its path is a
-// path in the container (a ConfigMap), not on the host.
+// directory of the config named by --config is opened first and the config handed over as
+// /proc/self/fd/N/<name>: its path is a path in the container (a ConfigMap), not on the host.
+// The directory, not the file: kubelet updates a ConfigMap volume by swapping its ..data
+// symlink, and the reload watches the directory (configwatch) through that descriptor.
 const hostNamespacesFlag = "--host-namespaces"
 
 // hostNamespacesEnv marks the re-executed process, which must not enter again.
@@ -46,14 +49,18 @@ func enterHostNamespaces(args []string, pid string) error {
 		return fmt.Errorf("%s: already re-executed in the host's namespaces", hostNamespacesFlag)
 	}
 	args, configPath := configArg(args)
-	config, err := os.Open(configPath)
+	_, err := os.Stat(configPath)
+	var configDir *os.File
+	if err == nil {
+		configDir, err = os.Open(filepath.Dir(configPath))
+	}
 	switch {
 	case err == nil:
 		// Go opens files close-on-exec; this one must survive the exec.
-		if _, err := unix.FcntlInt(config.Fd(), unix.F_SETFD, 0); err != nil {
-			return fmt.Errorf("%s: keep %s open across exec: %w", hostNamespacesFlag, configPath, err)
+		if _, err := unix.FcntlInt(configDir.Fd(), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("%s: keep %s open across exec: %w", hostNamespacesFlag, filepath.Dir(configPath), err)
 		}
-		args = append(args, "--config", "/proc/self/fd/"+strconv.Itoa(int(config.Fd())))
+		args = append(args, "--config", "/proc/self/fd/"+strconv.Itoa(int(configDir.Fd()))+"/"+filepath.Base(configPath))
 	case os.IsNotExist(err) && configPath == configs.DefaultPath:
 		// No file at the default path in the container: the re-executed process looks on the
 		// host, then falls back to the embedded default, as without the flag.
