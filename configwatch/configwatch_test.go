@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
 )
 
 // TestWatchSeesTheAtomicWriter: a ConfigMap volume's update (new timestamp dir, ..data swap)
