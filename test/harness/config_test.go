@@ -59,3 +59,50 @@ func TestConfigAccepted(t *testing.T) {
 		t.Log(dump)
 	}
 }
+
+// TestCRIOConfigAccepted checks that crio parses the rendered CRI-O config (`crio config`
+// prints the effective one) and that none of CRI-O's state, sockets or plugin directories
+// falls back to a host default.
+func TestCRIOConfigAccepted(t *testing.T) {
+	bin := filepath.Join(Options{}.binDir(), crioBin)
+	testenv.Require(t, bin)
+	l := layout{dir: t.TempDir()}
+	c := &CRIO{opts: Options{BinDir: filepath.Dir(bin), Handlers: []string{"mk-test"}, NRI: true,
+		NRIRequestTimeout: 5 * time.Second}, layout: l}
+	if err := c.writeConfig("/wrapper/runc"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", c.config(), "--config-dir", c.configDir(), "config")
+	cmd.Env = c.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("crio config: %v\n%s", err, out)
+	}
+	dump := string(out)
+	for _, want := range []string{
+		`listen = "` + c.socket() + `"`,
+		`cgroup_manager = "cgroupfs"`,
+		`conmon_cgroup = "pod"`,
+		`[crio.runtime.runtimes.mk-test]`,
+		`runtime_path = "/wrapper/runc"`,
+		`enable_nri = true`,
+		`nri_listen = "` + l.nriSocket() + `"`,
+		`nri_plugin_request_timeout = "5s"`,
+		`pause_image = "` + PauseImage + `"`,
+		`hooks_dir = [`,
+	} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("crio config lacks %q", want)
+		}
+	}
+	for _, host := range []string{`"/var/lib/containers`, `"/run/containers`, `"/var/run/crio`, `"/var/lib/crio`,
+		`"/var/log/crio`, `"/etc/cni`, `"/opt/cni`, `"/usr/share/containers/oci/hooks.d`, `"/var/run/nri`,
+		`"/opt/nri`, `"/etc/nri`, `"/etc/cdi`, `"/var/run/cdi`} {
+		if strings.Contains(dump, host) {
+			t.Errorf("crio config still names host path %s...", host)
+		}
+	}
+	if t.Failed() {
+		t.Log(dump)
+	}
+}
