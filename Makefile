@@ -56,7 +56,9 @@ demo: tools build
 bench: SHELL := /bin/bash -o pipefail
 bench: tools
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench CreateContainer -benchtime 3000x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
-	$(PRIVATE_NS) $(GO) test -run '^$$' -bench NetworkMount -benchtime 199x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
+	$(PRIVATE_NS) $(GO) test -run '^$$' -bench '^BenchmarkNetworkMount$$' -benchtime 199x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
+	$(PRIVATE_NS) $(GO) test -run '^$$' -bench HungNetworkMount -benchtime 200x -count 1 ./nri/ | grep -E 'ratio|refused|^ok|FAIL'
+	$(PRIVATE_NS) $(GO) test -run '^$$' -bench NetworkFirstPod -benchtime 10x -count 1 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench Memory -benchtime 1x ./nri/ | grep -E 'memory:|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./subpath/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench RuncRunHook -benchtime 50x -count 3 ./hook/ | grep -E 'ratio|^ok|FAIL|SKIP'

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
@@ -86,11 +87,23 @@ runtimeClasses:
 			}
 		}
 	}
-	// Container 1 mounts (and waits up to the budget); it is not part of the comparison.
+	// Container 1 mounts (it waits a third of the budget at most, and is retried as the
+	// kubelet would if the mount takes longer); it is not part of the comparison.
 	if err := rt.RunPodSandbox(ctx, &adaptation.RunPodSandboxRequest{Pod: &api.PodSandbox{Id: "pod", RuntimeHandler: "sshfs"}}); err != nil {
 		b.Fatal(err)
 	}
-	create("sshfs")()
+	for try := 1; ; try++ {
+		req := createRequest("sshfs")
+		req.Container.Id = "ctr-0"
+		_, err := rt.CreateContainer(ctx, req)
+		if err == nil {
+			break
+		}
+		if try == 100 {
+			b.Fatalf("the first sshfs container: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	benchratio.Compare(b, create("plain"), create("sshfs"))
 
 	// The host's own count, below the state dir, where the manager mounts.
