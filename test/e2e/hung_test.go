@@ -1,0 +1,233 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+const hungConfig = `
+stateDir: SRC/state
+mountTimeout: 4s
+runtimeClasses:
+  mk-hung:
+    mounts:
+      - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: HostToContainer, options: [SSHOPTS]}
+`
+
+// TestNetworkHungServer (issue 19): the runtime creates every container of the node under one
+// lock while the plugin answers, so a plugin that waits for a network mount holds every
+// container of the node. With the sshfs server of a class stopped by SIGSTOP (TCP connects,
+// nothing answers, as with a hung NFS server) before its first pod:
+//   - 6 class pods and 4 default-runtime pods created at the same moment: the default batch
+//     takes less than 3x its own baseline (the same batch alone, measured first in this run);
+//   - the class containers are refused with "not ready", the server's address and what to
+//     check, the retries (kubelet's) each faster than that baseline batch; none is created;
+//   - after SIGCONT the next class container, retried as kubelet would, runs and reads the
+//     export, from the same plugin process.
+func TestNetworkHungServer(t *testing.T) {
+	testenv.Require(t, "fuse")
+	forEachRuntime(t, testNetworkHungServer)
+}
+
+func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
+	work := workDir(t, "mk-hung-")
+	sshd, err := harness.StartSSHD(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sshd.Stop)
+	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", sshd.Port(), sshd.IdentityFile())
+	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", opts).Replace(hungConfig)
+	n := newNode(t, kind, []string{"mk-hung"}, cfg)
+	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range parsed.RuntimeClasses["mk-hung"].NetworkSpecs() {
+			if err := harness.RemoveMountScope(s.Key()); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	cri := n.rt.CRI()
+
+	// createPods creates count pods of handler in parallel, a container in each, and returns
+	// how long the whole batch took and, for each, its pod, container, error and how long its
+	// CreateContainer took.
+	type result struct {
+		pod, ctr string
+		took     time.Duration
+		err      error
+	}
+	var seq int
+	var seqMu sync.Mutex
+	createPods := func(handler string, count int, start <-chan struct{}) (time.Duration, []result) {
+		results := make([]result, count)
+		var wg sync.WaitGroup
+		names := make([]string, count)
+		seqMu.Lock()
+		for i := range names {
+			seq++
+			names[i] = fmt.Sprintf("p%d", seq)
+		}
+		seqMu.Unlock()
+		if start != nil {
+			<-start
+		}
+		begin := time.Now()
+		for i := range count {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: names[i], RuntimeHandler: handler})
+				if err != nil {
+					results[i] = result{err: fmt.Errorf("RunPod: %w", err)}
+					return
+				}
+				t0 := time.Now()
+				ctr, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: "app", Privileged: true})
+				results[i] = result{pod: pod, ctr: ctr, took: time.Since(t0), err: err}
+			}()
+		}
+		wg.Wait()
+		return time.Since(begin), results
+	}
+
+	// Warm-up (image, snapshotter), then the baseline: the default batch alone.
+	createPods("", 4, nil)
+	baseline, res := createPods("", 4, nil)
+	for _, r := range res {
+		if r.err != nil {
+			t.Fatalf("default-runtime pod: %v", r.err)
+		}
+	}
+	t.Logf("baseline: 4 default-runtime pods created in parallel in %s", baseline.Round(time.Millisecond))
+
+	if err := sshd.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sshd.Resume() })
+	var classPods []string
+	checkRefusals := func(round string, res []result) {
+		t.Helper()
+		for _, r := range res {
+			if r.pod != "" {
+				classPods = append(classPods, r.pod)
+			}
+			if r.err == nil {
+				t.Errorf("%s: class container %s created although its server hangs", round, r.ctr)
+				continue
+			}
+			msg := r.err.Error()
+			clear := strings.Contains(msg, `runtime class "mk-hung"`) && strings.Contains(msg, "not ready") &&
+				(strings.Contains(msg, "127.0.0.1:"+fmt.Sprint(sshd.Port())+" has not answered yet: check that it is up") ||
+					strings.Contains(msg, "last error:"))
+			if !clear {
+				t.Errorf("%s: refusal does not say what is wrong and what to check: %v", round, r.err)
+			}
+		}
+	}
+
+	t.Run("default pods are not held while the class's pods are refused", func(t *testing.T) {
+		start := make(chan struct{})
+		var classRes []result
+		var classTook time.Duration
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			classTook, classRes = createPods("mk-hung", 6, start)
+		}()
+		var beside time.Duration
+		var defRes []result
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(20 * time.Millisecond) // the class pods go first
+			beside, defRes = createPods("", 4, nil)
+		}()
+		close(start)
+		wg.Wait()
+		<-done
+		for _, r := range defRes {
+			if r.err != nil {
+				t.Errorf("default-runtime pod beside the hung class: %v", r.err)
+			}
+		}
+		t.Logf("4 default-runtime pods beside 6 class pods of a hung server: %s (baseline %s, %.1fx); the class batch took %s",
+			beside.Round(time.Millisecond), baseline.Round(time.Millisecond), float64(beside)/float64(baseline), classTook.Round(time.Millisecond))
+		if beside >= 3*baseline {
+			t.Errorf("default-runtime pods took %s beside the hung class, 3x their baseline is %s: the class holds the node", beside, 3*baseline)
+		}
+		checkRefusals("first round", classRes)
+		if len(classRes) > 0 && classRes[0].err != nil {
+			t.Logf("a refusal: %v", classRes[0].err)
+		}
+	})
+
+	t.Run("retried class pods are refused quickly and clearly", func(t *testing.T) {
+		took, res := createPods("mk-hung", 6, nil)
+		checkRefusals("retry", res)
+		for _, r := range res {
+			if r.took >= baseline {
+				t.Errorf("a retried class container took %s to be refused, more than the whole 4-pod default baseline %s", r.took, baseline)
+			}
+		}
+		t.Logf("6 retried class pods refused in %s", took.Round(time.Millisecond))
+	})
+
+	t.Run("no class container exists", func(t *testing.T) {
+		ctrs, err := cri.ListContainers(n.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ctrs {
+			for _, p := range classPods {
+				if c.GetPodSandboxId() == p {
+					t.Errorf("container %s of class pod %s exists: it would run without its mount", c.GetId(), p)
+				}
+			}
+		}
+	})
+
+	t.Run("after SIGCONT the next class container works, same plugin", func(t *testing.T) {
+		if err := sshd.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		resumed := time.Now()
+		var id string
+		var last error
+		for tries := 1; ; tries++ {
+			id, last = n.runContainer("mk-hung", fmt.Sprintf("after-%d", tries))
+			if last == nil {
+				t.Logf("class container created %s after SIGCONT, try %d", time.Since(resumed).Round(time.Millisecond), tries)
+				break
+			}
+			if time.Since(resumed) > 90*time.Second { // backoff after a 4s mountTimeout: far less
+				t.Fatalf("no class container 90s after the server resumed: %v", last)
+			}
+			time.Sleep(500 * time.Millisecond) // kubelet waits longer
+		}
+		if out, code := n.sh(id, "cat /data/hello"); code != 0 || out != "hello from sshfs\n" {
+			t.Errorf("the class container reads %q (exit %d)", out, code)
+		}
+		if n.plugin.Exited() {
+			t.Error("the plugin exited: the class must recover without a restart")
+		}
+	})
+}
