@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -178,21 +179,33 @@ func runNRI(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *listen != "" {
-		l, err := ops.Listen(*listen)
-		if err != nil {
-			return fmt.Errorf("--listen %s: %w", *listen, err)
-		}
-		go func() {
-			err := ops.Serve(ctx, l, ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }})
-			if err != nil {
-				log.Errorf("serving %s: %v", *listen, err)
-			}
-		}()
+		go serveOps(ctx, *listen, ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}, log)
 	}
 	if _, err := os.Stat(from); err == nil {
 		go reloadOnChange(ctx, plugin, from, log)
 	}
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
+}
+
+// serveOps serves the operator endpoints on address until ctx ends. A listener that cannot be
+// opened (the port still held by a predecessor that is going away) is retried every 2s: the
+// plugin keeps serving the runtime meanwhile, since without it containers lose their mounts.
+func serveOps(ctx context.Context, address string, h ops.Handlers, log *logrus.Logger) {
+	for {
+		l, err := ops.Listen(address)
+		if err == nil {
+			if err := ops.Serve(ctx, l, h); err != nil {
+				log.Errorf("serving %s: %v", address, err)
+			}
+			return
+		}
+		log.Warnf("--listen %s: %v: retrying in 2s (the plugin serves the runtime meanwhile)", address, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // reloadOnChange reloads the config at path when it changes (a ConfigMap's ..data swap
