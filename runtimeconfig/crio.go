@@ -34,6 +34,6 @@ func CRIO(cfg *configs.Config, runtimePath string) (Result, error) {
 	return Result{
 		Config: append([]byte(header), out...),
 		Notes: []string{"CRI-O: no guard. While mountkeeper is away, CRI-O creates a class's containers without their class mounts; " +
-			"annotate the class's pods with NRI's required-plugins annotation (required-plugins.noderesource.dev), or run the class on containerd"},
+			"CRI-O 1.34's NRI has no required-plugins check either: run a class whose mounts must never be missing on containerd"},
 	}, nil
 }

@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/syslog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
@@ -40,8 +42,14 @@ flags:
 
 // runHook wires `mountkeeper hook <stage>` to package hook. The stage comes first; flags may
 // follow it or precede it.
-func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("hook", stderr)
+	errorLog := fs.String("error-log", "syslog", "where a refusal is also written, since some runtimes drop a hook's stderr (podman's precreate): syslog (the journal, through /dev/log), a file path, or none")
+	defer func() {
+		if err != nil && !errors.Is(err, errUsage) && !errors.Is(err, flag.ErrHelp) {
+			reportHookError(*errorLog, err)
+		}
+	}()
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), hookUsage)
 		fs.PrintDefaults()
@@ -108,4 +116,29 @@ func parseError(err error) error {
 		return err
 	}
 	return errUsage
+}
+
+// reportHookError writes a hook's refusal where an operator finds it even when the runtime drops
+// the hook's stderr (podman 4.3 shows only "exit status 1" for a precreate hook): the system
+// journal (syslog's /dev/log, where journald listens) or a file. Failing to report is not an
+// error of the hook's own.
+func reportHookError(where string, err error) {
+	line := strings.ReplaceAll(err.Error(), "\n", "; ")
+	switch where {
+	case "none", "":
+	case "syslog":
+		w, serr := syslog.New(syslog.LOG_ERR|syslog.LOG_DAEMON, "mountkeeper-hook")
+		if serr != nil {
+			return // no syslog daemon here
+		}
+		defer w.Close()
+		_ = w.Err(line)
+	default:
+		f, ferr := os.OpenFile(where, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if ferr != nil {
+			return
+		}
+		defer f.Close()
+		fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339), line)
+	}
 }

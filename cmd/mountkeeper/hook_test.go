@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -48,4 +49,25 @@ func TestHookCommand(t *testing.T) {
 			stderr: []string{"mountkeeper: container c1: " + bundle + "/config.json: not an OCI config"}},
 	}
 	runCLICases(t, tests)
+}
+
+// TestHookErrorLog: a refusal also lands in --error-log, since podman drops a precreate hook's
+// stderr and shows only "exit status 1".
+func TestHookErrorLog(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte("runtimeClasses:\n  fast:\n    mounts: [{source: "+dir+", destination: /data}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(dir, "hook.log")
+	spec := `{"ociVersion":"1.3.0","root":{"path":"rootfs"}}`
+	runCLICases(t, []cliCase{{name: "refused precreate", args: []string{"hook", "precreate", "--config", cfg, "--runtime-class", "kata", "--error-log", logFile},
+		stdin: spec, code: 1, stderr: []string{`runtime class "kata"`}}})
+	got, err := os.ReadFile(logFile)
+	if err != nil || !strings.Contains(string(got), `mountkeeper: runtime class "kata", container (unnamed): the class is not in the config`) {
+		t.Errorf("error log holds %q (%v), want the refusal", got, err)
+	}
+	if strings.Count(string(got), "\n") != 1 {
+		t.Errorf("error log holds %d lines, want one per refusal", strings.Count(string(got), "\n"))
+	}
 }
