@@ -341,12 +341,7 @@ func (m *Manager) healLoop(e *entry) {
 // the dead mount (see replaceDead).
 func (m *Manager) healOnce(e *entry, attempt int) error {
 	h := m.sys.(healer)
-	if err := m.sys.preflight(e.spec); err != nil {
-		return err
-	}
-	lctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
-	unlock, err := lockKey(lctx, filepath.Dir(m.stateDir), e.key)
-	cancel()
+	unlock, err := m.prepareMount(e)
 	if err != nil {
 		return err
 	}

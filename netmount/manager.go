@@ -513,17 +513,22 @@ func (m *Manager) mountLoop(e *entry) {
 	}
 }
 
+// prepareMount is what every mount attempt (first mount or heal) starts with: the preflight,
+// then the key's lock, which a hook (EnsureMounted) mounting the same spec takes too.
+func (m *Manager) prepareMount(e *entry) (unlock func(), err error) {
+	if err := m.sys.preflight(e.spec); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
+	defer cancel()
+	return lockKey(lctx, filepath.Dir(m.stateDir), e.key)
+}
+
 // mountOnce makes one attempt: preflight, then mount(8) in the mount's scope, bounded by
 // MountTimeout. A live mount already at the host path (an agent died between mounting and
 // writing the state) is taken over.
 func (m *Manager) mountOnce(e *entry) error {
-	if err := m.sys.preflight(e.spec); err != nil {
-		return err
-	}
-	// A hook (EnsureMounted) may be mounting the same spec: take the key's lock, as it does.
-	lctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
-	unlock, err := lockKey(lctx, filepath.Dir(m.stateDir), e.key)
-	cancel()
+	unlock, err := m.prepareMount(e)
 	if err != nil {
 		return err
 	}

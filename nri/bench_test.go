@@ -45,6 +45,25 @@ func sharedSources(b *testing.B) string {
 	return dir
 }
 
+// benchConfig is a class "bench" of three class mounts, one per propagation, on real shared
+// sources (sharedSources), with its state (the guard key) in the benchmark's temp dir.
+func benchConfig(b *testing.B) *configs.Config {
+	src := sharedSources(b)
+	cfg, err := configs.Parse([]byte(`runtimeClasses:
+  bench:
+    allowBidirectionalForUnprivileged: true
+    mounts:
+      - {source: ` + src + `/private, destination: /private, propagation: rprivate}
+      - {source: ` + src + `/slave, destination: /slave, propagation: rslave}
+      - {source: ` + src + `/shared, destination: /shared, propagation: rshared}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.StateDir = b.TempDir()
+	return cfg
+}
+
 // staticPlugin adds three fixed mounts without looking at anything: the least any plugin that
 // adds three mounts costs (a bigger response to encode, decode and apply). It shows how much
 // of mountkeeper's ratio is NRI's and how much is its own checks.
@@ -62,20 +81,7 @@ func (staticPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Conta
 // mountkeeper adding three class mounts (real host checks: stat, statx, statmount), against a
 // no-op plugin; and, for scale, a plugin that adds three fixed mounts against the same no-op.
 func BenchmarkCreateContainer(b *testing.B) {
-	src := sharedSources(b)
-	cfg, err := configs.Parse([]byte(`runtimeClasses:
-  bench:
-    allowBidirectionalForUnprivileged: true
-    mounts:
-      - {source: ` + src + `/private, destination: /private, propagation: rprivate}
-      - {source: ` + src + `/slave, destination: /slave, propagation: rslave}
-      - {source: ` + src + `/shared, destination: /shared, propagation: rshared}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.StateDir = b.TempDir() // the guard key stays in the benchmark
-	plugin := NewPlugin(cfg, true, NewHostChecker(), quietLogger())
+	plugin := NewPlugin(benchConfig(b), true, NewHostChecker(), quietLogger())
 	mk := startRuntime(b, filepath.Join(shortDir(b), "nri.sock"))
 	defer mk.Stop()
 	runPlugin(b, plugin, mk.socket)

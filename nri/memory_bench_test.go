@@ -13,7 +13,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/metrics"
 )
 
@@ -23,20 +22,7 @@ import (
 // and the runtime side share this process, so both are measured; heap in use is reported too,
 // after a GC, since RSS only grows when the Go runtime keeps freed pages.
 func BenchmarkMemory(b *testing.B) {
-	src := sharedSources(b)
-	cfg, err := configs.Parse([]byte(`runtimeClasses:
-  bench:
-    allowBidirectionalForUnprivileged: true
-    mounts:
-      - {source: ` + src + `/private, destination: /private, propagation: rprivate}
-      - {source: ` + src + `/slave, destination: /slave, propagation: rslave}
-      - {source: ` + src + `/shared, destination: /shared, propagation: rshared}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.StateDir = b.TempDir()
-	plugin := NewPlugin(cfg, true, NewHostChecker(), quietLogger()).WithMetrics(metrics.New())
+	plugin := NewPlugin(benchConfig(b), true, NewHostChecker(), quietLogger()).WithMetrics(metrics.New())
 	rt := startRuntime(b, filepath.Join(shortDir(b), "nri.sock"))
 	defer rt.Stop()
 	runPlugin(b, plugin, rt.socket)

@@ -38,32 +38,47 @@ func (c *Containerd) Close() error {
 	if c.closed {
 		return nil
 	}
-	var errs []error
 	d := c.daemon
 	c.daemon = nil
+	err := closeInstance(d, c.cri, c.log, c.layout)
+	c.closed = !errors.Is(err, errTeardown)
+	return err
+}
+
+// errTeardown marks an error of teardown itself: the instance is not gone, Close may retry.
+var errTeardown = errors.New("teardown")
+
+// closeInstance is the Close of a runtime instance (containerd or CRI-O) whose daemon d is
+// stopped here: its pods through CRI while the daemon answers, the daemon, every process it
+// started (NRI plugins launched from plugin_path may live outside the instance's directory;
+// only their parent tells they belong to it), then teardown. An error of teardown wraps
+// errTeardown.
+func closeInstance(d *daemon, cri *Client, log *logSink, l layout) error {
+	var errs []error
 	var children []process
 	if d != nil && !d.exited() {
-		if c.cri != nil {
+		if cri != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), criCleanupTimeout)
-			errs = append(errs, c.cri.removeAllPods(ctx))
+			errs = append(errs, cri.removeAllPods(ctx))
 			cancel()
 		}
-		// NRI plugins containerd launched from plugin_path may live outside Dir(); only
-		// their parent tells they belong to this instance.
 		var err error
 		children, err = descendants(d.pid())
 		errs = append(errs, err)
 	}
 	errs = append(errs, d.stop(stopTimeout))
-	if c.cri != nil {
-		errs = append(errs, c.cri.close())
+	if cri != nil {
+		errs = append(errs, cri.close())
 	}
-	c.log.detach()
+	if log != nil {
+		log.detach()
+	}
 	// Once the directory is gone its name may be reused by another instance: never tear
 	// down again after that, even if the polite part above reported an error.
-	tdErr := teardown(c.layout, children)
-	c.closed = tdErr == nil
-	return errors.Join(append(errs, tdErr)...)
+	if err := teardown(l, children); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", errTeardown, err))
+	}
+	return errors.Join(errs...)
 }
 
 // teardown removes what is left of an instance once containerd is stopped (or gone with a

@@ -214,30 +214,11 @@ func (c *CRIO) Close() error {
 	if c.closed {
 		return nil
 	}
-	var errs []error
 	d := c.daemon
 	c.daemon = nil
-	var children []process
-	if d != nil && !d.exited() {
-		if c.cri != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), criCleanupTimeout)
-			errs = append(errs, c.cri.removeAllPods(ctx))
-			cancel()
-		}
-		var err error
-		children, err = descendants(d.pid())
-		errs = append(errs, err)
-	}
-	errs = append(errs, d.stop(stopTimeout))
-	if c.cri != nil {
-		errs = append(errs, c.cri.close())
-	}
-	if c.log != nil {
-		c.log.detach()
-	}
-	tdErr := teardown(c.layout, children)
-	c.closed = tdErr == nil
-	return errors.Join(append(errs, tdErr)...)
+	err := closeInstance(d, c.cri, c.log, c.layout)
+	c.closed = !errors.Is(err, errTeardown)
+	return err
 }
 
 type crioRuntime struct{ Name string }
