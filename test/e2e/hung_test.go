@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -171,8 +172,10 @@ func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
 		}
 		t.Logf("4 default-runtime pods beside 6 class pods of a hung server: %s (baseline %s, %.1fx); the class batch took %s",
 			beside.Round(time.Millisecond), baseline.Round(time.Millisecond), float64(beside)/float64(baseline), classTook.Round(time.Millisecond))
-		if beside >= 3*baseline {
-			t.Errorf("default-runtime pods took %s beside the hung class, 3x their baseline is %s: the class holds the node", beside, 3*baseline)
+		// The design lets a mount's first attempt hold CreateContainer once, for at most
+		// FirstWait; beyond that the class must not hold the node's other pods.
+		if bound := 3*baseline + netmount.DefaultFirstWait; beside >= bound {
+			t.Errorf("default-runtime pods took %s beside the hung class, 3x their baseline plus the one first wait (%s) is %s: the class holds the node", beside, netmount.DefaultFirstWait, bound)
 		}
 		checkRefusals("first round", classRes)
 		if len(classRes) > 0 && classRes[0].err != nil {
