@@ -147,16 +147,14 @@ func testCgroupScoper(t *testing.T) *CgroupScoper {
 	}
 	t.Cleanup(func() {
 		removeCgroupTree(t, filepath.Join(root, sc.Parent))
-		if err := removeV1Trees(sc.Parent); err != nil {
-			t.Error(err)
-		}
 	})
 	return sc
 }
 
-// removeCgroupTree kills every process below dir and removes its cgroups, deepest first.
+// removeCgroupTree kills every process below dir and removes its cgroups, deepest first, and
+// the groups of the same name in the cgroup v1 hierarchies.
 func removeCgroupTree(t *testing.T, dir string) {
-	if err := killCgroupTree(dir); err != nil {
+	if err := errors.Join(killCgroupTree(dir), removeV1Trees(filepath.Base(dir))); err != nil {
 		t.Error(err)
 	}
 }

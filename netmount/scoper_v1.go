@@ -19,6 +19,12 @@ import (
 // hierarchy, at once after it starts; then every process already in its cgroup2 group (a child
 // forked before the move) follows. A child forked later inherits the new groups.
 
+// Settle moves every process of the unit's cgroup2 group into the unit's v1 groups: run when
+// the helper exited, it catches what a process forked between leaveV1's reading of the group
+// and its move (sshfs forks its ssh early; a kill of the agent's v1 groups would take that ssh,
+// and sshfs with it).
+func (c *CgroupScoper) Settle(unit string) error { return c.leaveV1(unit, 0) }
+
 // v1Hierarchies lists the mount points of this host's cgroup v1 hierarchies.
 func v1Hierarchies() ([]string, error) {
 	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
@@ -32,8 +38,8 @@ func v1Hierarchies() ([]string, error) {
 	return dirs, nil
 }
 
-// leaveV1 moves pid, then every process of the unit's cgroup2 group, into the unit's group
-// in each v1 hierarchy. Without v1 hierarchies it does nothing.
+// leaveV1 moves pid (if > 0), then every process of the unit's cgroup2 group, into the unit's
+// group in each v1 hierarchy. Without v1 hierarchies it does nothing.
 func (c *CgroupScoper) leaveV1(unit string, pid int) error {
 	hierarchies, err := v1Hierarchies()
 	if err != nil || len(hierarchies) == 0 {
@@ -53,7 +59,9 @@ func (c *CgroupScoper) leaveV1(unit string, pid int) error {
 			}
 		}
 	}
-	move(strconv.Itoa(pid))
+	if pid > 0 {
+		move(strconv.Itoa(pid))
+	}
 	procs, err := os.ReadFile(filepath.Join(c.Dir(unit), "cgroup.procs"))
 	if err != nil {
 		return errors.Join(append(errs, err)...)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,4 +99,43 @@ func removeV1Trees(parent string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// TestCgroupScoperSettleMovesLateProcesses: a process that joined the unit's cgroup2 group
+// without being moved (as one forked between leaveV1's read and its move would) leaves the
+// agent's v1 groups at Settle, which the mount runs once the helper exited.
+func TestCgroupScoperSettleMovesLateProcesses(t *testing.T) {
+	sc := testCgroupScoper(t)
+	if hs, _ := v1Hierarchies(); len(hs) == 0 {
+		testenv.Skip(t, "no cgroup v1 hierarchy on this host")
+	}
+	dir := sc.Dir("mount-late")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	late := exec.Command("sleep", "60")
+	late.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
+	if err := late.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { late.Process.Kill(); late.Wait() }()
+	if err := sc.Settle("mount-late"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(late.Process.Pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "/" + sc.Parent + "/mount-late"
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && parts[0] != "0" && parts[2] != want {
+			t.Errorf("after Settle the late process is in v1 group %s:%s, want %s", parts[1], parts[2], want)
+		}
+	}
 }

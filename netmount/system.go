@@ -83,6 +83,13 @@ func (l *liveSystem) mount(ctx context.Context, s netspec.Spec, unit, target str
 		return err
 	}
 	werr := cmd.Wait()
+	if st, ok := l.scoper.(scopeSettler); ok && werr == nil {
+		// The helper is gone and the daemon it left runs: move whatever it forked while
+		// the scope was being set up (sshfs's ssh, say) out of the agent's groups too.
+		if err := st.Settle(unit); err != nil {
+			fmt.Fprintf(os.Stderr, "mountkeeper: mount %s: %v\n", unit, err)
+		}
+	}
 	buf := make([]byte, maxOutput)
 	n, _ := out.ReadAt(buf, 0)
 	text := s.Redact(strings.TrimSpace(string(buf[:n])))
@@ -190,6 +197,12 @@ func (l *liveSystem) unmount(ctx context.Context, target string, lazy bool) erro
 }
 
 func (l *liveSystem) removeScope(unit string) error { return l.scoper.Remove(unit) }
+
+// scopeSettler is a Scoper that, once the helper exited, can move every process left in a
+// scope into the scope's own groups everywhere (CgroupScoper: the cgroup v1 hierarchies).
+type scopeSettler interface {
+	Settle(unit string) error
+}
 
 // scopeLister is a Scoper that can list its scopes (CgroupScoper can; systemd collects the
 // scopes of finished units itself).
