@@ -19,7 +19,6 @@ import (
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 	"github.com/mountkeeper/mountkeeper/test/harness"
-	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 // Shape of BenchmarkHungNetworkMount, from issue 19's measurement on containerd.
@@ -124,14 +123,7 @@ func defaultBatch(b *testing.B, rt *testRuntime) time.Duration {
 // refusal took as its client saw it, after the first round (refusal-ms, mean; refusal-max-ms),
 // and fails if any class container was created (its mount cannot exist).
 func BenchmarkHungNetworkMount(b *testing.B) {
-	privatens.Require(b)
-	dir := shortDir(b)
-	b.Cleanup(func() { harness.UnmountAll(dir) })
-	sshd, err := harness.StartSSHD(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(sshd.Stop)
+	dir, sshd := benchSSHD(b)
 	if err := sshd.Pause(); err != nil {
 		b.Fatal(err)
 	}
@@ -212,14 +204,7 @@ func BenchmarkHungNetworkMount(b *testing.B) {
 // a refusal is retried every 50ms and counted (first-refusals). "eager": a class with
 // networkMount: eager, mounted when the plugin started; its pod comes as the first one.
 func BenchmarkNetworkFirstPod(b *testing.B) {
-	privatens.Require(b)
-	dir := shortDir(b)
-	b.Cleanup(func() { harness.UnmountAll(dir) })
-	sshd, err := harness.StartSSHD(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(sshd.Stop)
+	dir, sshd := benchSSHD(b)
 	for _, d := range []string{filepath.Join(sshd.Export(), "eager"), filepath.Join(dir, "byhand")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			b.Fatal(err)

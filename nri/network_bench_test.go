@@ -25,14 +25,7 @@ import (
 // "ratio", the CreateContainer time of containers 2..N against the same plugin adding a plain
 // bind (target within 10%). `make bench` runs it with -benchtime 199x: 200 containers.
 func BenchmarkNetworkMount(b *testing.B) {
-	privatens.Require(b)
-	dir := shortDir(b)
-	b.Cleanup(func() { harness.UnmountAll(dir) })
-	sshd, err := harness.StartSSHD(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(sshd.Stop)
+	dir, sshd := benchSSHD(b)
 	if err := os.Mkdir(filepath.Join(dir, "plain"), 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -121,4 +114,18 @@ runtimeClasses:
 	if sshfs != 1 {
 		b.Errorf("%d sshfs mounts below %s/state, want 1", sshfs, dir)
 	}
+}
+
+// benchSSHD is a private mount namespace check, a short work dir (unmounted at the end) and an
+// sshd serving an export from it, for the network filesystem benchmarks.
+func benchSSHD(b *testing.B) (string, *harness.SSHD) {
+	privatens.Require(b)
+	dir := shortDir(b)
+	b.Cleanup(func() { harness.UnmountAll(dir) })
+	sshd, err := harness.StartSSHD(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sshd.Stop)
+	return dir, sshd
 }
