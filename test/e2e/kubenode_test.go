@@ -54,6 +54,12 @@ func newKubeNode(t *testing.T, ctx context.Context, opts harness.KubeOptions) *k
 // RuntimeClass of the same name.
 func newKubeNodeWith(t *testing.T, ctx context.Context, opts harness.KubeOptions, handlers []string) *kubeNode {
 	t.Helper()
+	return newKubeNodeCtrd(t, ctx, opts, handlers, harness.Options{})
+}
+
+// newKubeNodeCtrd is newKubeNodeWith with more containerd options (Handlers and NRI are set).
+func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions, handlers []string, copts harness.Options) *kubeNode {
+	t.Helper()
 	testenv.Require(t, "root")
 	if why := harness.KubeMissing(opts); why != "" {
 		testenv.Skip(t, "no Kubernetes node: %s", why)
@@ -69,7 +75,8 @@ func newKubeNodeWith(t *testing.T, ctx context.Context, opts harness.KubeOptions
 	if err := os.WriteFile(filepath.Join(n.dir, "src", "class", "marker"), []byte("from-class\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.ctrd, err = harness.Start(ctx, harness.Options{Handlers: handlers, NRI: true})
+	copts.Handlers, copts.NRI = handlers, true
+	n.ctrd, err = harness.Start(ctx, copts)
 	t.Cleanup(func() {
 		if t.Failed() && n.ctrd != nil {
 			if log, err := os.ReadFile(n.ctrd.LogPath()); err == nil {
@@ -172,7 +179,17 @@ func cmpOr(s, def string) string {
 // container ID.
 func (n *kubeNode) runningContainer(p podSpec) string {
 	n.t.Helper()
-	if _, err := n.api.CreatePod(n.ctx, "default", n.podManifest(p)); err != nil {
+	return n.runningContainerWith(p, nil)
+}
+
+// runningContainerWith is runningContainer with edit, if not nil, applied to the pod's spec.
+func (n *kubeNode) runningContainerWith(p podSpec, edit func(spec map[string]any)) string {
+	n.t.Helper()
+	m := n.podManifest(p)
+	if edit != nil {
+		edit(m["spec"].(map[string]any))
+	}
+	if _, err := n.api.CreatePod(n.ctx, "default", m); err != nil {
 		n.t.Fatalf("create pod %s: %v", p.name, err)
 	}
 	pod, err := n.api.WaitPod(n.ctx, "default", p.name, 90*time.Second, func(pod *harness.Pod) error {

@@ -21,6 +21,7 @@ type runtimeConfig struct {
 // no logic beyond loops and optional keys.
 type configData struct {
 	Root, State, Temp, Opt, ShimSockets, CNI string
+	CNIBin, CNIConf                          string
 	Socket, NRISocket                        string
 	Shim, Runc, RuncRoot                     string
 	Runtimes                                 []runtimeConfig
@@ -39,6 +40,8 @@ func writeConfig(l layout, opts Options) error {
 		Opt:           l.path("opt"),
 		ShimSockets:   l.path("s"),
 		CNI:           l.path("cni"),
+		CNIBin:        cmp.Or(opts.CNIBinDir, l.path("cni")),
+		CNIConf:       cmp.Or(opts.CNIConfDir, l.path("cni")),
 		Socket:        l.socket(),
 		NRISocket:     l.nriSocket(),
 		Shim:          filepath.Join(opts.BinDir, shimBin),
@@ -130,8 +133,8 @@ temp = {{q .Temp}}
   restrict_oom_score_adj = true
   cdi_spec_dirs = []
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [{{q .CNI}}]
-    conf_dir = {{q .CNI}}
+    bin_dirs = [{{q .CNIBin}}]
+    conf_dir = {{q .CNIConf}}
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
 {{- range .Runtimes}}

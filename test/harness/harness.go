@@ -59,6 +59,10 @@ type Options struct {
 	NRIPluginPath, NRIPluginConfigPath string
 	// NRIRequestTimeout is plugin_request_timeout; zero keeps containerd's default (2s).
 	NRIRequestTimeout time.Duration
+	// CNIBinDir and CNIConfDir are the CRI plugin's CNI bin_dirs and conf_dir (e.g.
+	// /usr/lib/cni and a dir holding a conflist, for pods without the host network); empty
+	// means an empty directory inside the instance directory (no CNI network).
+	CNIBinDir, CNIConfDir string
 	// Log receives containerd's stdout and stderr, in addition to containerd.log in Dir().
 	// It is detached on Close, so a testing.T-backed writer is safe. May be nil.
 	Log io.Writer

@@ -1,0 +1,223 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// cniBinDir is where Debian's containernetworking-plugins installs the CNI plugins.
+const cniBinDir = "/usr/lib/cni"
+
+// kubeUsernsConfig: one class whose mount is a tmpfs, as the hostPath volume beside it.
+const kubeUsernsConfig = `
+kubeletRoot: KUBELET
+stateDir: SRC/state
+runtimeClasses:
+  mk-kube:
+    mounts:
+      - {source: SRC/class, destination: /class, propagation: None}
+`
+
+// podNetwork writes into dir a CNI conflist for a bridge of the test's own (no gateway, no
+// masquerading, host-local addresses of a link-local /24 kept in dir) plus loopback, and
+// removes the bridge and any link still attached to it when the test ends. It returns the
+// conf dir.
+func podNetwork(t *testing.T, dir string) string {
+	t.Helper()
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
+			testenv.Skip(t, "CNI plugin %s: %v (apt-get install containernetworking-plugins, or run test/tools/install.sh)", p, err)
+		}
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		testenv.Skip(t, "ip: %v (apt-get install iproute2)", err)
+	}
+	bridge := fmt.Sprintf("mkuns%d", os.Getpid()%1000000)
+	conf := filepath.Join(dir, "net.d")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	list := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "mk-userns",
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": bridge, "isGateway": false, "ipMasq": false,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"ranges":  []any{[]any{map[string]any{"subnet": "169.254.77.0/24"}}},
+					"dataDir": filepath.Join(dir, "ipam"),
+				},
+			},
+			map[string]any{"type": "loopback"},
+		},
+	}
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(conf, "10-mk-userns.conflist"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// libcni keeps its result cache in /var/lib/cni: remove what this test created, if empty.
+	var cacheDirs []string
+	for _, d := range []string{"/var/lib/cni", "/var/lib/cni/results"} {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			cacheDirs = append([]string{d}, cacheDirs...)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range cacheDirs {
+			_ = os.Remove(d)
+		}
+		// Normally containerd's CNI DEL has removed the pods' veths with their namespaces.
+		out, _ := exec.Command("ip", "-o", "link", "show", "master", bridge).Output()
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(l); len(f) > 1 {
+				name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+				if o, err := exec.Command("ip", "link", "delete", name).CombinedOutput(); err != nil {
+					t.Errorf("cleanup: delete link %s: %v: %s", name, err, o)
+				}
+			}
+		}
+		if exec.Command("ip", "link", "show", bridge).Run() == nil {
+			if o, err := exec.Command("ip", "link", "delete", bridge).CombinedOutput(); err != nil {
+				t.Errorf("cleanup: delete bridge %s: %v: %s", bridge, err, o)
+			}
+		}
+	})
+	return conf
+}
+
+// TestKubeUserNamespace (issue 17) on the real kubelet: a hostUsers: false pod of RuntimeClass
+// mk-kube, with the class mount (a tmpfs holding a 0600 and a 0644 file of host root) beside a
+// hostPath volume of the same kind. Inside, both show owners 0:0, root reads the 0600 file on
+// both, and a write lands as host 0:0 on both: the class mount behaves as kubelet's own
+// idmapped volume. A plain pod (hostUsers default) of the class is unchanged (not idmapped).
+func TestKubeUserNamespace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	testenv.Require(t, "root")
+	netDir := workDir(t, "mk-kuns-")
+	conf := podNetwork(t, netDir)
+	n := newKubeNodeCtrd(t, ctx, harness.KubeOptions{}, []string{"mk-kube"},
+		harness.Options{CNIBinDir: cniBinDir, CNIConfDir: conf})
+	if err := n.ctrd.AllowUserNamespaces(); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(n.dir, "src")
+	sources := map[string]string{"/class": filepath.Join(src, "class"), "/hp": filepath.Join(src, "hp")}
+	for _, p := range sources {
+		if err := harness.MountTmpfs(p, "private"); err != nil {
+			t.Fatal(err)
+		}
+		fillSource(t, p)
+	}
+
+	config := filepath.Join(n.dir, "config.yaml")
+	text := strings.NewReplacer("KUBELET", n.kube.RootDir(), "SRC", src).Replace(kubeUsernsConfig)
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plugin, err := harness.StartPlugin(ctx, harness.PluginOptions{Binary: n.bin, Config: config,
+		Socket: n.ctrd.NRISocket(), Log: testWriter{t, "mountkeeper"}})
+	if err != nil {
+		t.Fatalf("start mountkeeper: %v", err)
+	}
+	t.Cleanup(plugin.Stop)
+
+	hostPath := podSpec{
+		runtimeClass: "mk-kube", script: "exec sleep 3600",
+		volumes: []any{map[string]any{"name": "hp", "hostPath": map[string]any{"path": sources["/hp"], "type": "Directory"}}},
+		mounts:  []any{map[string]any{"name": "hp", "mountPath": "/hp"}},
+	}
+	sh := func(id, script string) (string, int) {
+		t.Helper()
+		out, stderr, code, err := n.ctrd.CRI().Exec(ctx, id, "sh", "-c", script)
+		if err != nil {
+			t.Fatalf("exec %q: %v", script, err)
+		}
+		return out + stderr, code
+	}
+	mountinfo := func(id, dst string) string {
+		t.Helper()
+		out, _ := sh(id, "cat /proc/self/mountinfo")
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 5 && f[4] == dst {
+				return l
+			}
+		}
+		t.Fatalf("no mount at %s in the container:\n%s", dst, out)
+		return ""
+	}
+
+	t.Run("hostUsers false: class mount and hostPath both idmapped", func(t *testing.T) {
+		p := hostPath
+		p.name = "uns"
+		id := n.runningContainerWith(p, func(spec map[string]any) {
+			delete(spec, "hostNetwork")
+			spec["hostUsers"] = false
+		})
+		if out, _ := sh(id, "cat /proc/self/uid_map"); strings.Join(strings.Fields(out), " ") == "0 0 4294967295" {
+			t.Fatalf("the pod has no user namespace: uid_map %q", out)
+		} else {
+			t.Logf("uid_map: %s", strings.Join(strings.Fields(out), " "))
+		}
+		if out, _ := sh(id, "ip -4 -o addr show eth0"); !strings.Contains(out, "169.254.77.") {
+			t.Errorf("the pod has no address of the test's CNI network on eth0: %q", out)
+		}
+		for _, dst := range []string{"/hp", "/class"} {
+			l := mountinfo(id, dst)
+			stat, _ := sh(id, "stat -c %u:%g "+dst+" "+dst+"/secret "+dst+"/public")
+			read, readCode := sh(id, "cat "+dst+"/secret")
+			_, writeCode := sh(id, "echo written > "+dst+"/new")
+			written := "-"
+			if writeCode == 0 {
+				written = hostOwner(t, filepath.Join(sources[dst], "new"))
+			}
+			t.Logf("%-6s idmapped=%v owners(dir,0600,0644)=%s read 0600: exit %d; write lands as host %s",
+				dst, strings.Contains(l, "idmapped"), strings.Join(strings.Fields(stat), ","), readCode, written)
+			if !strings.Contains(l, "idmapped") {
+				t.Errorf("%s is not idmapped: %s", dst, l)
+			}
+			if stat != "0:0\n0:0\n0:0\n" {
+				t.Errorf("%s: owners seen %q, want 0:0 for the directory and both files", dst, stat)
+			}
+			if readCode != 0 || read != "secret of host root\n" {
+				t.Errorf("%s: root reading the 0600 file of host root: %q (exit %d)", dst, read, readCode)
+			}
+			if written != "0:0" {
+				t.Errorf("%s: a write lands as host %s (write exit %d), want 0:0", dst, written, writeCode)
+			}
+		}
+	})
+
+	t.Run("hostUsers default: unchanged", func(t *testing.T) {
+		p := hostPath
+		p.name = "plain"
+		id := n.runningContainer(p)
+		if out, _ := sh(id, "cat /proc/self/uid_map"); strings.Join(strings.Fields(out), " ") != "0 0 4294967295" {
+			t.Errorf("the plain pod has a user namespace: uid_map %q", out)
+		}
+		for _, dst := range []string{"/hp", "/class"} {
+			if l := mountinfo(id, dst); strings.Contains(l, "idmapped") {
+				t.Errorf("%s idmapped without a user namespace: %s", dst, l)
+			}
+			if out, code := sh(id, "stat -c %u:%g "+dst+"/secret; cat "+dst+"/secret"); code != 0 || out != "0:0\nsecret of host root\n" {
+				t.Errorf("%s: got %q (exit %d)", dst, out, code)
+			}
+		}
+	})
+}
