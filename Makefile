@@ -54,7 +54,7 @@ demo: tools build
 # Ratios against a baseline measured in the same run (see test/benchratio).
 # pipefail: a failing benchmark fails the target even though grep shows only its ratio lines.
 bench: SHELL := /bin/bash -o pipefail
-bench: tools
+bench: tools build
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench CreateContainer -benchtime 3000x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench '^BenchmarkNetworkMount$$' -benchtime 199x -count 3 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench HungNetworkMount -benchtime 200x -count 1 ./nri/ | grep -E 'ratio|refused|^ok|FAIL'
@@ -62,6 +62,7 @@ bench: tools
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench Memory -benchtime 1x ./nri/ | grep -E 'memory:|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./subpath/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench RuncRunHook -benchtime 50x -count 3 ./hook/ | grep -E 'ratio|^ok|FAIL|SKIP'
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -run '^$$' -bench PodStart -benchtime 150x -timeout 30m ./test/e2e/ | grep -E 'ratio|^ok|FAIL'
 
 clean:
 	rm -rf bin
