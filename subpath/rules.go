@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -94,7 +95,10 @@ func volumeKind(plugin string) (kind string, atomic bool) {
 }
 
 // timestampDir matches the directories the atomic writer creates: "..2026_11_22_07_00_00.123".
-var timestampDir = regexp.MustCompile(`^\.\.[0-9]{4}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}\.[0-9]+$`)
+// Compiled on first use, not at every start of the binary (see containerID).
+var timestampDir = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\.\.[0-9]{4}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}\.[0-9]+$`)
+})
 
 // resolution says what to open inside the volume directory to find what a stale subPath
 // named now.
@@ -115,7 +119,7 @@ func planResolution(plugin, remainder string) (resolution, error) {
 		return resolution{Rel: remainder, SubPath: remainder}, nil
 	}
 	ts, key, _ := strings.Cut(remainder, "/")
-	if !timestampDir.MatchString(ts) {
+	if !timestampDir().MatchString(ts) {
 		return resolution{}, fmt.Errorf("%s is not inside a ..<timestamp> directory of the atomic writer", remainder)
 	}
 	return resolution{Rel: path.Join("..data", key), SubPath: key, Key: true}, nil
