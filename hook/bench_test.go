@@ -17,7 +17,8 @@ import (
 // BenchmarkRuncRunHook measures what the hook adds to starting a container: `runc run` of a
 // busybox container whose process is `true`, with the hook in createRuntime adding a class of
 // three mounts (rprivate, rslave, rshared, with the host checks), against the same container
-// without the hook. The ratio is candidate/baseline, measured interleaved in one run.
+// without the hook. The ratio is candidate/baseline, measured interleaved in one run; the
+// target is 1.15.
 //
 // It needs root and the harness's runc (test/tools/install.sh); it skips without them (fails
 // under MOUNTKEEPER_REQUIRE_ALL=1, see testenv).
@@ -98,5 +99,5 @@ func BenchmarkRuncRunHook(b *testing.B) {
 	// must work before it is timed.
 	run(plain)()
 	run(hooked)()
-	benchratio.Compare(b, run(plain), run(hooked))
+	benchratio.CompareTarget(b, 1.15, run(plain), run(hooked))
 }
