@@ -70,7 +70,7 @@ func (d *demo) pluginLog(substr string) {
 
 func run() error {
 	if os.Getenv("MOUNTKEEPER_PRIVATE_MOUNT_NS") == "" {
-		return errors.New("the demo mounts over /run/mountkeeper-demo and /var/lib/kubelet: run it with `make demo`, which gives it a private mount namespace")
+		return errors.New("the demo mounts over /run/mountkeeper-demo, /var/lib/kubelet and /var/lib/mountkeeper: run it with `make demo`, which gives it a private mount namespace")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -85,6 +85,13 @@ func run() error {
 		harness.UnmountAll(work) // the network scenario's state dir is a mount of itself
 		os.RemoveAll(work)
 	}()
+	// The embedded default keeps its state (the guard key, subPath copies) in the default
+	// state dir: a tmpfs private to the demo's mount namespace keeps the host's untouched.
+	cleanupState, err := privateTmpfs(configs.DefaultStateDir)
+	defer cleanupState()
+	if err != nil {
+		return err
+	}
 	d := &demo{ctx: ctx, work: work}
 	if d.bin, err = harness.BuildMountkeeper(work); err != nil {
 		return err

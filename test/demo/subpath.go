@@ -18,12 +18,10 @@ import (
 // kubelet root, on a tmpfs private to the demo's mount namespace.
 func subPathRepair(d *demo) error {
 	root := configs.DefaultKubeletRoot
-	for _, dir := range []string{root, configs.DefaultStateDir} { // the private copies live in the state dir
-		cleanup, err := privateTmpfs(dir)
-		defer cleanup()
-		if err != nil {
-			return err
-		}
+	cleanup, err := privateTmpfs(root)
+	defer cleanup()
+	if err != nil {
+		return err
 	}
 	step("subPath and a configMap update during a restart (kubernetes #127602), kubelet imitated under %s", root)
 	kubelet := harness.KubeletPod{Root: root, UID: "7d1c2f50-demo"}
