@@ -182,14 +182,20 @@ func (c *Containerd) startDaemon(ctx context.Context) error {
 	c.mu.Lock()
 	c.daemon = d
 	c.mu.Unlock()
-	err = poll(ctx, readyTimeout, func(ctx context.Context) error {
+	return waitReady(ctx, "containerd", c.layout.config(), c.layout.log(), d, c.cri)
+}
+
+// waitReady waits until the daemon d (containerd or crio, started on config) answers CRI, or
+// says why not with the end of its log.
+func waitReady(ctx context.Context, name, config, log string, d *daemon, cri *Client) error {
+	err := poll(ctx, readyTimeout, func(ctx context.Context) error {
 		if d.exited() {
-			return errPollStop{fmt.Errorf("containerd exited: %v", d.err)}
+			return errPollStop{fmt.Errorf("%s exited: %v", name, d.err)}
 		}
-		return c.cri.ready(ctx)
+		return cri.ready(ctx)
 	})
 	if err != nil {
-		return fmt.Errorf("containerd (%s) did not become ready: %w\n%s", c.layout.config(), err, tail(c.layout.log(), 30))
+		return fmt.Errorf("%s (%s) did not become ready: %w\n%s", name, config, err, tail(log, 30))
 	}
 	return nil
 }

@@ -146,16 +146,7 @@ func (c *CRIO) startDaemon(ctx context.Context) error {
 	c.mu.Lock()
 	c.daemon = d
 	c.mu.Unlock()
-	err = poll(ctx, readyTimeout, func(ctx context.Context) error {
-		if d.exited() {
-			return errPollStop{fmt.Errorf("crio exited: %v", d.err)}
-		}
-		return c.cri.ready(ctx)
-	})
-	if err != nil {
-		return fmt.Errorf("crio (%s) did not become ready: %w\n%s", c.config(), err, tail(c.LogPath(), 30))
-	}
-	return nil
+	return waitReady(ctx, "crio", c.config(), c.LogPath(), d, c.cri)
 }
 
 // Name is KindCRIO.
