@@ -49,7 +49,7 @@ func BenchmarkPodStart(b *testing.B) {
 		{HostPath: src + "/slave", ContainerPath: "/vol/slave", Propagation: "HostToContainer", ReadOnly: true},
 		{HostPath: src + "/shared", ContainerPath: "/vol/shared", Propagation: "Bidirectional"},
 	}
-	cfg := "runtimeClasses:\n  mk-bench:\n    mounts:\n"
+	cfg := "stateDir: " + filepath.Join(dir, "state") + "\nruntimeClasses:\n  mk-bench:\n    mounts:\n"
 	for _, m := range mounts {
 		if err := os.Mkdir(m.HostPath, 0o755); err != nil {
 			b.Fatal(err)

@@ -45,7 +45,7 @@ func testPreRegisteredPlugin(t *testing.T, kind harness.RuntimeKind) {
 	if err := os.WriteFile(filepath.Join(plugins, "10-mountkeeper"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg := "runtimeClasses:\n  mk-pre:\n    mounts: [{source: " + src + ", destination: /pre, readOnly: true}]\n"
+	cfg := "stateDir: " + filepath.Join(dir, "state") + "\nruntimeClasses:\n  mk-pre:\n    mounts: [{source: " + src + ", destination: /pre, readOnly: true}]\n"
 	if err := os.WriteFile(filepath.Join(conf, "10-mountkeeper.conf"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 )
 
 const propagationConfig = `
+stateDir: SRC/state
 runtimeClasses:
   mk-e2e:
     mounts:
