@@ -88,6 +88,30 @@ func TestCacheSeesEveryChange(t *testing.T) {
 	}
 	check("real directory back", "")
 	check("cached again", "")
+
+	// A component removed and made again is a new directory: it must be watched anew.
+	if err := os.RemoveAll(filepath.Join(dir, "srv")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check("after srv was made again", "")
+	check("cached again", "")
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(old, src); err != nil {
+		t.Fatal(err)
+	}
+	check("after the source in the new srv became a symlink", "symlink")
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check("source back", "")
 	run(t, "mount", "--make-private", dir)
 	check("after the mount was made private", "is private")
 }

@@ -39,7 +39,7 @@ func newChanges() (*changes, error) {
 		unix.Close(mi)
 		return nil, err
 	}
-	return &changes{mountinfo: mi, inotify: in, watched: map[string]int{}, names: map[int32]map[string]bool{}}, nil
+	return &changes{mountinfo: mi, inotify: in, names: map[int32]map[string]bool{}}, nil
 }
 
 // changed reports whether anything changed since the last call, and forgets it.
@@ -104,17 +104,14 @@ func (c *changes) watch(path string) (ok bool, err error) {
 		if !localFS(sfs.Type) {
 			return false, nil
 		}
-		c.mu.Lock()
-		wd, done := c.watched[p]
-		c.mu.Unlock()
-		if !done {
-			var err error
-			if wd, err = unix.InotifyAddWatch(c.inotify, p, dirEvents); err != nil {
-				return false, fmt.Errorf("watch %s: %w", p, err)
-			}
+		// Added on every check, not remembered by path: a directory removed and made again at
+		// the same path is a new inode, whose old watch the kernel dropped. For an inode
+		// already watched the kernel hands back the same descriptor.
+		wd, err := unix.InotifyAddWatch(c.inotify, p, dirEvents)
+		if err != nil {
+			return false, fmt.Errorf("watch %s: %w", p, err)
 		}
 		c.mu.Lock()
-		c.watched[p] = wd
 		if child != "" {
 			if c.names[int32(wd)] == nil {
 				c.names[int32(wd)] = map[string]bool{}
