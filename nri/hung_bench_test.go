@@ -33,8 +33,8 @@ const (
 // sshfsClass is a config class mounting export from sshd with sshfs.
 func sshfsClass(name string, sshd *harness.SSHD, export, extra string) string {
 	return fmt.Sprintf(`  %s:
-%s    mounts: [{type: fuse.sshfs, source: "root@127.0.0.1:%s", destination: /data, options: [port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null]}]
-`, name, extra, export, sshd.Port(), sshd.IdentityFile())
+%s    mounts: [{type: fuse.sshfs, source: "root@127.0.0.1:%s", destination: /data, options: [%s]}]
+`, name, extra, export, strings.Join(sshd.ClientOptions(), ", "))
 }
 
 // mountkeeperRuntime starts NRI's runtime side in dir with mountkeeper on cfgText (a real
@@ -212,7 +212,7 @@ func BenchmarkNetworkFirstPod(b *testing.B) {
 	}
 	// The same export, mounted by hand.
 	byHand := filepath.Join(dir, "byhand")
-	opts := fmt.Sprintf("port=%d,IdentityFile=%s,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,allow_other,default_permissions", sshd.Port(), sshd.IdentityFile())
+	opts := strings.Join(append(sshd.ClientOptions(), "allow_other", "default_permissions"), ",")
 	if out, err := exec.Command("mount", "-t", "fuse.sshfs", "-o", opts, "root@127.0.0.1:"+sshd.Export(), byHand).CombinedOutput(); err != nil {
 		b.Fatalf("mount sshfs by hand: %v: %s", err, out)
 	}

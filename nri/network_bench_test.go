@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func BenchmarkNetworkMount(b *testing.B) {
 	if err := harness.MountTmpfs(filepath.Join(dir, "state"), "private"); err != nil {
 		b.Fatal(err)
 	}
-	opts := fmt.Sprintf("[port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null]", sshd.Port(), sshd.IdentityFile())
+	opts := "[" + strings.Join(sshd.ClientOptions(), ", ") + "]"
 	cfg, err := configs.Parse([]byte(`stateDir: ` + dir + `/state
 runtimeClasses:
   sshfs:

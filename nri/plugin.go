@@ -51,6 +51,7 @@ type Plugin struct {
 	metrics    *metrics.Metrics // nil counts nothing
 	configFrom string
 	lastReload *ReloadResult // guarded by mu
+	reloadMu   sync.Mutex    // one ReloadConfig at a time
 	connected  atomic.Bool   // registered with the runtime (readiness)
 
 	guardMu  sync.Mutex
@@ -116,14 +117,24 @@ func (p *Plugin) config() *configs.Config {
 }
 
 // startCopies sets up the private copies of subPaths below <stateDir>/subpath, made on demand.
+//
+// A config that turns copies off or moves them elsewhere would leave the old copies (secrets
+// among them) where nothing removes them any more: they are removed here. The containers
+// keep what they bound.
 func (p *Plugin) startCopies() {
 	cfg := p.config()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.copies = nil
+	var next *subpath.Copies
 	if cfg.SubPathRepair {
-		p.copies = subpath.NewRepairer(cfg.KubeletRoot).Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
+		next = subpath.NewRepairer(cfg.KubeletRoot).Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
 	}
+	if p.copies != nil && (next == nil || next.Dir != p.copies.Dir) {
+		if _, err := p.copies.Sweep(nil); err != nil {
+			p.log.Warnf("remove the subPath copies below %s: %v", p.copies.Dir, err)
+		}
+	}
+	p.copies = next
 }
 
 func (p *Plugin) subPathCopies() *subpath.Copies {
@@ -237,6 +248,9 @@ func (p *Plugin) cannotBlock(cfg *configs.Config, req classmount.Request) bool {
 		}
 	}
 	_, rc, _ := cfg.Class(req.Handler)
+	if req.UserNamespace && len(rc.Mounts) > 0 {
+		return false // the idmap probe is a second bounded step
+	}
 	for _, m := range rc.Mounts {
 		if m.Network != nil {
 			return false
@@ -381,11 +395,13 @@ func (p *Plugin) Ready() error {
 // asks for and that no container uses begin their grace period; mounts in use, and those whose
 // spec did not change, are untouched.
 func (p *Plugin) Reload(cfg *configs.Config) error {
+	old := p.config()
 	p.setConfig(cfg)
-	p.startCopies()
 	if err := p.startMounter(); err != nil {
+		p.setConfig(old) // refused: the config in force stays, as the log says
 		return err
 	}
+	p.startCopies()
 	if net := p.mounter(); net != nil {
 		net.ReleaseUnused()
 	}

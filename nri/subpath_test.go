@@ -53,7 +53,8 @@ func TestSubPathCopyOverNRI(t *testing.T) {
 	defer rt.Stop()
 	state := filepath.Join(dir, "state")
 	cfg := mustConfig(t, "kubeletRoot: "+kubelet.Root+"\nstateDir: "+state+"\n")
-	runPlugin(t, NewPlugin(cfg, true, &specmodtest.Host{}, quietLogger()), socket)
+	plugin := NewPlugin(cfg, true, &specmodtest.Host{}, quietLogger())
+	runPlugin(t, plugin, socket)
 	rt.waitSynced(t)
 
 	// create returns the source the container's /etc/app.conf is bound from.
@@ -123,5 +124,13 @@ func TestSubPathCopyOverNRI(t *testing.T) {
 	}
 	if got := read(src2); got != "v2" {
 		t.Errorf("removing ctr-1 touched ctr-2's copy: %q", got)
+	}
+
+	// A reload that turns copies off removes the copies left, secrets among them.
+	if err := plugin.ReloadConfig([]byte("kubeletRoot: "+kubelet.Root+"\nstateDir: "+state+"\nsubPathRepair: false\nruntimeClasses: {x: {mounts: [{source: /srv/x, destination: /x}]}}\n"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "subpath", "ctr-2")); !os.IsNotExist(err) {
+		t.Errorf("copies left after a reload turned them off: %v", err)
 	}
 }
