@@ -9,6 +9,7 @@
 package bounded
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -150,8 +151,11 @@ func (g *Group) finish(c *call, run func() (any, error)) {
 	g.mu.Unlock()
 }
 
+// ErrNoAnswer is wrapped by the error of a call that did not answer in time.
+var ErrNoAnswer = errors.New("no answer")
+
 func noAnswer(what string, d time.Duration) error {
-	return fmt.Errorf("%s: no answer within %s (is a network filesystem on the path dead?)", what, d)
+	return fmt.Errorf("%s: %w within %s (is a network filesystem on the path dead?)", what, ErrNoAnswer, d)
 }
 
 // PanicError is a call that panicked.

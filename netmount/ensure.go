@@ -187,14 +187,20 @@ func flockWait(ctx context.Context, path string) (func(), error) {
 	}
 }
 
-// makeSharedLocked makes mountsDir a shared mount (see system.makeShared) under the lock
-// StateDir/locks/mounts.lock, so that two hooks, or a hook and a starting plugin, do not both
-// bind it onto itself.
+// makeSharedLocked makes mountsDir a shared mount (see system.makeShared) under the mounts
+// lock (withMountsLock).
 func makeSharedLocked(ctx context.Context, sys system, stateDir, mountsDir string) error {
+	return withMountsLock(ctx, stateDir, func() error { return sys.makeShared(mountsDir) })
+}
+
+// withMountsLock runs f under StateDir/locks/mounts.lock: what binds a state directory onto
+// itself (mounts/, staging/) must not run twice at once, from two hooks, a hook and the
+// plugin, or two keys of one plugin, or the second bind hides what the first holds.
+func withMountsLock(ctx context.Context, stateDir string, f func() error) error {
 	unlock, err := flockWait(ctx, filepath.Join(stateDir, "locks", "mounts.lock"))
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	return sys.makeShared(mountsDir)
+	return f()
 }

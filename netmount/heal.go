@@ -184,24 +184,6 @@ func (m *Manager) health(e *entry) error {
 	return err
 }
 
-// healAdopted checks a mount found at start-up, if the system can heal: a dead one is
-// replaced under the containers that still use it (true), not unmounted.
-func (m *Manager) healAdopted(e *entry) bool {
-	if _, ok := m.sys.(healer); !ok {
-		return false
-	}
-	cause := m.health(e)
-	if cause == nil {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.closed {
-		m.deadLocked(e, fmt.Errorf("found dead at start-up: %w", cause))
-	}
-	return true
-}
-
 // deadLocked marks e dead and starts replacing it.
 func (m *Manager) deadLocked(e *entry, cause error) {
 	now := time.Now()
@@ -359,7 +341,7 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 		m.logFor(e).WithError(err).Warn("netmount: cannot end what is left of the dead mount's daemon")
 	}
 	stagingDir := filepath.Join(filepath.Dir(m.stateDir), "staging")
-	if err := h.prepareStaging(stagingDir); err != nil {
+	if err := withMountsLock(m.ctx, filepath.Dir(m.stateDir), func() error { return h.prepareStaging(stagingDir) }); err != nil {
 		return err
 	}
 	staging := filepath.Join(stagingDir, e.key+"."+strconv.Itoa(attempt))
@@ -441,7 +423,7 @@ func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, s
 	unit := "mount-" + s.Key()
 	sys.killScope(unit)
 	stagingDir := filepath.Join(stateDir, "staging")
-	if err := h.prepareStaging(stagingDir); err != nil {
+	if err := withMountsLock(ctx, stateDir, func() error { return h.prepareStaging(stagingDir) }); err != nil {
 		return err
 	}
 	staging := filepath.Join(stagingDir, s.Key()+".hook"+strconv.Itoa(os.Getpid()))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netspec"
 )
@@ -372,15 +373,29 @@ func (m *Manager) removeStaleScopesLocked() {
 }
 
 // checkAdopted probes a mount found at start-up: a live one is adopted as mounted, a dead
-// one (a FUSE mount whose daemon died answers ENOTCONN) is unmounted lazily and mounted
-// again. One that does not answer in time is kept: its server may be slow or down, and
-// mounting again would not help.
+// one (a FUSE mount whose daemon died answers ENOTCONN) is replaced in place where the system
+// can (heal.go), else unmounted lazily and mounted again. One that does not answer in time is
+// kept: its server may be slow or down after a reboot, and killing its daemon would not help.
 func (m *Manager) checkAdopted(e *entry) {
 	defer m.wg.Done()
-	if m.healAdopted(e) {
-		return // dead: being replaced under the running containers (heal.go)
+	var err error
+	if _, heals := m.sys.(healer); heals {
+		// One probe: live is adopted, no answer is kept, dead is replaced under the running
+		// containers (heal.go), not unmounted.
+		if err = m.health(e); errors.Is(err, bounded.ErrNoAnswer) {
+			m.logFor(e).WithError(err).Warn("netmount: mount does not answer; keeping it")
+			err = nil
+		} else if err != nil {
+			m.mu.Lock()
+			if !m.closed {
+				m.deadLocked(e, fmt.Errorf("found dead at start-up: %w", err))
+			}
+			m.mu.Unlock()
+			return
+		}
+	} else {
+		err = m.probe(e)
 	}
-	err := m.probe(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
