@@ -23,11 +23,6 @@ const MaxOutstanding = 16
 // Default is the group the node's host checks share.
 var Default = NewGroup(MaxOutstanding)
 
-// Run runs f in Default with no key (see Do).
-func Run[T any](d time.Duration, what string, f func() (T, error)) (T, error) {
-	return Do(Default, d, Key{}, what, f)
-}
-
 // Key says what a call touches and which calls are the same.
 type Key struct {
 	// Paths the call touches: while a call has overrun a caller's wait (it is stuck), no new

@@ -14,7 +14,7 @@ import (
 func TestBoundedTimesOut(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block) // let the abandoned call finish
-	v, err := Run(10*time.Millisecond, "stat /nfs/dead", func() (int, error) {
+	v, err := Do(Default, 10*time.Millisecond, Key{}, "stat /nfs/dead", func() (int, error) {
 		<-block
 		return 42, nil
 	})
@@ -43,7 +43,7 @@ func TestBoundedPassesResultThrough(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// The timeout is far beyond what the call needs; nothing here depends on timing.
-			v, err := Run(time.Hour, "x", func() (int, error) { return tt.v, tt.err })
+			v, err := Do(Default, time.Hour, Key{}, "x", func() (int, error) { return tt.v, tt.err })
 			if v != tt.v || !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Errorf("bounded = %d, %v; want %d, %v", v, err, tt.v, tt.wantErr)
 			}
@@ -53,9 +53,9 @@ func TestBoundedPassesResultThrough(t *testing.T) {
 
 func TestBoundedWithoutTimeoutRunsInline(t *testing.T) {
 	var ran bool
-	v, err := Run(0, "inline", func() (int, error) { ran = true; return 7, nil })
+	v, err := Do(Default, 0, Key{}, "inline", func() (int, error) { ran = true; return 7, nil })
 	if !ran || v != 7 || err != nil {
-		t.Errorf("Run(0) = %d, %v (ran %v); want 7, nil, run before it returned", v, err, ran)
+		t.Errorf("Do(Default, 0) = %d, %v (ran %v); want 7, nil, run before it returned", v, err, ran)
 	}
 }
 

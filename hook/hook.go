@@ -51,8 +51,6 @@ type Request struct {
 	// Mounts in mount order (parents first), each verified against the spec and the host.
 	// Those with Idmap are idmapped with the user namespace of Pid.
 	Mounts []specmod.Mount
-	// UserNamespace says the container has a user namespace of its own.
-	UserNamespace bool
 }
 
 // Run runs one hook invocation: for precreate it reads a config.json from stdin and writes
@@ -152,7 +150,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if mounter == nil {
 		mounter = NamespaceMounter{}
 	}
-	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts, UserNamespace: req.UserNamespace}); err != nil {
+	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts}); err != nil {
 		return classmount.Refuse(sel.Handler, ctr, err)
 	}
 	return nil

@@ -39,6 +39,3 @@ func (n *ManagerNetwork) HostPath(ctx context.Context, s netspec.Spec, _ string)
 
 // Release does nothing: hook mode keeps no count of a mount's containers (see above).
 func (n *ManagerNetwork) Release(string) {}
-
-// Close does nothing: nothing runs in the background; the mounts stay.
-func (n *ManagerNetwork) Close() {}

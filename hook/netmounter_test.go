@@ -44,7 +44,6 @@ func TestHookNetworkFindsALiveMountWhileThePluginRuns(t *testing.T) {
 	cfg := configs.Default()
 	cfg.StateDir, cfg.MountTimeout = dir, 30*time.Second
 	n := NewManagerNetwork(cfg, nil)
-	defer n.Close()
 	start := time.Now()
 	got, err := n.HostPath(context.Background(), spec, "ctr")
 	if took := time.Since(start); took > time.Second {

@@ -1,6 +1,7 @@
 package netmount
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -213,7 +214,7 @@ func (m *Manager) affectedLocked(e *entry) []affected {
 		if u.Propagation == "rslave" || u.Propagation == "rshared" {
 			healed = append(healed, u.Class+" ("+u.Propagation+")")
 		} else {
-			private = append(private, u.Class+" ("+cmpOr(u.Propagation, "rprivate")+")")
+			private = append(private, u.Class+" ("+cmp.Or(u.Propagation, "rprivate")+")")
 		}
 	}
 	var what string
@@ -238,13 +239,6 @@ func (m *Manager) affectedLocked(e *entry) []affected {
 		out[i] = affected{u, what}
 	}
 	return out
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // healLog is the log of e with its users (container IDs).

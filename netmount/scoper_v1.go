@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/moby/sys/mountinfo"
 )
@@ -25,8 +26,11 @@ import (
 // and sshfs with it).
 func (c *CgroupScoper) Settle(unit string) error { return c.leaveV1(unit, 0) }
 
-// v1Hierarchies lists the mount points of this host's cgroup v1 hierarchies.
-func v1Hierarchies() ([]string, error) {
+// v1Hierarchies lists the mount points of this host's cgroup v1 hierarchies. They do not
+// change while the agent runs: mountinfo is read once.
+var v1Hierarchies = sync.OnceValues(readV1Hierarchies)
+
+func readV1Hierarchies() ([]string, error) {
 	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package nri
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 	launched := os.Getenv(api.PluginSocketEnvVar) != ""
 	opts := []stub.Option{stub.WithLogger(nriLogger{o.Log})}
 	if !launched {
-		opts = append(opts, stub.WithPluginName(or(o.Name, "mountkeeper")), stub.WithPluginIdx(or(o.Index, "10")))
+		opts = append(opts, stub.WithPluginName(cmp.Or(o.Name, "mountkeeper")), stub.WithPluginIdx(cmp.Or(o.Index, "10")))
 		if o.SocketPath != "" {
 			opts = append(opts, stub.WithSocketPath(o.SocketPath))
 		}
@@ -62,7 +63,7 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 		}
 		wait := backoff.next()
 		p.metrics.Reconnect()
-		o.Log.Warnf("NRI connection on %s ended (%v): reconnecting in %s", or(o.SocketPath, api.DefaultSocketPath), describe(err), wait)
+		o.Log.Warnf("NRI connection on %s ended (%v): reconnecting in %s", cmp.Or(o.SocketPath, api.DefaultSocketPath), describe(err), wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -76,13 +77,6 @@ func describe(err error) error {
 		return errors.New("closed by the runtime")
 	}
 	return err
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // backoff doubles its wait from min up to max.

@@ -95,7 +95,6 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	network := hook.NewManagerNetwork(cfg, log)
-	defer network.Close()
 	return hook.Run(stage, hook.Options{
 		Config:       cfg,
 		RuntimeClass: *class,

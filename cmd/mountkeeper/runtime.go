@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +58,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 	var res runtimeconfig.Result
 	switch *runtime {
 	case "containerd":
-		*configFile = or(*configFile, runtimeconfig.ContainerdConfigPath)
+		*configFile = cmp.Or(*configFile, runtimeconfig.ContainerdConfigPath)
 		current, err := os.ReadFile(*configFile)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -67,7 +68,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", *configFile, err)
 		}
 	case "crio":
-		*configFile = or(*configFile, runtimeconfig.CRIODropInPath)
+		*configFile = cmp.Or(*configFile, runtimeconfig.CRIODropInPath)
 		if res, err = runtimeconfig.CRIO(cfg, *runcPath); err != nil {
 			return err
 		}
@@ -134,13 +135,6 @@ func writeIfChanged(path string, data []byte) (bool, error) {
 		return false, err
 	}
 	return true, os.Rename(tmp, path)
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // installSelf copies this binary to path (0755) unless it holds the same bytes already.

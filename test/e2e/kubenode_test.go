@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -64,7 +65,7 @@ func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions
 	if why := harness.KubeMissing(opts); why != "" {
 		testenv.Skip(t, "no Kubernetes node: %s", why)
 	}
-	n := &kubeNode{t: t, ctx: ctx, dir: workDir(t, "mk-e2e-")}
+	n := &kubeNode{t: t, ctx: ctx, dir: harness.WorkDir(t, "mk-e2e-")}
 	var err error
 	if n.bin, err = harness.BuildMountkeeper(n.dir); err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func (n *kubeNode) podManifest(p podSpec) map[string]any {
 		"hostNetwork":                   true,
 		"automountServiceAccountToken":  false,
 		"terminationGracePeriodSeconds": p.grace,
-		"restartPolicy":                 cmpOr(p.restartPolicy, "Always"),
+		"restartPolicy":                 cmp.Or(p.restartPolicy, "Always"),
 		"containers": []any{map[string]any{
 			"name":            "c",
 			"image":           harness.BusyboxImage,
@@ -166,13 +167,6 @@ func (n *kubeNode) podManifest(p podSpec) map[string]any {
 		"metadata": map[string]any{"name": p.name},
 		"spec":     spec,
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // runningContainer creates a pod and waits until its container runs; it returns the CRI
