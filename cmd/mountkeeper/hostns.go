@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -41,14 +40,13 @@ const hostNamespacesEnv = "_MOUNTKEEPER_IN_HOST_NAMESPACES"
 // enterHostNamespaces re-executes `mountkeeper nri args...` (args without the flag) in the
 // mount and cgroup namespaces of pid (1: the host's init, seen with hostPID). It returns
 // only on failure.
-func enterHostNamespaces(args []string, pid string) error {
+func enterHostNamespaces(args []string, pid, configPath string) error {
 	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
 		return fmt.Errorf("--host-namespaces-pid %q: not a process ID", pid)
 	}
 	if os.Getenv(hostNamespacesEnv) != "" {
 		return fmt.Errorf("%s: already re-executed in the host's namespaces", hostNamespacesFlag)
 	}
-	args, configPath := configArg(args)
 	_, err := os.Stat(configPath)
 	var configDir *os.File
 	if err == nil {
@@ -100,50 +98,4 @@ func enterHostNamespaces(args []string, pid string) error {
 	argv := append([]string{os.Args[0], "nri"}, args...)
 	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), argv, env)
 	return fmt.Errorf("%s: re-execute: %w", hostNamespacesFlag, err)
-}
-
-// hostNamespacesArgs finds --host-namespaces and --host-namespaces-pid N (either dash form,
-// N also after "=") in args; it returns args without them, the PID (default "1") and whether
-// --host-namespaces was given.
-func hostNamespacesArgs(args []string) (rest []string, pid string, enter bool) {
-	pid = "1"
-	for i := 0; i < len(args); i++ {
-		a := strings.TrimPrefix(args[i], "-")
-		switch {
-		case a == "-host-namespaces" || a == "host-namespaces":
-			enter = true
-		case a == "-host-namespaces-pid" || a == "host-namespaces-pid":
-			if i+1 < len(args) {
-				pid = args[i+1]
-				i++
-			}
-		case strings.HasPrefix(a, "-host-namespaces-pid=") || strings.HasPrefix(a, "host-namespaces-pid="):
-			_, pid, _ = strings.Cut(a, "=")
-		default:
-			rest = append(rest, args[i])
-		}
-	}
-	return rest, pid, enter
-}
-
-// configArg removes --config (in either form) from args and returns the rest and its value
-// (configs.DefaultPath if absent).
-func configArg(args []string) ([]string, string) {
-	path := configs.DefaultPath
-	var rest []string
-	for i := 0; i < len(args); i++ {
-		a := strings.TrimPrefix(args[i], "-")
-		switch {
-		case a == "-config" || a == "config":
-			if i+1 < len(args) {
-				path = args[i+1]
-				i++
-			}
-		case strings.HasPrefix(a, "-config=") || strings.HasPrefix(a, "config="):
-			_, path, _ = strings.Cut(a, "=")
-		default:
-			rest = append(rest, args[i])
-		}
-	}
-	return rest, path
 }

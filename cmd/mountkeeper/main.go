@@ -140,12 +140,9 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 func runNRI(args []string, stderr io.Writer) error {
-	if rest, pid, ok := hostNamespacesArgs(args); ok {
-		return enterHostNamespaces(rest, pid)
-	}
 	fs := newFlags("nri", stderr)
-	fs.Bool("host-namespaces", false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
-	fs.String("host-namespaces-pid", "1", "with --host-namespaces: whose namespaces to enter")
+	enter := fs.Bool(hostNamespacesFlag[2:], false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
+	hostPID := fs.String(hostNamespacesFlag[2:]+"-pid", "1", "with --host-namespaces: whose namespaces to enter")
 	loadConfig := configFlag(fs)
 	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
 	name := fs.String("name", "", "plugin name (default mountkeeper)")
@@ -155,6 +152,19 @@ func runNRI(args []string, stderr io.Writer) error {
 	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: host:port or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *enter {
+		// The same command again, from the host's namespaces, without the flags that led here
+		// (--config is handed over by enterHostNamespaces).
+		var rest []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case hostNamespacesFlag[2:], hostNamespacesFlag[2:] + "-pid", "config":
+			default:
+				rest = append(rest, "--"+f.Name+"="+f.Value.String())
+			}
+		})
+		return enterHostNamespaces(rest, *hostPID, fs.Lookup("config").Value.String())
 	}
 	log, err := newLogger(*level, *format, stderr)
 	if err != nil {

@@ -96,3 +96,14 @@ func TestCheckCommand(t *testing.T) {
 		{name: "no network mounts", args: []string{"check", "--config", bind}, stdout: []string{"no network filesystem mounts to check"}},
 	})
 }
+
+// TestHostNamespacesFlag: --host-namespaces is an ordinary boolean flag, in every spelling the
+// flag package takes (before, "--host-namespaces=true" was accepted and then ignored).
+func TestHostNamespacesFlag(t *testing.T) {
+	var cases []cliCase
+	for _, spelling := range []string{"--host-namespaces", "-host-namespaces", "--host-namespaces=true"} {
+		cases = append(cases, cliCase{name: spelling, args: []string{"nri", spelling, "--host-namespaces-pid=x"}, code: 1,
+			stderr: []string{`--host-namespaces-pid "x": not a process ID`}})
+	}
+	runCLICases(t, cases)
+}
