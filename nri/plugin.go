@@ -54,8 +54,9 @@ type Plugin struct {
 	reloadMu   sync.Mutex    // one ReloadConfig at a time
 	connected  atomic.Bool   // registered with the runtime (readiness)
 
-	guardMu  sync.Mutex
-	guardKey []byte // the node's guard key, read (or made) at the first class container
+	guardMu     sync.Mutex
+	guardKey    []byte // the node's guard key (guardKeyFor)
+	guardKeyDir string // the state dir it was read from
 
 	// idmap asks the kernel whether a class mount can be idmapped, for containers with a user
 	// namespace; nil: idmap.Default.
@@ -107,6 +108,7 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 		return 0, err
 	}
 	p.startCopies()
+	p.startGuard()
 	return api.MustParseEventMask("RunPodSandbox,CreateContainer,RemoveContainer"), nil
 }
 
@@ -341,17 +343,37 @@ func nriMount(m specmod.Mount) *api.Mount {
 // dir that cannot be written) the container is still created, and the guard, if installed,
 // refuses it with its own message.
 func (p *Plugin) markHandled(log *logrus.Entry, adj *api.ContainerAdjustment, cfg *configs.Config, id string) {
+	key, err := p.guardKeyFor(cfg)
+	if err != nil {
+		log.Warnf("cannot mark the container as handled for the runtime's guard hook: %v", err)
+		return
+	}
+	adj.AddAnnotation(guard.Annotation, guard.Token(key, id))
+}
+
+// guardKeyFor is the node's guard key in cfg's state dir, read (or made) once per state dir:
+// at Configure and Reload (startGuard), so CreateContainer normally finds it loaded; only a
+// load that failed then is tried again here.
+func (p *Plugin) guardKeyFor(cfg *configs.Config) ([]byte, error) {
 	p.guardMu.Lock()
 	defer p.guardMu.Unlock()
-	if p.guardKey == nil {
+	if p.guardKey == nil || p.guardKeyDir != cfg.StateDir {
 		key, err := guard.LoadOrCreateKey(cfg.StateDir)
 		if err != nil {
-			log.Warnf("cannot mark the container as handled for the runtime's guard hook: %v", err)
-			return
+			return nil, err
 		}
-		p.guardKey = key
+		p.guardKey, p.guardKeyDir = key, cfg.StateDir
 	}
-	adj.AddAnnotation(guard.Annotation, guard.Token(p.guardKey, id))
+	return p.guardKey, nil
+}
+
+// startGuard loads the guard key of a config that has runtime classes.
+func (p *Plugin) startGuard() {
+	if cfg := p.config(); len(cfg.RuntimeClasses) > 0 {
+		if _, err := p.guardKeyFor(cfg); err != nil {
+			p.log.Warnf("guard key in %s: %v (tried again at the next class container)", cfg.StateDir, err)
+		}
+	}
 }
 
 // record counts one CreateContainer answer. The class label is a configured class or "none",
@@ -402,6 +424,7 @@ func (p *Plugin) Reload(cfg *configs.Config) error {
 		return err
 	}
 	p.startCopies()
+	p.startGuard()
 	if net := p.mounter(); net != nil {
 		net.ReleaseUnused()
 	}

@@ -138,7 +138,7 @@ func TestCreateContainer(t *testing.T) {
 }
 
 func TestConfigureTakesRuntimeConfigUnlessPinned(t *testing.T) {
-	other := "runtimeClasses:\n  other:\n    mounts: [{source: /o, destination: /o}]\n"
+	other := "stateDir: " + t.TempDir() + "\nruntimeClasses:\n  other:\n    mounts: [{source: /o, destination: /o}]\n"
 	for _, pinned := range []bool{false, true} {
 		p := NewPlugin(mustConfig(t, testConfig), pinned, &specmodtest.Host{}, quietLogger())
 		if _, err := p.Configure(context.Background(), other, "test", "1"); err != nil {
