@@ -334,41 +334,8 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	if err := m.sys.killScope(e.unit); err != nil {
 		m.logFor(e).WithError(err).Warn("netmount: cannot end what is left of the dead mount's daemon")
 	}
-	stagingDir := filepath.Join(filepath.Dir(m.stateDir), "staging")
-	if err := withMountsLock(m.ctx, filepath.Dir(m.stateDir), func() error { return h.prepareStaging(stagingDir) }); err != nil {
-		return err
-	}
-	staging := filepath.Join(stagingDir, e.key+"."+strconv.Itoa(attempt))
-	if err := os.Mkdir(staging, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	defer os.Remove(staging)
-	cmdSpec, err := writeSecretFile(m.secretsDir, e.spec)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
-	defer cancel()
-	if err := m.sys.mount(ctx, cmdSpec, e.unit, staging, m.cfg.MountTimeout); err != nil {
-		if ok, ierr := m.sys.isMounted(staging); ierr == nil && !ok {
-			m.sys.killScope(e.unit)
-		}
-		return redactError(e.spec, err)
-	}
-	// Do not trade a dead mount for another (a server that accepts mounts but does not
-	// serve yet, a GlusterFS volume whose bricks are down).
-	if !m.probeOK(staging) {
-		m.discardStaging(e, staging)
-		return errors.New("the new mount does not answer either")
-	}
-	if !mounted {
-		// Nothing at the host path (unmounted by hand): the new mount simply goes there.
-		if err := unix.MoveMount(unix.AT_FDCWD, staging, unix.AT_FDCWD, e.hostPath, 0); err != nil {
-			m.discardStaging(e, staging)
-			return fmt.Errorf("move the new mount to %s: %w", e.hostPath, err)
-		}
-	} else if err := h.replace(e.hostPath, staging); err != nil {
-		m.discardStaging(e, staging)
+	if err := replaceInPlace(m.ctx, m.sys, e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
+		e.key+"."+strconv.Itoa(attempt), mounted, m.cfg.MountTimeout, m.cfg.UnmountTimeout); err != nil {
 		return err
 	}
 	return m.saveState(e)
@@ -378,15 +345,6 @@ func (m *Manager) probeOK(path string) bool {
 	ctx, cancel := context.WithTimeout(m.ctx, ProbeTimeout)
 	defer cancel()
 	return m.sys.probe(ctx, path) == nil
-}
-
-func (m *Manager) discardStaging(e *entry, staging string) {
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
-	defer cancel()
-	if err := m.sys.unmount(ctx, staging, true); err != nil {
-		m.logFor(e).WithError(err).Warn("netmount: cannot unmount the new mount that was not used")
-	}
-	m.sys.killScope(e.unit)
 }
 
 // daemonGone implements healer: a FUSE filesystem (fuse.*, glusterfs) whose cgroup scope
@@ -410,17 +368,29 @@ func (l *liveSystem) prepareStaging(dir string) error { return makePrivateDir(di
 // ensureReplaced is a hook's replacement of the dead mount of s at hostPath (EnsureMounted):
 // the same as the Manager's, once, under the key's lock the caller holds.
 func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, stateDir, hostPath string) error {
-	h := sys.(healer)
 	if err := sys.preflight(s); err != nil {
 		return err
 	}
 	unit := "mount-" + s.Key()
 	sys.killScope(unit)
+	unmountTimeout := cmp.Or(c.UnmountTimeout, DefaultUnmountTimeout)
+	return replaceInPlace(ctx, sys, s, unit, stateDir, hostPath, s.Key()+".hook"+strconv.Itoa(os.Getpid()), true, c.MountTimeout, unmountTimeout)
+}
+
+// replaceInPlace mounts s again, in the scope unit, at a staging path below stateDir named
+// name, checks that the new mount answers (a dead mount is never traded for another: a server
+// that accepts mounts but does not serve yet, a GlusterFS volume whose bricks are down), and
+// puts it in place: on top of the dead mount at hostPath (h.replace: it then reaches the
+// containers' rslave and rshared copies), or simply there when nothing is mounted. What it
+// mounted and did not use is unmounted and its scope ended. The plugin's heal (healOnce) and
+// the hooks' (ensureReplaced) both replace this way.
+func replaceInPlace(ctx context.Context, sys system, s netspec.Spec, unit, stateDir, hostPath, name string, mounted bool, mountTimeout, unmountTimeout time.Duration) error {
+	h := sys.(healer)
 	stagingDir := filepath.Join(stateDir, "staging")
 	if err := withMountsLock(ctx, stateDir, func() error { return h.prepareStaging(stagingDir) }); err != nil {
 		return err
 	}
-	staging := filepath.Join(stagingDir, s.Key()+".hook"+strconv.Itoa(os.Getpid()))
+	staging := filepath.Join(stagingDir, name)
 	if err := os.Mkdir(staging, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
@@ -429,19 +399,37 @@ func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, s
 	if err != nil {
 		return err
 	}
-	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
+	mctx, cancel := context.WithTimeout(ctx, mountTimeout)
 	defer cancel()
-	if err := sys.mount(mctx, cmdSpec, unit, staging, c.MountTimeout); err != nil {
+	if err := sys.mount(mctx, cmdSpec, unit, staging, mountTimeout); err != nil {
 		if ok, ierr := sys.isMounted(staging); ierr == nil && !ok {
 			sys.killScope(unit)
 		}
 		return redactError(s, err)
 	}
-	if err := h.replace(hostPath, staging); err != nil {
-		uctx, cancel := context.WithTimeout(context.Background(), DefaultUnmountTimeout)
+	discard := func(cause error) error {
+		uctx, cancel := context.WithTimeout(context.Background(), unmountTimeout)
 		defer cancel()
-		sys.unmount(uctx, staging, true)
-		return err
+		if err := sys.unmount(uctx, staging, true); err != nil {
+			cause = fmt.Errorf("%w; and the unused new mount could not be unmounted: %v", cause, err)
+		}
+		sys.killScope(unit)
+		return cause
+	}
+	pctx, pcancel := context.WithTimeout(ctx, ProbeTimeout)
+	perr := sys.probe(pctx, staging)
+	pcancel()
+	if perr != nil {
+		return discard(errors.New("the new mount does not answer either"))
+	}
+	if !mounted {
+		if err := unix.MoveMount(unix.AT_FDCWD, staging, unix.AT_FDCWD, hostPath, 0); err != nil {
+			return discard(fmt.Errorf("move the new mount to %s: %w", hostPath, err))
+		}
+		return nil
+	}
+	if err := h.replace(hostPath, staging); err != nil {
+		return discard(err)
 	}
 	return nil
 }
