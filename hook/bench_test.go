@@ -25,16 +25,7 @@ import (
 func BenchmarkRuncRunHook(b *testing.B) {
 	testenv.Require(b, "root", harness.RuncBinary())
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("/tmp", "mk-bench-hook-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := harness.UnmountAll(dir); err != nil {
-			b.Error(err)
-		}
-		os.RemoveAll(dir)
-	}()
+	dir := harness.WorkDir(b, "mk-bench-hook-")
 	bin, err := harness.BuildMountkeeper(dir)
 	if err != nil {
 		b.Fatal(err)

@@ -19,16 +19,10 @@ import (
 // the export again without being made anew, five times in a row, with one mount at the host
 // path each time; then with the server down, it recovers once the server is back.
 func TestSSHFSHeal(t *testing.T) {
-	parentNS := os.Getenv(inNamespaceEnv)
-	if parentNS == "" {
-		reexecInPrivateNamespace(t)
+	tmp, sc, ok := inPrivateNamespace(t)
+	if !ok {
 		return
 	}
-	if ns, err := os.Readlink("/proc/self/ns/mnt"); err != nil || ns == parentNS {
-		t.Fatalf("%s is set but this is not a new mount namespace (%s, %v): refusing to mount", inNamespaceEnv, ns, err)
-	}
-	tmp := os.Getenv(tmpEnv)
-	sc := childCgroupScoper(t)
 	keys := filepath.Join(tmp, "keys")
 	export := filepath.Join(tmp, "export")
 	ctrs := filepath.Join(tmp, "ctrs")

@@ -81,16 +81,10 @@ func runFakeAgent(cfgJSON string) int {
 // with the namespace; the FUSE daemons are processes, not mounts, so they and sshd run in
 // cgroups below one parent of the test's, which is killed and removed at the end.
 func TestSSHFS(t *testing.T) {
-	parentNS := os.Getenv(inNamespaceEnv)
-	if parentNS == "" {
-		reexecInPrivateNamespace(t)
+	tmp, sc, ok := inPrivateNamespace(t)
+	if !ok {
 		return
 	}
-	if ns, err := os.Readlink("/proc/self/ns/mnt"); err != nil || ns == parentNS {
-		t.Fatalf("%s is set but this is not a new mount namespace (%s, %v): refusing to mount", inNamespaceEnv, ns, err)
-	}
-	tmp := os.Getenv(tmpEnv)
-	sc := childCgroupScoper(t)
 	// A test that hangs panics at its timeout, and no cleanup runs: kill what it started just
 	// before that, so that no sshd, FUSE daemon or cgroup outlives it.
 	if d, ok := t.Deadline(); ok {
@@ -453,6 +447,21 @@ func TestSSHFS(t *testing.T) {
 			t.Errorf("FUSE daemons %v, want one new one (the dead ones were %v)", now, old)
 		}
 	})
+}
+
+// inPrivateNamespace re-runs the test in a private mount namespace of its own and returns
+// false (the caller returns at once), or, in that re-run, returns its temp dir and the
+// CgroupScoper its mounts use. It refuses to go on in the namespace it was started from.
+func inPrivateNamespace(t *testing.T) (tmp string, sc *CgroupScoper, ok bool) {
+	parentNS := os.Getenv(inNamespaceEnv)
+	if parentNS == "" {
+		reexecInPrivateNamespace(t)
+		return "", nil, false
+	}
+	if ns, err := os.Readlink("/proc/self/ns/mnt"); err != nil || ns == parentNS {
+		t.Fatalf("%s is set but this is not a new mount namespace (%s, %v): refusing to mount", inNamespaceEnv, ns, err)
+	}
+	return os.Getenv(tmpEnv), childCgroupScoper(t), true
 }
 
 // childCgroupScoper is the CgroupScoper under the parent the outer test chose; at the end it

@@ -30,8 +30,7 @@ func networkFilesystem(d *demo) error {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "motd"), []byte("served by sshd over loopback\n"), 0o644); err != nil {
 		return err
 	}
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
-		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshd.ClientOptions()}
 	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	defer harness.RemoveMountScope(spec.Key())
 	stateDir := filepath.Join(d.work, "state")

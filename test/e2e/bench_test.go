@@ -26,16 +26,7 @@ func BenchmarkPodStart(b *testing.B) {
 	testenv.Require(b, append([]string{"root"}, harness.KindContainerd.Binaries()...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("/tmp", "mk-bench-pod-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := harness.UnmountAll(dir); err != nil {
-			b.Error(err)
-		}
-		os.RemoveAll(dir)
-	}()
+	dir := harness.WorkDir(b, "mk-bench-pod-")
 	bin, err := harness.BuildMountkeeper(dir)
 	if err != nil {
 		b.Fatal(err)

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,7 +53,7 @@ func TestNetworkHeal(t *testing.T) {
 	testenv.Require(t, "fuse", "root")
 	t.Run("sshfs", func(t *testing.T) {
 		testenv.Require(t, "sshfs", "/usr/sbin/sshd")
-		work := workDir(t, "mk-heal-")
+		work := harness.WorkDir(t, "mk-heal-")
 		sshd, err := harness.StartSSHD(work)
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +65,7 @@ func TestNetworkHeal(t *testing.T) {
 		}
 		testHeal(t, work, healServer{
 			typ: "fuse.sshfs", source: "root@127.0.0.1:" + sshd.Export(), content: content,
-			opts:   fmt.Sprintf("port=%d,IdentityFile=%s,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,ConnectTimeout=3", sshd.Port(), sshd.IdentityFile()),
+			opts:   strings.Join(append(sshd.ClientOptions(), "ConnectTimeout=3"), ","),
 			daemon: func(comm string) bool { return comm != "ssh" },
 			down:   func(t *testing.T) { sshd.Stop() },
 			up: func(t *testing.T) {
@@ -78,7 +77,7 @@ func TestNetworkHeal(t *testing.T) {
 	})
 	t.Run("glusterfs", func(t *testing.T) {
 		testenv.Require(t, harness.GlusterPrograms...)
-		work := workDir(t, "mk-heal-")
+		work := harness.WorkDir(t, "mk-heal-")
 		g, err := harness.StartGluster(work)
 		if err != nil {
 			t.Fatal(err)

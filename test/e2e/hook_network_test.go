@@ -60,8 +60,7 @@ func (w *hookWorld) sshfsClass(class string) (netspec.Spec, string) {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello over sshfs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: []string{
-		fmt.Sprintf("port=%d", sshd.Port()), "IdentityFile=" + sshd.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}}
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshd.ClientOptions()}
 	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	t.Cleanup(func() {
 		if err := harness.RemoveMountScope(spec.Key()); err != nil {

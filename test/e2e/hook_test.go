@@ -43,7 +43,7 @@ func newHookWorld(t *testing.T) *hookWorld {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	dir := workDir(t, "mk-hook-") // cleaned up last: after the containers are gone
+	dir := harness.WorkDir(t, "mk-hook-") // cleaned up last: after the containers are gone
 	var err error
 	w := &hookWorld{t: t, ctx: ctx, dir: dir, config: filepath.Join(dir, "config.yaml"), host: filepath.Join(dir, "src", "host")}
 	if w.bin, err = harness.BuildMountkeeper(dir); err != nil {

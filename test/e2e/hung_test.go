@@ -42,7 +42,7 @@ func TestNetworkHungServer(t *testing.T) {
 }
 
 func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
-	work := workDir(t, "mk-hung-")
+	work := harness.WorkDir(t, "mk-hung-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", sshd.Port(), sshd.IdentityFile())
+	opts := strings.Join(sshd.ClientOptions(), ", ")
 	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", opts).Replace(hungConfig)
 	n := newNode(t, kind, []string{"mk-hung"}, cfg)
 	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))

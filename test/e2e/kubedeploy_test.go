@@ -88,14 +88,14 @@ func TestKubeDeploy(t *testing.T) {
 		}
 	}
 	var err error
-	if n.sshd, err = harness.StartSSHD(workDir(t, "mk-kdsshd-")); err != nil {
+	if n.sshd, err = harness.StartSSHD(harness.WorkDir(t, "mk-kdsshd-")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.sshd.Stop)
 	if err := os.WriteFile(filepath.Join(n.sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sshOpts := fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", n.sshd.Port(), n.sshd.IdentityFile())
+	sshOpts := strings.Join(n.sshd.ClientOptions(), ", ")
 	config := strings.NewReplacer("DIR", n.dir, "KUBELET", n.kube.RootDir(), "EXPORT", n.sshd.Export(), "SSHOPTS", sshOpts).Replace(deployConfig)
 	parsed, err := configs.Parse([]byte(config))
 	if err != nil {

@@ -110,7 +110,7 @@ func TestKubeUserNamespace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	testenv.Require(t, "root")
-	netDir := workDir(t, "mk-kuns-")
+	netDir := harness.WorkDir(t, "mk-kuns-")
 	conf := podNetwork(t, netDir)
 	n := newKubeNodeCtrd(t, ctx, harness.KubeOptions{}, []string{"mk-kube"},
 		harness.Options{CNIBinDir: cniBinDir, CNIConfDir: conf})

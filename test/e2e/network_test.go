@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +47,7 @@ func TestNetworkFilesystem(t *testing.T) {
 }
 
 func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
-	work := workDir(t, "mk-net-")
+	work := harness.WorkDir(t, "mk-net-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
 		t.Fatal(err)
@@ -57,16 +56,13 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sshOpts := func(port int) string {
-		return fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", port, sshd.IdentityFile())
-	}
 	// The mk-dead class's server runs now and is stopped before its pods come.
 	stopped, err := harness.StartSSHD(filepath.Join(work, "stopped"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stopped.Stop)
-	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", sshOpts(sshd.Port()), "DEADOPTS", sshOpts(stopped.Port())).Replace(networkConfig)
+	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", strings.Join(sshd.ClientOptions(), ", "), "DEADOPTS", strings.Join(stopped.ClientOptions(), ", ")).Replace(networkConfig)
 
 	plugCg, err := harness.NewCgroup2(filepath.Base(work) + "-plugin")
 	if err != nil {
@@ -78,7 +74,7 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 		t.Fatal(err)
 	}
 	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
-		Options: strings.Split(strings.ReplaceAll(sshOpts(sshd.Port()), " ", ""), ",")}
+		Options: sshd.ClientOptions()}
 	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
 	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))

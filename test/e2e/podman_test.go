@@ -30,7 +30,7 @@ func TestPodman(t *testing.T) {
 	testenv.Require(t, harness.RuncBinary())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := workDir(t, "mk-podman-")
+	dir := harness.WorkDir(t, "mk-podman-")
 	bin, err := harness.BuildMountkeeper(dir)
 	if err != nil {
 		t.Fatal(err)

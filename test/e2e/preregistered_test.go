@@ -24,7 +24,7 @@ func TestPreRegisteredPlugin(t *testing.T) { forEachRuntime(t, testPreRegistered
 func testPreRegisteredPlugin(t *testing.T, kind harness.RuntimeKind) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := workDir(t, "mk-pre-")
+	dir := harness.WorkDir(t, "mk-pre-")
 	bin, err := harness.BuildMountkeeper(dir)
 	if err != nil {
 		t.Fatal(err)

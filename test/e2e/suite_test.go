@@ -58,7 +58,7 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	dir := workDir(t, "mk-e2e-")
+	dir := harness.WorkDir(t, "mk-e2e-")
 	var err error
 	n := &node{t: t, ctx: ctx, dir: dir, kind: kind, cgroup: pluginCgroup, byHandler: map[string][]string{}}
 	if n.bin, err = harness.BuildMountkeeper(dir); err != nil {
@@ -183,24 +183,4 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
-}
-
-// workDir makes a directory below /tmp for one test (short, for unix socket paths). When the
-// test ends, failed or not, whatever is mounted below it is unmounted and it is removed;
-// registered first, this runs after the test's other cleanups.
-func workDir(t *testing.T, prefix string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := harness.UnmountAll(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	return dir
 }

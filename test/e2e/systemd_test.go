@@ -214,7 +214,7 @@ func TestSystemdRestart(t *testing.T) {
 	testenv.Require(t, "fuse")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	work := workDir(t, "mk-sd-")
+	work := harness.WorkDir(t, "mk-sd-")
 	bin, err := harness.BuildMountkeeper(work)
 	if err != nil {
 		t.Fatal(err)

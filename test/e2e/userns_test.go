@@ -109,14 +109,14 @@ func (n *node) mountinfoOf(id, dst string) string {
 // the user namespace, though the class allows it for unprivileged containers.
 func TestUserNamespace(t *testing.T) {
 	testenv.Require(t, "root", "fuse", "sshfs")
-	work := workDir(t, "mk-uns-")
+	work := harness.WorkDir(t, "mk-uns-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sshd.Stop)
 	fillSource(t, sshd.Export())
-	sshOpts := fmt.Sprintf("port=%d, IdentityFile=%s, StrictHostKeyChecking=no, UserKnownHostsFile=/dev/null", sshd.Port(), sshd.IdentityFile())
+	sshOpts := strings.Join(sshd.ClientOptions(), ", ")
 	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", sshOpts).Replace(usernsConfig)
 
 	n := newNode(t, harness.KindContainerd, []string{"mk-uns", "mk-bidi", "mk-ssh", "mk-ssh-open"}, cfg)

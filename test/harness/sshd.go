@@ -60,6 +60,12 @@ func (s *SSHD) Port() int { return s.port }
 // IdentityFile is the client key root logs in with.
 func (s *SSHD) IdentityFile() string { return filepath.Join(s.dir, "user") }
 
+// ClientOptions are the sshfs options that reach this server: its port and key, no host key
+// check (the server's key is made per test).
+func (s *SSHD) ClientOptions() []string {
+	return []string{fmt.Sprintf("port=%d", s.Port()), "IdentityFile=" + s.IdentityFile(), "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"}
+}
+
 // Export is a directory for the test to fill and mount.
 func (s *SSHD) Export() string { return filepath.Join(s.dir, "export") }
 
