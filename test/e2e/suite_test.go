@@ -65,6 +65,11 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 		t.Fatal(err)
 	}
 	n.config = filepath.Join(dir, "config.yaml")
+	if !strings.Contains(config, "stateDir:") {
+		// The plugin's state (the guard key, subPath copies, network mounts) stays in the
+		// test's directory, never the host's /var/lib/mountkeeper.
+		config = "stateDir: SRC/state\n" + config
+	}
 	if err := os.WriteFile(n.config, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
 		t.Fatal(err)
 	}
