@@ -11,18 +11,25 @@ import (
 // host check, until the host may have changed (changes): then it forgets them all. A container
 // of a class whose sources passed, on a node whose mount table and source directories did not
 // change since, costs one poll(2), plus for an rslave or rshared source one statmount(2) by
-// mount ID, instead of a bounded check. The propagation is read again each time because the
-// kernel does not tell mountinfo pollers about propagation changes (mount --make-private);
-// statmount by ID resolves no path, so it cannot hang on a dead filesystem.
+// mount ID (one per host mount: sources on the same mount share it), instead of a bounded
+// check. The propagation is read again each time because the kernel does not tell mountinfo
+// pollers about propagation changes (mount --make-private); statmount by ID resolves no path,
+// so it cannot hang on a dead filesystem.
 type factCache struct {
 	ch *changes
 
 	mu  sync.Mutex
-	gen uint64            // bumped whenever the facts are forgotten
-	ok  map[string]uint64 // fact key -> unique ID of the propagating source's mount (0: none)
+	gen uint64             // bumped whenever the facts are forgotten
+	ok  map[factKey]uint64 // unique ID of the propagating source's mount (0: none)
 }
 
-func factKey(m specmod.Mount) string { return string(m.Propagation) + "\x00" + m.Source }
+// factKey is one fact: the source passed for the propagation.
+type factKey struct {
+	propagation specmod.Propagation
+	source      string
+}
+
+func keyOf(m specmod.Mount) factKey { return factKey{m.Propagation, m.Source} }
 
 // sync forgets every fact if the host changed; it returns the generation in force. Callers
 // hold c.mu.
@@ -40,29 +47,43 @@ func (c *factCache) hit(mounts []specmod.Mount) (hit bool, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	gen = c.sync()
+	var buf [4]MountPoint
+	asked := buf[:0] // what statmount said in this call, by UniqueID
 	for _, m := range mounts {
-		id, ok := c.ok[factKey(m)]
-		if !ok || !propagatesNow(m, id) {
+		id, ok := c.ok[keyOf(m)]
+		if !ok {
+			return false, gen
+		}
+		if m.Propagation != specmod.Slave && m.Propagation != specmod.Shared {
+			continue
+		}
+		var mp MountPoint
+		if mp, asked, ok = propagationNow(id, asked); !ok || checkPropagation(m.Propagation, mp) != nil {
 			return false, gen
 		}
 	}
 	return true, gen
 }
 
-// propagatesNow says whether m's source mount, known by its unique ID, still propagates as m
-// needs; a mount without a unique ID cannot be asked, so it is not cached as passed.
-func propagatesNow(m specmod.Mount, id uint64) bool {
-	if m.Propagation != specmod.Slave && m.Propagation != specmod.Shared {
-		return true
-	}
+// propagationNow is the current propagation of the mount with unique ID id, from asked (the
+// answers of this hit) or one statmount(2), which it adds to asked. ok is false for a mount
+// without a unique ID, which cannot be asked (so its sources are never cached as passed), and
+// where statmount fails.
+func propagationNow(id uint64, asked []MountPoint) (_ MountPoint, _ []MountPoint, ok bool) {
 	if id == 0 {
-		return false
+		return MountPoint{}, asked, false
+	}
+	for _, mp := range asked {
+		if mp.UniqueID == id {
+			return mp, asked, true
+		}
 	}
 	shared, slave, err := mounttable.PropagationByID(id)
 	if err != nil {
-		return false
+		return MountPoint{}, asked, false
 	}
-	return checkPropagation(m.Propagation, MountPoint{Shared: shared, Slave: slave}) == nil
+	mp := MountPoint{UniqueID: id, Shared: shared, Slave: slave}
+	return mp, append(asked, mp), true
 }
 
 // watchAll watches every source's path before its check (inside the bounded call: it may hang
@@ -85,6 +106,6 @@ func (c *factCache) store(mounts []specmod.Mount, ids map[string]uint64, gen uin
 		return
 	}
 	for _, m := range mounts {
-		c.ok[factKey(m)] = ids[m.Source]
+		c.ok[keyOf(m)] = ids[m.Source]
 	}
 }

@@ -115,3 +115,40 @@ func TestCacheSeesEveryChange(t *testing.T) {
 	run(t, "mount", "--make-private", dir)
 	check("after the mount was made private", "is private")
 }
+
+// TestCacheSharesOneMountsAnswer: sources on one host mount share one statmount per cached
+// check, and each is still held to its own propagation: once the mount is a slave, the next
+// check passes the rslave source and refuses the rshared one.
+func TestCacheSharesOneMountsAnswer(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	dir, peer := t.TempDir(), t.TempDir()
+	mount(t, "-t", "tmpfs", "mk-cache", dir)
+	run(t, "mount", "--make-shared", dir)
+	mount(t, "--bind", dir, peer) // a peer, to be dir's master below
+	for _, d := range []string{"slave", "shared"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := NewChecker(Live{}).WithCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := []specmod.Mount{
+		{Source: filepath.Join(dir, "slave"), Destination: "/slave", Propagation: specmod.Slave},
+		{Source: filepath.Join(dir, "shared"), Destination: "/shared", Propagation: specmod.Shared},
+	}
+	for _, step := range []string{"first check", "cached check"} {
+		if err := c.CheckSources(mounts); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	// dir made a slave of its peer: no longer shared. No mount table change that poll sees.
+	run(t, "mount", "--make-slave", dir)
+	err = c.CheckSources(mounts)
+	if err == nil || !strings.Contains(err.Error(), "/shared") || !strings.Contains(err.Error(), "needs it shared") || strings.Contains(err.Error(), "/slave (") {
+		t.Fatalf("after the mount became a slave: %v, want only the rshared source refused", err)
+	}
+}

@@ -39,7 +39,7 @@ func (c *Checker) WithCache() (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Checker{in: c.in, timeout: c.timeout, cache: &factCache{ch: ch, ok: map[string]uint64{}}}, nil
+	return &Checker{in: c.in, timeout: c.timeout, cache: &factCache{ch: ch, ok: map[factKey]uint64{}}}, nil
 }
 
 var _ specmod.Host = (*Checker)(nil)
