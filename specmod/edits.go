@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-tools/generate"
@@ -61,7 +62,12 @@ func (e Edits) Verify(existing []oci.Mount, host Host) error {
 // CleanDestination is the container path a runtime mounts dst at: runtimes resolve a
 // destination relative to the container's root, so "/data/", "/data/.", "//data" and "data"
 // are all /data. Every comparison of destinations goes through it.
-func CleanDestination(dst string) string { return path.Clean("/" + dst) }
+func CleanDestination(dst string) string {
+	if !strings.HasPrefix(dst, "/") {
+		dst = "/" + dst
+	}
+	return path.Clean(dst)
+}
 
 func hasDestination(mounts []oci.Mount, dst string) bool {
 	dst = CleanDestination(dst)

@@ -27,14 +27,26 @@ type Mount struct {
 // String names a mount in logs and errors the way an operator reads a config: what goes where,
 // and how.
 func (m Mount) String() string {
-	s := fmt.Sprintf("%s -> %s (%s", m.Source, m.Destination, m.Propagation)
+	var b strings.Builder
+	m.Describe(&b)
+	return b.String()
+}
+
+// Describe writes m.String() to b, for a message naming many mounts.
+func (m Mount) Describe(b *strings.Builder) {
+	b.Grow(len(m.Source) + len(m.Destination) + len(m.Propagation) + 20)
+	b.WriteString(m.Source)
+	b.WriteString(" -> ")
+	b.WriteString(m.Destination)
+	b.WriteString(" (")
+	b.WriteString(string(m.Propagation))
 	if m.ReadOnly {
-		s += ", ro"
+		b.WriteString(", ro")
 	}
 	if m.Idmap {
-		s += ", idmap"
+		b.WriteString(", idmap")
 	}
-	return s + ")"
+	b.WriteByte(')')
 }
 
 // MountError ties a cause to the mount it concerns.
@@ -143,7 +155,7 @@ func (m Mount) OCI() oci.Mount {
 }
 
 func hasDotDot(p string) bool {
-	for _, c := range strings.Split(p, "/") {
+	for c := range strings.SplitSeq(p, "/") {
 		if c == ".." {
 			return true
 		}
