@@ -14,16 +14,38 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"sync"
 )
 
 // Annotation is the spec annotation that carries the token.
 const Annotation = "mountkeeper.dev/handled"
 
 // Token is the annotation value that proves the plugin handled container id.
-func Token(key []byte, id string) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	return hex.EncodeToString(mac.Sum(nil))
+func Token(key []byte, id string) string { return NewSigner(key).Token(id) }
+
+// Signer makes the tokens of one key. It keeps the key's HMAC state, so that a token costs
+// hashing the container ID only, not the key again. It is safe for concurrent use.
+type Signer struct {
+	mu  sync.Mutex
+	mac hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+// NewSigner returns the Signer of key.
+func NewSigner(key []byte) *Signer { return &Signer{mac: hmac.New(sha256.New, key)} }
+
+// Token is Token(key, id) for the Signer's key.
+func (s *Signer) Token(id string) string {
+	var out [2 * sha256.Size]byte
+	s.mu.Lock()
+	s.mac.Reset()
+	s.buf = append(s.buf[:0], id...)
+	s.mac.Write(s.buf)
+	hex.Encode(out[:], s.mac.Sum(s.sum[:0]))
+	s.mu.Unlock()
+	return string(out[:])
 }
 
 // Valid says whether token proves the plugin handled container id.

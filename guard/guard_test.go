@@ -1,6 +1,9 @@
 package guard
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +29,24 @@ func TestToken(t *testing.T) {
 		if got := Valid(tc.key, tc.id, tc.token); got != tc.want {
 			t.Errorf("%s: Valid = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestSigner: a Signer's tokens are the hex HMAC-SHA256 of the container ID under the key, call
+// after call (its kept HMAC state is reset), as Token's are; another key makes other tokens.
+func TestSigner(t *testing.T) {
+	k1, k2 := []byte(strings.Repeat("a", 32)), []byte(strings.Repeat("b", 32))
+	s := NewSigner(k1)
+	for _, id := range []string{"ctr-1", "ctr-2", "ctr-1", strings.Repeat("f", 64)} {
+		mac := hmac.New(sha256.New, k1)
+		mac.Write([]byte(id))
+		want := hex.EncodeToString(mac.Sum(nil))
+		if got := s.Token(id); got != want || Token(k1, id) != want || !Valid(k1, id, got) {
+			t.Errorf("Signer.Token(%q) = %q, want %q", id, got, want)
+		}
+	}
+	if NewSigner(k2).Token("ctr-1") == s.Token("ctr-1") {
+		t.Error("two keys' Signers made the same token")
 	}
 }
 
