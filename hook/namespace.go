@@ -1,34 +1,24 @@
 package hook
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
 // NamespaceMounter is the real Mounter. On the host it clones each source into a detached
-// mount tree and sets the tree's propagation and flags; then a re-executed copy of the binary
-// enters the container's mount namespace (package nsenter) and attaches the trees under the
-// rootfs (ChildMain). See the package documentation.
-type NamespaceMounter struct {
-	// Exe is the binary to re-execute; it must import package hook/nsenter and call ChildMain
-	// when nsenter.Entered(). Empty: /proc/self/exe.
-	Exe string
-}
+// mount tree and sets the tree's propagation and flags; then one thread of the hook enters
+// the container's mount namespace (inMountNamespace) and attaches the trees under the rootfs.
+// See the package documentation.
+type NamespaceMounter struct{}
 
 var _ Mounter = NamespaceMounter{}
 
@@ -36,9 +26,6 @@ var _ Mounter = NamespaceMounter{}
 func (nm NamespaceMounter) MountInContainer(req Request) error {
 	if len(req.Mounts) == 0 {
 		return nil
-	}
-	if !nsenter.Available() {
-		return errors.New("this mountkeeper was built without cgo (CGO_ENABLED=0), so it cannot enter a container's mount namespace: rebuild it with CGO_ENABLED=1, or use the precreate stage or the NRI plugin")
 	}
 	ns, err := openMountNamespace(req.Pid)
 	if err != nil {
@@ -60,17 +47,16 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 			t.Close()
 		}
 	}()
-	creq := childRequest{Rootfs: req.Rootfs}
-	for i, m := range req.Mounts {
+	attachments := make([]attachment, 0, len(req.Mounts))
+	for _, m := range req.Mounts {
 		tree, dir, err := cloneSource(m, userns)
 		if err != nil {
 			return &specmod.MountError{Mount: m, Err: err}
 		}
 		trees = append(trees, tree)
-		// ExtraFiles[0] is the namespace at fd 3; the trees follow in order.
-		creq.Mounts = append(creq.Mounts, childMount{Mount: m.String(), Destination: m.Destination, Dir: dir, FD: 4 + i})
+		attachments = append(attachments, attachment{Mount: m.String(), Destination: m.Destination, Dir: dir, Tree: tree})
 	}
-	return nm.runChild(req.Pid, ns, trees, creq)
+	return inMountNamespace(ns, func() error { return attachAll(req.Rootfs, attachments) })
 }
 
 // openMountNamespace opens the mount namespace of pid and makes sure it is not the hook's
@@ -245,46 +231,4 @@ func describeAttr(m specmod.Mount) string {
 		parts = append(parts, "ro")
 	}
 	return strings.Join(append(parts, m.Options...), ",")
-}
-
-// runChild re-executes the binary into the container's mount namespace with the namespace at
-// fd 3 and the trees from fd 4 on, and waits for it to attach them.
-func (nm NamespaceMounter) runChild(pid int, ns *os.File, trees []*os.File, creq childRequest) error {
-	exe := nm.Exe
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	body, err := json.Marshal(creq)
-	if err != nil {
-		return fmt.Errorf("encode the mount request: %w", err)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{"mountkeeper-nsenter"},
-		Env:        []string{nsenter.EnvVar + "=3"},
-		Stdin:      bytes.NewReader(body),
-		Stdout:     &stdout,
-		Stderr:     &stderr,
-		ExtraFiles: append([]*os.File{ns}, trees...),
-		// The child must not outlive the hook: the runtime kills a hook past its timeout.
-		// Pdeathsig follows the thread that forks, hence the locked thread.
-		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
-	}
-	runtime.LockOSThread()
-	err = cmd.Run()
-	runtime.UnlockOSThread()
-	msg := strings.TrimSpace(stderr.String())
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &exit) && exit.ExitCode() == nsenter.ExitCode:
-		return fmt.Errorf("%s (container process %d)", msg, pid)
-	case errors.As(err, &exit) && exit.ExitCode() == 1 && msg != "":
-		return errors.New(msg) // ChildMain's own one-line message
-	}
-	// Killed, or a crash: the first line says what happened (a Go panic's message).
-	first, _, _ := strings.Cut(msg, "\n")
-	return fmt.Errorf("the helper in the container's mount namespace failed: %v: %s", err, first)
 }

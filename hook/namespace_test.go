@@ -4,27 +4,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
-
-// TestMain lets the test binary play the namespace helper: NamespaceMounter re-executes
-// /proc/self/exe, which is this binary during the tests.
-func TestMain(m *testing.M) {
-	if nsenter.Entered() {
-		os.Exit(ChildMain(os.Stdin, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
 
 // nsFixture is a process in a mount namespace of its own (rslave, as runc makes it), a
 // rootfs directory, and shared and private host sources on a tmpfs.
@@ -38,9 +31,6 @@ type nsFixture struct {
 func newNSFixture(t *testing.T) *nsFixture {
 	t.Helper()
 	testenv.Require(t, "root", "unshare")
-	if !nsenter.Available() {
-		testenv.Skip(t, "built without cgo")
-	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		t.Fatal(err)
@@ -239,16 +229,102 @@ func TestNamespaceMounterErrors(t *testing.T) {
 		})
 	}
 
-	t.Run("setns failure is reported from the constructor", func(t *testing.T) {
+	t.Run("setns failure", func(t *testing.T) {
 		notNS, err := os.Open(f.rootfs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer notNS.Close()
-		err = (NamespaceMounter{}).runChild(f.pid, notNS, nil, childRequest{Rootfs: f.rootfs})
-		want := "enter the container's mount namespace: setns(fd 3, CLONE_NEWNS): Invalid argument (container process " + itoa(f.pid) + ")"
+		err = inMountNamespace(notNS, func() error { t.Error("ran outside a mount namespace"); return nil })
+		want := "enter the container's mount namespace " + f.rootfs + ": setns(CLONE_NEWNS): invalid argument"
 		if err == nil || err.Error() != want {
 			t.Fatalf("error\ngot:  %v\nwant: %s", err, want)
 		}
 	})
+}
+
+// TestNoOtherThreadEntersTheNamespace proves the safety argument of inMountNamespace: while
+// the hook attaches mounts in the container's namespace, no other goroutine ever runs there,
+// also when the runtime starts threads meanwhile, and no thread is left there afterwards.
+func TestNoOtherThreadEntersTheNamespace(t *testing.T) {
+	f := newNSFixture(t)
+	host, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Watchers read their own thread's namespace in a loop, on whatever thread they run.
+	// Half lock themselves to a thread, so the runtime starts threads while the attach runs.
+	stop := make(chan struct{})
+	var samples, foreign atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ns, err := os.Readlink("/proc/thread-self/ns/mnt")
+				samples.Add(1)
+				if err != nil || ns != host {
+					foreign.Add(1)
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
+	for i := range 20 {
+		req := Request{Pid: f.pid, Rootfs: f.rootfs, Mounts: []specmod.Mount{
+			{Source: f.src + "/private", Destination: "/vol/" + itoa(i), Propagation: specmod.Private},
+			{Source: f.src + "/file", Destination: "/etc/file" + itoa(i), Propagation: specmod.Private},
+		}}
+		if err := (NamespaceMounter{}).MountInContainer(req); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	// Keep watching a while after the last attach: a thread left in the namespace would now
+	// run watchers.
+	time.Sleep(100 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if got := len(mountinfo(t, f.pid, f.rootfs)); got != 40 {
+		t.Errorf("%d mounts in the container's namespace, want 40", got)
+	}
+	if samples.Load() == 0 {
+		t.Fatal("the watchers took no sample")
+	}
+	if n := foreign.Load(); n > 0 {
+		t.Errorf("%d of %d samples ran on a thread outside the host's mount namespace", n, samples.Load())
+	}
+	// The attaching thread ends with its goroutine, shortly after the attach returned.
+	var left []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left = left[:0]
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			if ns, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/mnt"); err == nil && ns != host {
+				left = append(left, task.Name())
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("threads %v are still in another mount namespace after the attach", left)
+	}
+	// /proc/self is the main thread: it must never have entered.
+	if ns, _ := os.Readlink("/proc/self/ns/mnt"); ns != host {
+		t.Errorf("the main thread is in mount namespace %s, not the host's %s", ns, host)
+	}
 }

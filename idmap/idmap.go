@@ -5,8 +5,8 @@
 // kernel and, for FUSE, on the daemon (it must opt in), so names are never trusted: the
 // kernel answers EINVAL for a filesystem that cannot be idmapped.
 //
-// The probe's user namespace is a placeholder process of this binary's own (the constructor
-// of package hook/nsenter, so it never runs Go), made once per process and kept: the answer
+// The probe's user namespace is a placeholder process of this binary's own (a C constructor,
+// holder_cgo.go, so it never runs Go), made once per process and kept: the answer
 // does not depend on which user namespace is used.
 package idmap
 
@@ -24,9 +24,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/bounded"
-	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 )
+
+// holdUserNSEnv, when set, makes the constructor in holder_cgo.go a placeholder that waits
+// for its stdin to close and exits without starting Go. Keep in sync with MK_HOLD_USERNS_ENV.
+const holdUserNSEnv = "_MOUNTKEEPER_HOLD_USERNS"
 
 // NotSupportedError says the filesystem at Source cannot be idmapped.
 type NotSupportedError struct {
@@ -136,9 +139,9 @@ func (p *Prober) userNS() (*os.File, error) {
 
 // NewUserNS returns a descriptor of a new user namespace (root mapped to host uid and gid
 // 65534 and nothing else), held by nothing else: it lives as long as the descriptor. It
-// starts this binary as a placeholder (package hook/nsenter's constructor), so it needs cgo.
+// starts this binary as a placeholder (holder_cgo.go's constructor), so it needs cgo.
 func NewUserNS() (*os.File, error) {
-	if !nsenter.Available() {
+	if !holderAvailable {
 		return nil, errors.New("this mountkeeper was built without cgo (CGO_ENABLED=0), so it cannot make a user namespace to ask the kernel whether a filesystem can be idmapped: rebuild it with CGO_ENABLED=1")
 	}
 	r, w, err := os.Pipe()
@@ -150,7 +153,7 @@ func NewUserNS() (*os.File, error) {
 	cmd := &exec.Cmd{
 		Path:  "/proc/self/exe",
 		Args:  []string{"mountkeeper-userns"},
-		Env:   []string{nsenter.HoldUserNSEnv + "=1"},
+		Env:   []string{holdUserNSEnv + "=1"},
 		Stdin: r,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWUSER,

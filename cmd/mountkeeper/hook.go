@@ -14,20 +14,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/hook"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 	"github.com/mountkeeper/mountkeeper/idmap"
-
-	// The constructor that moves the hook's helper into a container's mount namespace before
-	// the Go runtime starts; see package nsenter. Needs cgo.
-	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 )
-
-// init turns the process into the hook's helper when package nsenter's constructor moved it
-// into a container's mount namespace: it attaches the mount trees it inherited and exits,
-// before main parses any argument.
-func init() {
-	if nsenter.Entered() {
-		os.Exit(hook.ChildMain(os.Stdin, os.Stderr))
-	}
-}
 
 const hookUsage = `usage: mountkeeper hook <stage> [--config FILE] --runtime-class NAME
 

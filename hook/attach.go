@@ -1,65 +1,33 @@
 package hook
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/mountkeeper/mountkeeper/hook/nsenter"
 )
 
-// childRequest is what the hook sends, as JSON on stdin, to its copy in the container's mount
-// namespace. The trees are inherited descriptors.
-type childRequest struct {
-	Rootfs string       `json:"rootfs"`
-	Mounts []childMount `json:"mounts"`
+// attachment is one detached mount tree, cloned and set up on the host, to attach in the
+// container's mount namespace.
+type attachment struct {
+	Mount       string // specmod.Mount.String(), for messages
+	Destination string
+	Dir         bool     // the source is a directory
+	Tree        *os.File // the detached tree, ready to attach; owned by the caller
 }
 
-type childMount struct {
-	Mount       string `json:"mount"` // specmod.Mount.String(), for messages
-	Destination string `json:"destination"`
-	Dir         bool   `json:"dir"` // the source is a directory
-	FD          int    `json:"fd"`  // the detached tree, ready to attach
-}
-
-// ChildMain is the body of the re-executed hook inside the container's mount namespace. The
-// main package calls it, and exits with its result, when nsenter.Entered(). It attaches the
-// trees in order; on any failure it undoes what it did, writes one line to stderr and returns
-// 1.
-func ChildMain(stdin io.Reader, stderr io.Writer) int {
-	if !nsenter.Entered() {
-		fmt.Fprintln(stderr, "mountkeeper: the namespace helper runs only in a process that package nsenter moved into a container's mount namespace")
-		return 2
-	}
-	data, err := readAllLimited(stdin, "the mount request")
-	if err == nil {
-		var req childRequest
-		if err = json.Unmarshal(data, &req); err == nil {
-			err = attachAll(req)
-		} else {
-			err = fmt.Errorf("decode the mount request: %w", err)
-		}
-	}
+// attachAll attaches every tree at its destination beneath rootfs, all or nothing. It runs
+// inside the container's mount namespace (inMountNamespace), so rootfs is a path there.
+func attachAll(rootfs string, mounts []attachment) error {
+	fd, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		fmt.Fprintln(stderr, err) // the parent joins its lines into the refusal
-		return 1
+		return fmt.Errorf("open the container's rootfs in its mount namespace: open %s: %w", rootfs, err)
 	}
-	return 0
-}
-
-// attachAll attaches every tree of req at its destination beneath the rootfs, all or nothing.
-func attachAll(req childRequest) error {
-	root, err := os.OpenFile(req.Rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the container's rootfs in its mount namespace: %w", err)
-	}
+	root := os.NewFile(uintptr(fd), rootfs)
 	defer root.Close()
 	var undo undoLog
-	for _, m := range req.Mounts {
+	for _, m := range mounts {
 		if err := attachOne(root, m, &undo); err != nil {
 			err = fmt.Errorf("mount %s: %w", m.Mount, err)
 			if uerr := undo.run(); uerr != nil {
@@ -71,11 +39,8 @@ func attachAll(req childRequest) error {
 	return nil
 }
 
-func attachOne(root *os.File, m childMount, undo *undoLog) error {
-	tree := os.NewFile(uintptr(m.FD), "tree")
-	if tree == nil {
-		return fmt.Errorf("no mount tree at descriptor %d", m.FD)
-	}
+func attachOne(root *os.File, m attachment, undo *undoLog) error {
+	tree := m.Tree
 	dst, err := resolveDestination(root, m.Destination, m.Dir, undo)
 	if err != nil {
 		return err
