@@ -24,6 +24,9 @@ type changes struct {
 	inotify   int
 	watched   map[string]int            // watched path -> watch descriptor
 	names     map[int32]map[string]bool // watch descriptor -> the entries in it that matter
+	// events is changed's read buffer, made once: in changed's frame, 64 KiB on the stack
+	// of every request's new goroutine would make it grow (copy) on every request.
+	events []byte
 }
 
 const dirEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
@@ -39,7 +42,7 @@ func newChanges() (*changes, error) {
 		unix.Close(mi)
 		return nil, err
 	}
-	return &changes{mountinfo: mi, inotify: in, names: map[int32]map[string]bool{}}, nil
+	return &changes{mountinfo: mi, inotify: in, names: map[int32]map[string]bool{}, events: make([]byte, 64<<10)}, nil
 }
 
 // changed reports whether anything changed since the last call, and forgets it.
@@ -56,13 +59,12 @@ func (c *changes) changed() bool {
 	}
 	changed := fds[0].Revents != 0
 	if fds[1].Revents != 0 {
-		buf := make([]byte, 64<<10)
 		for {
-			n, err := unix.Read(c.inotify, buf)
+			n, err := unix.Read(c.inotify, c.events)
 			if err != nil || n <= 0 {
 				break // EAGAIN: drained
 			}
-			changed = c.matters(buf[:n]) || changed
+			changed = c.matters(c.events[:n]) || changed
 		}
 	}
 	return changed
