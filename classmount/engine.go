@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -113,7 +114,7 @@ type Idmapper interface {
 // Decide returns the decision for one container, or a refusal (*Error). A refused decision
 // leaves nothing behind: no claim on a network mount, no subPath copy.
 func (e *Engine) Decide(ctx context.Context, r Request) (Decision, error) {
-	d, err := e.decide(ctx, r)
+	d, err := e.decide(ctx, &r)
 	if err != nil {
 		e.release(r.Container.ID)
 	}
@@ -130,7 +131,9 @@ func (e *Engine) release(id string) {
 	}
 }
 
-func (e *Engine) decide(ctx context.Context, r Request) (Decision, error) {
+// decide and the functions below it take the request by pointer: it is large, and a copy in
+// each frame would deepen the stack of the host check (see specmod.Edits.Verify).
+func (e *Engine) decide(ctx context.Context, r *Request) (Decision, error) {
 	class, rc, ok := e.Config.Class(r.Handler)
 	d := Decision{Class: class, Configured: ok}
 	if r.Stage == BeforeCreate && e.SubPaths != nil && e.Config.SubPathRepair {
@@ -153,7 +156,7 @@ func (e *Engine) decide(ctx context.Context, r Request) (Decision, error) {
 
 // classMounts binds the class's network filesystems from their host paths and checks every
 // class mount against the container and the host.
-func (e *Engine) classMounts(ctx context.Context, class string, rc configs.RuntimeClass, r Request) ([]specmod.Mount, error) {
+func (e *Engine) classMounts(ctx context.Context, class string, rc configs.RuntimeClass, r *Request) ([]specmod.Mount, error) {
 	if r.Stage == InContainer && !r.MountNamespace {
 		return nil, errNoMountNamespace
 	}
@@ -173,11 +176,9 @@ func (e *Engine) classMounts(ctx context.Context, class string, rc configs.Runti
 		mounts[i].Source = src
 	}
 	bidi := checkBidirectional(class, rc, mounts, r)
-	var checked []specmod.Mount // the host is not asked about mounts refused already
-	for _, m := range mounts {
-		if bidi == nil || m.Propagation != specmod.Shared {
-			checked = append(checked, m)
-		}
+	checked := mounts // the host is not asked about mounts refused already
+	if bidi != nil {
+		checked = slices.DeleteFunc(slices.Clone(mounts), func(m specmod.Mount) bool { return m.Propagation == specmod.Shared })
 	}
 	edits := specmod.Edits{Mounts: checked}
 	if err := errors.Join(bidi, edits.Verify(r.Mounts, e.Host)); err != nil {

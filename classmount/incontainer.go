@@ -13,7 +13,7 @@ import (
 
 // inContainerOrder checks what only matters when the hook makes the mounts after the runtime
 // made the spec's own, and returns the mounts in the order to make them.
-func inContainerOrder(mounts []specmod.Mount, r Request) ([]specmod.Mount, error) {
+func inContainerOrder(mounts []specmod.Mount, r *Request) ([]specmod.Mount, error) {
 	if err := errors.Join(checkHidden(mounts, r.Mounts), checkRootfsPropagation(r.RootfsPropagation, mounts)); err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func PrivilegedMounts(mounts []oci.Mount, userns bool) bool {
 // checkBidirectional refuses rshared class mounts for an unprivileged container unless the
 // class allows it: Kubernetes allows Bidirectional only for privileged containers, because a
 // mount made in the container propagates to the host.
-func checkBidirectional(class string, rc configs.RuntimeClass, mounts []specmod.Mount, r Request) error {
+func checkBidirectional(class string, rc configs.RuntimeClass, mounts []specmod.Mount, r *Request) error {
 	if r.UserNamespace {
 		// Whatever the class allows: a container with a user namespace is never privileged
 		// on the host (Kubernetes refuses hostUsers: false with privileged), its mounts are

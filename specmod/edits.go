@@ -28,14 +28,25 @@ type Host interface {
 // a mount silently: the runtime would drop the pod's own volume), or a host side that is
 // missing or does not propagate as asked. It reports every problem, not just the first.
 func (e Edits) Verify(existing []oci.Mount, host Host) error {
-	var errs []error
+	// The host is asked from this small frame, not from the one that holds the maps: the
+	// check goes deep, on a request's young goroutine stack.
+	valid, errs := e.verifyMounts(existing)
+	if host != nil && len(valid) > 0 {
+		errs = append(errs, host.CheckSources(valid))
+	}
+	return errors.Join(errs...)
+}
+
+// verifyMounts returns the mounts that pass every check without the host, and the errors of
+// the others.
+func (e Edits) verifyMounts(existing []oci.Mount) (valid []Mount, errs []error) {
 	type mnt struct{ dst, src string }
 	have := make(map[string]mnt, len(existing))
 	for _, m := range existing {
 		have[CleanDestination(m.Destination)] = mnt{m.Destination, m.Source}
 	}
 	seen := make(map[string]bool, len(e.Mounts))
-	valid := make([]Mount, 0, len(e.Mounts))
+	valid = make([]Mount, 0, len(e.Mounts))
 	for _, m := range e.Mounts {
 		err := m.Validate()
 		ex, taken := have[CleanDestination(m.Destination)]
@@ -53,10 +64,7 @@ func (e Edits) Verify(existing []oci.Mount, host Host) error {
 		}
 		valid = append(valid, m)
 	}
-	if host != nil && len(valid) > 0 {
-		errs = append(errs, host.CheckSources(valid))
-	}
-	return errors.Join(errs...)
+	return valid, errs
 }
 
 // CleanDestination is the container path a runtime mounts dst at: runtimes resolve a
