@@ -55,6 +55,7 @@ func (p *Plugin) makeMounter() error {
 	}
 	p.mu.Lock()
 	p.net = m
+	p.rebuildLocked()
 	p.mu.Unlock()
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,9 @@ type Plugin struct {
 
 	mu  sync.RWMutex
 	cfg *configs.Config
+	// eng decides with cfg and the side effects below (net, copies, idmap); built again
+	// whenever one of them changes (rebuildLocked), not per container. Guarded by mu.
+	eng *classmount.Engine
 	// pinned: the config was named on the command line, so one the runtime hands over in
 	// Configure (plugin_config_path) is not used.
 	pinned bool
@@ -55,11 +59,11 @@ type Plugin struct {
 	connected  atomic.Bool   // registered with the runtime (readiness)
 
 	guardMu     sync.Mutex
-	guardKey    []byte // the node's guard key (guardKeyFor)
-	guardKeyDir string // the state dir it was read from
+	guard       *guard.Signer // signs with the node's guard key (guardFor)
+	guardKeyDir string        // the state dir the key was read from
 
 	// idmap asks the kernel whether a class mount can be idmapped, for containers with a user
-	// namespace; nil: idmap.Default.
+	// namespace; nil: idmap.Default. Set by tests through withIdmap.
 	idmap classmount.Idmapper
 }
 
@@ -83,7 +87,18 @@ func newHostChecker(in hostmount.Inspector) specmod.Host { return hostmount.NewC
 // NewPlugin returns a plugin serving cfg. pinned says cfg was chosen explicitly by the
 // operator and must win over a config the runtime passes at registration.
 func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.Logger) *Plugin {
-	return &Plugin{cfg: cfg, pinned: pinned, host: host, log: log}
+	p := &Plugin{cfg: cfg, pinned: pinned, host: host, log: log}
+	p.rebuildLocked()
+	return p
+}
+
+// withIdmap makes the plugin ask in instead of the kernel whether a mount can be idmapped.
+func (p *Plugin) withIdmap(in classmount.Idmapper) *Plugin {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idmap = in
+	p.rebuildLocked()
+	return p
 }
 
 // Configure takes the config the runtime passes to a pre-registered plugin (the file in the
@@ -137,6 +152,7 @@ func (p *Plugin) startCopies() {
 		}
 	}
 	p.copies = next
+	p.rebuildLocked()
 }
 
 func (p *Plugin) subPathCopies() *subpath.Copies {
@@ -148,7 +164,31 @@ func (p *Plugin) subPathCopies() *subpath.Copies {
 func (p *Plugin) setConfig(cfg *configs.Config) {
 	p.mu.Lock()
 	p.cfg = cfg
+	p.rebuildLocked()
 	p.mu.Unlock()
+}
+
+// rebuildLocked builds the decision engine for the config in force with the plugin's side
+// effects. Callers hold p.mu for writing.
+func (p *Plugin) rebuildLocked() {
+	e := &classmount.Engine{Config: p.cfg, Host: p.host, SubPaths: subpath.NewRepairer(p.cfg.KubeletRoot), Idmap: p.idmap}
+	if e.Idmap == nil {
+		e.Idmap = idmap.Default
+	}
+	if p.net != nil {
+		e.Network = mounterNetwork{p.net}
+	}
+	if p.copies != nil {
+		e.SubPathCopies = p.copies
+	}
+	p.eng = e
+}
+
+// engine is the decision engine in force; its Config is the config in force.
+func (p *Plugin) engine() *classmount.Engine {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.eng
 }
 
 // CreateContainer repairs the container's stale subPath mounts, then adds the class mounts of
@@ -173,15 +213,23 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	userns := hasUserNamespace(ctr)
 	req.Privileged = classmount.PrivilegedMounts(req.Mounts, userns)
 	req.UserNamespace = userns
-	log := p.log.WithFields(logrus.Fields{"pod": pod.GetNamespace() + "/" + pod.GetName(), "container": req.Container.String(), "handler": req.Handler})
-	cfg := p.config()
+	// Every line about the container carries it (namespace/pod/name); the refusal and the
+	// info line name its runtime class.
+	log := p.log.WithField("container", req.Container.String())
+	e := p.engine()
+	cfg := e.Config
 	var r decided
 	if p.cannotBlock(cfg, req) {
-		// Nothing in this decision can wait on the host: no goroutine, no timer.
-		r = p.decide(cfg, req)
+		// Nothing in this decision can wait on the host: no goroutine, no timer; no network
+		// mount, so nothing waits on ctx.
+		r = p.decide(context.Background(), e, req)
 	} else {
 		done := make(chan decided, 1)
-		go func() { done <- p.decide(cfg, req) }()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
+			defer cancel()
+			done <- p.decide(ctx, e, req)
+		}()
 		timer := time.NewTimer(cfg.CreateBudget)
 		defer timer.Stop()
 		select {
@@ -220,18 +268,17 @@ type decided struct {
 	err error
 }
 
-// decide runs the engine under acquireBudget; a panic refuses the container instead of ending
-// the plugin (a runtime without its plugin creates containers without their mounts).
-func (p *Plugin) decide(cfg *configs.Config, req classmount.Request) (r decided) {
+// decide runs engine e, ctx bounding its wait for network mounts (acquireBudget); a panic
+// refuses the container instead of ending the plugin (a runtime without its plugin creates
+// containers without their mounts).
+func (p *Plugin) decide(ctx context.Context, e *classmount.Engine, req classmount.Request) (r decided) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.release(req.Container.ID)
 			r = decided{err: &bounded.PanicError{What: "internal error", Value: v, Stack: debug.Stack()}}
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
-	defer cancel()
-	d, err := p.engine(cfg).Decide(ctx, req)
+	d, err := e.Decide(ctx, req)
 	return decided{d, err}
 }
 
@@ -261,21 +308,6 @@ func (p *Plugin) cannotBlock(cfg *configs.Config, req classmount.Request) bool {
 	return true
 }
 
-// engine is the decision engine for cfg with the plugin's side effects.
-func (p *Plugin) engine(cfg *configs.Config) *classmount.Engine {
-	e := &classmount.Engine{Config: cfg, Host: p.host, SubPaths: subpath.NewRepairer(cfg.KubeletRoot), Idmap: p.idmap}
-	if e.Idmap == nil {
-		e.Idmap = idmap.Default
-	}
-	if m := p.mounter(); m != nil {
-		e.Network = mounterNetwork{m}
-	}
-	if c := p.subPathCopies(); c != nil {
-		e.SubPathCopies = c
-	}
-	return e
-}
-
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
 // copy is replaced by the same mount from the copy, then the class mounts are added.
 func adjustment(log *logrus.Entry, d classmount.Decision, mounts []*api.Mount, userns bool) *api.ContainerAdjustment {
@@ -295,13 +327,33 @@ func adjustment(log *logrus.Entry, d classmount.Decision, mounts []*api.Mount, u
 	if !d.Configured {
 		return adjust
 	}
-	added := make([]string, len(d.Mounts))
-	for i, m := range d.Mounts {
+	adjust.Mounts = slices.Grow(adjust.Mounts, len(d.Mounts))
+	for _, m := range d.Mounts {
 		adjust.AddMount(nriMount(m))
-		added[i] = m.String()
 	}
-	log.WithField("class", d.Class).Infof("adding %d class mounts: %s", len(added), strings.Join(added, ", "))
+	if log.Logger.IsLevelEnabled(logrus.InfoLevel) {
+		log.Info(addedMessage(d))
+	}
 	return adjust
+}
+
+// addedMessage is the info line of a container given class mounts: how many, of which class,
+// each as specmod.Mount.String. It names no network filesystem's spec (netspec keeps its
+// credentials out of logs): a network mount appears by its host path.
+func addedMessage(d classmount.Decision) string {
+	var b strings.Builder
+	b.WriteString("adding ")
+	b.WriteString(strconv.Itoa(len(d.Mounts)))
+	b.WriteString(" class mounts of runtime class ")
+	b.WriteString(d.Class)
+	b.WriteString(": ")
+	for i, m := range d.Mounts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		m.Describe(&b)
+	}
+	return b.String()
 }
 
 // fromCopy is mount m bound from a private copy instead. In a container with a user namespace
@@ -343,34 +395,34 @@ func nriMount(m specmod.Mount) *api.Mount {
 // dir that cannot be written) the container is still created, and the guard, if installed,
 // refuses it with its own message.
 func (p *Plugin) markHandled(log *logrus.Entry, adj *api.ContainerAdjustment, cfg *configs.Config, id string) {
-	key, err := p.guardKeyFor(cfg)
+	signer, err := p.guardFor(cfg)
 	if err != nil {
 		log.Warnf("cannot mark the container as handled for the runtime's guard hook: %v", err)
 		return
 	}
-	adj.AddAnnotation(guard.Annotation, guard.Token(key, id))
+	adj.AddAnnotation(guard.Annotation, signer.Token(id))
 }
 
-// guardKeyFor is the node's guard key in cfg's state dir, read (or made) once per state dir:
-// at Configure and Reload (startGuard), so CreateContainer normally finds it loaded; only a
-// load that failed then is tried again here.
-func (p *Plugin) guardKeyFor(cfg *configs.Config) ([]byte, error) {
+// guardFor signs with the node's guard key in cfg's state dir, read (or made) once per state
+// dir: at Configure and Reload (startGuard), so CreateContainer normally finds it loaded; only
+// a load that failed then is tried again here.
+func (p *Plugin) guardFor(cfg *configs.Config) (*guard.Signer, error) {
 	p.guardMu.Lock()
 	defer p.guardMu.Unlock()
-	if p.guardKey == nil || p.guardKeyDir != cfg.StateDir {
+	if p.guard == nil || p.guardKeyDir != cfg.StateDir {
 		key, err := guard.LoadOrCreateKey(cfg.StateDir)
 		if err != nil {
 			return nil, err
 		}
-		p.guardKey, p.guardKeyDir = key, cfg.StateDir
+		p.guard, p.guardKeyDir = guard.NewSigner(key), cfg.StateDir
 	}
-	return p.guardKey, nil
+	return p.guard, nil
 }
 
 // startGuard loads the guard key of a config that has runtime classes.
 func (p *Plugin) startGuard() {
 	if cfg := p.config(); len(cfg.RuntimeClasses) > 0 {
-		if _, err := p.guardKeyFor(cfg); err != nil {
+		if _, err := p.guardFor(cfg); err != nil {
 			p.log.Warnf("guard key in %s: %v (tried again at the next class container)", cfg.StateDir, err)
 		}
 	}

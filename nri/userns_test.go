@@ -30,7 +30,7 @@ func (k kernelSays) Check(source string) error {
 // there); a source the kernel cannot idmap refuses the container.
 func TestCreateContainerUserNamespace(t *testing.T) {
 	p := NewPlugin(mustConfig(t, "runtimeClasses:\n  uns:\n    mounts:\n      - {source: /srv/a, destination: /a, propagation: rslave}\n      - {source: /srv/fuse, destination: /f}\n"), true, &specmodtest.Host{}, quietLogger())
-	p.idmap = kernelSays{}
+	p.withIdmap(kernelSays{})
 	pod := &api.PodSandbox{Name: "pod", Namespace: "ns", RuntimeHandler: "uns"}
 	userns := &api.LinuxContainer{Namespaces: []*api.LinuxNamespace{{Type: "mount"}, {Type: "user", Path: "/proc/1/ns/user"}}}
 
@@ -52,7 +52,7 @@ func TestCreateContainerUserNamespace(t *testing.T) {
 			t.Errorf("no user namespace: mount %s has options %q, want no idmap", m.Destination, m.Options)
 		}
 	}
-	p.idmap = kernelSays{cannot: map[string]string{"/srv/fuse": "fuse.sshfs"}}
+	p.withIdmap(kernelSays{cannot: map[string]string{"/srv/fuse": "fuse.sshfs"}})
 	_, _, err = p.CreateContainer(context.Background(), pod, &api.Container{Name: "app", Id: "c3", Linux: userns})
 	if err == nil || !strings.Contains(err.Error(), "mount /srv/fuse -> /f (rprivate): its fuse.sshfs filesystem cannot be idmapped") || !strings.Contains(err.Error(), "allowWithoutIdmap: true") {
 		t.Fatalf("a filesystem the kernel cannot idmap: %v, want the refusal naming it and allowWithoutIdmap", err)
