@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
 )
 
@@ -233,4 +237,47 @@ func FuzzParseSpec(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseSpecKeepsWhatTheMountStagesRead: the partial spec ParseSpec returns must give the
+// engine the same answers as the whole document does.
+func TestParseSpecKeepsWhatTheMountStagesRead(t *testing.T) {
+	full := oci.Spec{
+		Version:     "1.3.0",
+		Annotations: map[string]string{"io.kubernetes.cri.runtime-handler": "fast", "a": "b"},
+		Root:        &oci.Root{Path: "rootfs", Readonly: true},
+		Hostname:    "h",
+		Mounts: []oci.Mount{
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "ro"}},
+			{Destination: "/data", Type: "bind", Source: "/srv/data", Options: []string{"rbind", "rslave"}},
+		},
+		Process: &oci.Process{Args: []string{"sh"}, Cwd: "/", Capabilities: &oci.LinuxCapabilities{
+			Bounding: []string{"CAP_SYS_ADMIN", "CAP_CHOWN"}, Effective: []string{"CAP_CHOWN"},
+		}},
+		Linux: &oci.Linux{
+			Namespaces:        []oci.LinuxNamespace{{Type: oci.MountNamespace}, {Type: oci.PIDNamespace, Path: "/proc/1/ns/pid"}},
+			RootfsPropagation: "rslave",
+			MaskedPaths:       []string{"/proc/kcore"},
+		},
+	}
+	data, err := json.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseSpec(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Annotations, full.Annotations) || !reflect.DeepEqual(got.Root, full.Root) || !reflect.DeepEqual(got.Mounts, full.Mounts) {
+		t.Errorf("ParseSpec lost annotations, root or mounts: %+v", got)
+	}
+	if !reflect.DeepEqual(got.Process.Capabilities.Bounding, full.Process.Capabilities.Bounding) {
+		t.Errorf("bounding capabilities %v, want %v", got.Process.Capabilities.Bounding, full.Process.Capabilities.Bounding)
+	}
+	if !reflect.DeepEqual(got.Linux.Namespaces, full.Linux.Namespaces) || got.Linux.RootfsPropagation != "rslave" {
+		t.Errorf("linux %+v, want the namespaces and rootfsPropagation of %+v", got.Linux, full.Linux)
+	}
+	if !classmount.PrivilegedSpec(got) || classmount.UserNamespaceSpec(got) {
+		t.Errorf("privileged %v, user namespace %v: want true, false", classmount.PrivilegedSpec(got), classmount.UserNamespaceSpec(got))
+	}
 }
