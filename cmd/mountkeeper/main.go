@@ -183,7 +183,7 @@ func runNRI(args []string, stderr io.Writer) error {
 			if err != nil {
 				return nil, err
 			}
-			m.Register(mgr.Collector())
+			m.Register(metrics.NetworkMounts(mgr.Status))
 			return managerMounter{mgr}, nil
 		}).WithMetrics(m).WithConfigSource(from)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -1,15 +1,23 @@
-package netmount
+package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
 
-// states are the phases a mount can be in, as MountStatus.State and the metrics name them.
+	"github.com/mountkeeper/mountkeeper/netmount"
+)
+
+// states are the phases a mount can be in, as netmount.MountStatus.State names them.
 var states = []string{"idle", "mounting", "checking", "mounted", "unmounting", "dead", "recovering"}
 
-// Collector reports the Manager's mounts at scrape time, from Status: how many are in each
-// state, and how many deaths and recoveries there were (over the mounts held now).
-func (m *Manager) Collector() prometheus.Collector { return collector{m} }
+// NetworkMounts reports a netmount.Manager's mounts at scrape time, from its Status: how many
+// are in each state, and how many deaths and recoveries there were (over the mounts held
+// now). It lives here, not in netmount, so that the hook binary, which mounts through
+// netmount, does not link Prometheus (its package init costs every hook's start-up).
+func NetworkMounts(status func() []netmount.MountStatus) prometheus.Collector {
+	return collector{status}
+}
 
-type collector struct{ m *Manager }
+type collector struct{ status func() []netmount.MountStatus }
 
 var (
 	mountsDesc = prometheus.NewDesc("mountkeeper_network_mounts",
@@ -29,7 +37,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	count := make(map[string]int, len(states))
 	var deaths, recoveries int
-	for _, st := range c.m.Status() {
+	for _, st := range c.status() {
 		count[st.State]++
 		deaths += st.Deaths
 		recoveries += st.Recoveries
