@@ -224,34 +224,18 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		// mount, so nothing waits on ctx.
 		r = p.decide(context.Background(), e, req)
 	} else {
-		done := make(chan decided, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(cfg.CreateBudget))
-			defer cancel()
-			done <- p.decide(ctx, e, req)
-		}()
-		timer := time.NewTimer(cfg.CreateBudget)
-		defer timer.Stop()
-		select {
-		case r = <-done:
-		case <-timer.C:
-			// The container will not be created; whatever the late decision claimed is released.
-			go func() { <-done; p.release(ctr.GetId()) }()
-			err := classmount.Refuse(req.Handler, req.Container, classmount.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", cfg.CreateBudget)))
-			log.Error(err)
-			return nil, nil, err
-		}
+		r = p.decideAside(e, req)
 	}
 	r.d.LogRepairs(log)
 	p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
-	var pe *bounded.PanicError
-	if errors.As(r.err, &pe) {
-		log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
-		if _, refused := r.err.(*classmount.Error); !refused {
-			r.err = classmount.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
-		}
-	}
 	if r.err != nil {
+		var pe *bounded.PanicError
+		if errors.As(r.err, &pe) {
+			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
+			if _, refused := r.err.(*classmount.Error); !refused {
+				r.err = classmount.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
+			}
+		}
 		log.Error(r.err)
 		return nil, nil, r.err
 	}
@@ -260,6 +244,29 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.markHandled(log, adj, cfg, ctr.GetId())
 	}
 	return adj, nil, nil
+}
+
+// decideAside runs a decision that may wait on the host on a goroutine of its own, for at most
+// createBudget; past it the container is refused, and whatever the late decision claims is
+// released (the container will not be created). Its own function: the goroutine's closure
+// would otherwise move every request to the heap, those decided inline too.
+func (p *Plugin) decideAside(e *classmount.Engine, req classmount.Request) decided {
+	budget := e.Config.CreateBudget
+	done := make(chan decided, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(budget))
+		defer cancel()
+		done <- p.decide(ctx, e, req)
+	}()
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r
+	case <-timer.C:
+		go func() { <-done; p.release(req.Container.ID) }()
+		return decided{err: classmount.Refuse(req.Handler, req.Container, classmount.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
+	}
 }
 
 // decided is a decision or the refusal.
@@ -342,6 +349,11 @@ func adjustment(log *logrus.Entry, d classmount.Decision, mounts []*api.Mount, u
 // credentials out of logs): a network mount appears by its host path.
 func addedMessage(d classmount.Decision) string {
 	var b strings.Builder
+	n := 64 + len(d.Class)
+	for _, m := range d.Mounts {
+		n += len(m.Source) + len(m.Destination) + 32
+	}
+	b.Grow(n)
 	b.WriteString("adding ")
 	b.WriteString(strconv.Itoa(len(d.Mounts)))
 	b.WriteString(" class mounts of runtime class ")
