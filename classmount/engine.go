@@ -170,6 +170,9 @@ func (e *Engine) classMounts(ctx context.Context, class string, rc configs.Runti
 			return nil, fmt.Errorf("mount %s -> %s: network filesystems are not supported here", m.Network, m.Destination)
 		}
 		src, err := e.Network.HostPath(ctx, *m.Network, r.Container.ID)
+		if err == nil {
+			err = specmod.ValidateSource(src) // the rest of the mount was validated at load
+		}
 		if err != nil {
 			return nil, WithReason("network", fmt.Errorf("mount %s -> %s: %w", m.Network, m.Destination, err))
 		}
@@ -180,8 +183,9 @@ func (e *Engine) classMounts(ctx context.Context, class string, rc configs.Runti
 	if bidi != nil {
 		checked = slices.DeleteFunc(slices.Clone(mounts), func(m specmod.Mount) bool { return m.Propagation == specmod.Shared })
 	}
+	// Each class mount passed Mount.Validate when the config was loaded (configs).
 	edits := specmod.Edits{Mounts: checked}
-	if err := errors.Join(bidi, edits.Verify(r.Mounts, e.Host)); err != nil {
+	if err := errors.Join(bidi, edits.VerifyValidated(r.Mounts, e.Host)); err != nil {
 		return nil, err
 	}
 	if r.UserNamespace {

@@ -179,8 +179,9 @@ type Mount struct {
 	// where its options lack them (netspec.WithFUSEDefaults); default true.
 	FUSEDefaultOptions *bool `yaml:"fuseDefaultOptions"`
 
-	// Bind is the bind mount into the container. For a network filesystem its source is
-	// empty until the filesystem's host path is known, and it has no options.
+	// Bind is the bind mount into the container, valid (specmod.Mount.Validate: checked at
+	// load, not again per container). For a network filesystem its source is empty until the
+	// filesystem's host path is known, and it has no options.
 	Bind specmod.Mount `yaml:"-"`
 	// Network is the network filesystem the mount needs on the host; nil for a bind.
 	Network *netspec.Spec `yaml:"-"`

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,6 +111,14 @@ func TestVerify(t *testing.T) {
 			err := specmod.Edits{Mounts: tt.mounts}.Verify(tt.existing, h)
 			if !reflect.DeepEqual(h.Calls(), tt.wantCalls) {
 				t.Errorf("host was asked about %q, want %q", h.Calls(), tt.wantCalls)
+			}
+			if !slices.ContainsFunc(tt.mounts, func(m specmod.Mount) bool { return m.Validate() != nil }) {
+				// Mounts validated already: VerifyValidated says and asks exactly the same.
+				hv := &specmodtest.Host{Fail: tt.fail}
+				errv := specmod.Edits{Mounts: tt.mounts}.VerifyValidated(tt.existing, hv)
+				if fmt.Sprint(errv) != fmt.Sprint(err) || !reflect.DeepEqual(hv.Calls(), h.Calls()) {
+					t.Errorf("VerifyValidated: %v, asked %q; Verify: %v, asked %q", errv, hv.Calls(), err, h.Calls())
+				}
 			}
 			if tt.want == nil {
 				if err != nil {
