@@ -29,6 +29,11 @@ func (noopPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Contain
 // so the real host checks (stat, mount ID, mountinfo) run as on a node.
 func sharedSources(b *testing.B) string {
 	privatens.Require(b)
+	return mountSharedSources(b)
+}
+
+// mountSharedSources is sharedSources for a caller in a private mount namespace already.
+func mountSharedSources(b testing.TB) string {
 	dir := shortDir(b)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
 		b.Fatalf("mount tmpfs on %s: %v", dir, err)
@@ -47,8 +52,10 @@ func sharedSources(b *testing.B) string {
 
 // benchConfig is a class "bench" of three class mounts, one per propagation, on real shared
 // sources (sharedSources), with its state (the guard key) in the benchmark's temp dir.
-func benchConfig(b *testing.B) *configs.Config {
-	src := sharedSources(b)
+func benchConfig(b *testing.B) *configs.Config { return threeMountConfig(b, sharedSources(b)) }
+
+// threeMountConfig is benchConfig's config on the sources in src (mountSharedSources).
+func threeMountConfig(b testing.TB, src string) *configs.Config {
 	cfg, err := configs.Parse([]byte(`runtimeClasses:
   bench:
     allowBidirectionalForUnprivileged: true
