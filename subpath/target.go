@@ -18,10 +18,10 @@ const subpathsDir = "volume-subpaths"
 // ParseTarget reports whether source is such a target. It is pure (no I/O): it takes the path
 // as written, and rejects anything but a clean absolute path of exactly that depth below
 // kubeletRoot, with no "." or ".." component and a decimal index as kubelet writes it.
+//
+// Its checks are in the order that rejects the other mounts of a container soonest: every
+// mount of every container is asked about, and most are below pods/ too.
 func ParseTarget(kubeletRoot, source string) (Target, bool) {
-	if !filepath.IsAbs(kubeletRoot) || !filepath.IsAbs(source) || source != filepath.Clean(source) {
-		return Target{}, false
-	}
 	root := filepath.Clean(kubeletRoot)
 	prefix := root + "/pods/"
 	if root == "/" {
@@ -31,9 +31,18 @@ func ParseTarget(kubeletRoot, source string) (Target, bool) {
 	if !ok {
 		return Target{}, false
 	}
-	// <uid>/volume-subpaths/<volume>/<container>/<index>
-	parts := strings.Split(rest, "/")
-	if len(parts) != 5 || parts[1] != subpathsDir {
+	// <uid>/volume-subpaths/<volume>/<container>/<index>: cut, not split, so that the other
+	// mounts below pods/ (every container has some) cost no allocation.
+	var parts [5]string
+	for i := range parts[:4] {
+		if parts[i], rest, ok = strings.Cut(rest, "/"); !ok || i == 1 && parts[1] != subpathsDir {
+			return Target{}, false
+		}
+	}
+	if parts[4] = rest; strings.Contains(rest, "/") {
+		return Target{}, false
+	}
+	if !filepath.IsAbs(kubeletRoot) || !filepath.IsAbs(source) || source != filepath.Clean(source) {
 		return Target{}, false
 	}
 	for _, p := range parts {
