@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/classmount"
+	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/configwatch"
 	"github.com/mountkeeper/mountkeeper/hostmount"
@@ -73,7 +73,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "status":
 		err = runStatus(args[1:], stdout, stderr)
 	case "hook":
-		err = runHook(args[1:], stdin, stdout, stderr)
+		err = cli.RunHook("mountkeeper hook", args[1:], stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mountkeeper", version)
 	case "help", "-h", "--help":
@@ -82,75 +82,34 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mountkeeper: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	case errors.As(err, new(*classmount.Error)):
-		fmt.Fprintln(stderr, err) // a refusal names mountkeeper itself
-		return 1
-	case err != nil:
-		fmt.Fprintln(stderr, "mountkeeper:", err)
-		return 1
-	}
-	return 0
+	return cli.ExitStatus(err, stderr)
 }
-
-var errUsage = errors.New("usage")
 
 // launchedByRuntime says the NRI runtime started this process as a pre-registered plugin.
 var launchedByRuntime = func() bool { return os.Getenv("NRI_PLUGIN_SOCKET") != "" }
 
-// configFlag adds --config to fs and returns what loads it: the named file, or the embedded
-// default when the flag keeps the default path and no file is there.
-func configFlag(fs *flag.FlagSet) func() (*configs.Config, string, error) {
-	path := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
-	return func() (*configs.Config, string, error) { return configs.LoadOrDefault(*path) }
-}
-
 // parseConfigOnly parses the flags of a command whose only flag is --config and loads it.
 func parseConfigOnly(name string, args []string, stderr io.Writer) (*configs.Config, string, error) {
-	fs := newFlags(name, stderr)
-	loadConfig := configFlag(fs)
-	if err := parse(fs, args); err != nil {
+	fs := cli.NewFlags("mountkeeper "+name, stderr)
+	loadConfig := cli.ConfigFlag(fs)
+	if err := cli.Parse(fs, args); err != nil {
 		return nil, "", err
 	}
 	return loadConfig()
 }
 
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("mountkeeper "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return errUsage
-	}
-	return nil
-}
-
 func runNRI(args []string, stderr io.Writer) error {
-	fs := newFlags("nri", stderr)
+	fs := cli.NewFlags("mountkeeper nri", stderr)
 	enter := fs.Bool(hostNamespacesFlag[2:], false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
 	hostPID := fs.String(hostNamespacesFlag[2:]+"-pid", "1", "with --host-namespaces: whose namespaces to enter")
-	loadConfig := configFlag(fs)
+	loadConfig := cli.ConfigFlag(fs)
 	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
 	name := fs.String("name", "", "plugin name (default mountkeeper)")
 	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
 	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: host:port or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *enter {
@@ -166,7 +125,7 @@ func runNRI(args []string, stderr io.Writer) error {
 		})
 		return enterHostNamespaces(rest, *hostPID, fs.Lookup("config").Value.String())
 	}
-	log, err := newLogger(*level, *format, stderr)
+	log, err := cli.NewLogger(*level, *format, stderr)
 	if err != nil {
 		return err
 	}
@@ -248,11 +207,11 @@ func reloadOnChange(ctx context.Context, plugin *nri.Plugin, path string, log *l
 }
 
 func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("render", stderr)
-	loadConfig := configFlag(fs)
+	fs := cli.NewFlags("mountkeeper render", stderr)
+	loadConfig := cli.ConfigFlag(fs)
 	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"\" or default: the default class)")
 	container := fs.String("container", "", "container name, for messages")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	cfg, _, err := loadConfig()
@@ -294,25 +253,6 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: OK: %d runtime classes (%s), %d mounts\n", from, len(cfg.RuntimeClasses), strings.Join(cfg.ClassNames(), ", "), mounts)
 	return nil
-}
-
-func newLogger(level, format string, w io.Writer) (*logrus.Logger, error) {
-	log := logrus.New()
-	log.SetOutput(w)
-	lvl, err := logrus.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	log.SetLevel(lvl)
-	switch format {
-	case "text":
-		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
-	case "json":
-		log.SetFormatter(&logrus.JSONFormatter{})
-	default:
-		return nil, fmt.Errorf("--log-format %q: use text or json", format)
-	}
-	return log, nil
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

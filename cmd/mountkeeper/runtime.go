@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/runtimeconfig"
 )
 
@@ -20,10 +21,10 @@ import (
 func runRuntime(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "configure" {
 		fmt.Fprintln(stderr, "usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--dry-run]")
-		return errUsage
+		return cli.ErrUsage
 	}
-	flags := newFlags("runtime configure", stderr)
-	loadConfig := configFlag(flags)
+	flags := cli.NewFlags("mountkeeper runtime configure", stderr)
+	loadConfig := cli.ConfigFlag(flags)
 	runtime := flags.String("runtime", "", "the runtime to configure: containerd or crio")
 	configFile := flags.String("config-file", "", "the runtime's config: default "+runtimeconfig.ContainerdConfigPath+" (containerd), "+runtimeconfig.CRIODropInPath+" (crio, a drop-in of mountkeeper's own)")
 	hookPath := flags.String("hook-path", "", "the mountkeeper binary the runtime runs as the guard hook (default: this binary)")
@@ -31,7 +32,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 	baseSpecDir := flags.String("base-spec-dir", runtimeconfig.DefaultBaseSpecDir, "containerd: where the per-class base runtime specs go")
 	runcPath := flags.String("runc", "/usr/bin/runc", "crio: the OCI runtime the class handlers run")
 	dryRun := flags.Bool("dry-run", false, "print what would be written instead of writing it")
-	if err := parse(flags, args[1:]); err != nil {
+	if err := cli.Parse(flags, args[1:]); err != nil {
 		return err
 	}
 	cfg, _, err := loadConfig()
@@ -41,7 +42,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 	if *installHook != "" {
 		if *hookPath != "" {
 			fmt.Fprintln(stderr, "--install-hook and --hook-path: give one")
-			return errUsage
+			return cli.ErrUsage
 		}
 		*hookPath = *installHook
 		if !*dryRun {
@@ -74,7 +75,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 		}
 	default:
 		fmt.Fprintln(stderr, "--runtime: containerd or crio")
-		return errUsage
+		return cli.ErrUsage
 	}
 	files := map[string][]byte{*configFile: res.Config}
 	for p, b := range res.Files {

@@ -7,16 +7,17 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/nri"
 	"github.com/mountkeeper/mountkeeper/ops"
 )
 
 // runStatus is `mountkeeper status`: what the running plugin reports on its --listen address.
 func runStatus(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", stderr)
+	fs := cli.NewFlags("mountkeeper status", stderr)
 	address := fs.String("address", ops.DefaultAddress, "the plugin's --listen address")
 	output := fs.String("output", "text", "text or json")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	client, base := ops.Client(*address)
@@ -39,7 +40,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 	case "text":
 	default:
 		fmt.Fprintln(stderr, "--output: text or json")
-		return errUsage
+		return cli.ErrUsage
 	}
 	var st nri.Status
 	if err := json.Unmarshal(body, &st); err != nil {

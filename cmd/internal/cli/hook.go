@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -13,10 +13,9 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
 	"github.com/mountkeeper/mountkeeper/hostmount"
-	"github.com/mountkeeper/mountkeeper/idmap"
 )
 
-const hookUsage = `usage: mountkeeper hook <stage> [--config FILE] --runtime-class NAME
+const hookUsage = `usage: %s <stage> [--config FILE] --runtime-class NAME
 
 stages:
   prestart, createRuntime  OCI state on stdin: add the class mounts inside the container
@@ -27,21 +26,21 @@ stages:
 flags:
 `
 
-// runHook wires `mountkeeper hook <stage>` to package hook. The stage comes first; flags may
-// follow it or precede it.
-func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
-	fs := newFlags("hook", stderr)
+// RunHook wires `mountkeeper hook <stage>` (name "mountkeeper hook") and `mountkeeper-hook
+// <stage>` to package hook. The stage comes first; flags may follow it or precede it.
+func RunHook(name string, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
+	fs := NewFlags(name, stderr)
 	errorLog := fs.String("error-log", "syslog", "where a refusal is also written, since some runtimes drop a hook's stderr (podman's precreate): syslog (the journal, through /dev/log), a file path, or none")
 	defer func() {
-		if err != nil && !errors.Is(err, errUsage) && !errors.Is(err, flag.ErrHelp) {
+		if err != nil && !errors.Is(err, ErrUsage) && !errors.Is(err, flag.ErrHelp) {
 			reportHookError(*errorLog, err)
 		}
 	}()
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), hookUsage)
+		fmt.Fprintf(fs.Output(), hookUsage, name)
 		fs.PrintDefaults()
 	}
-	loadConfig := configFlag(fs)
+	loadConfig := ConfigFlag(fs)
 	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"default\": the runtime's default handler); required unless --trust-runtime-handler-annotation")
 	trust := fs.Bool("trust-runtime-handler-annotation", false, "without --runtime-class, take the class from the "+hook.RuntimeHandlerAnnotation+" annotation, else the default class: only where pods cannot set that annotation themselves")
 	stateDir := fs.String("state-dir", configs.DefaultStateDir, "guard: the plugin's stateDir, which holds the node's guard key")
@@ -50,19 +49,19 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) (err erro
 		stageArg, rest = args[0], args[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
-		return parseError(err)
+		return ParseError(err)
 	}
 	if stageArg == "" && fs.NArg() > 0 {
 		// Flags first, then the stage, possibly followed by more flags.
 		stageArg = fs.Arg(0)
 		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return parseError(err)
+			return ParseError(err)
 		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
 		fs.Usage()
-		return errUsage
+		return ErrUsage
 	}
 	if stageArg == "guard" {
 		return hook.Guard(stdin, *class, *stateDir)
@@ -71,13 +70,13 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		fs.Usage()
-		return errUsage
+		return ErrUsage
 	}
 	cfg, _, err := loadConfig()
 	if err != nil {
 		return err
 	}
-	log, err := newLogger("info", "text", stderr)
+	log, err := NewLogger("info", "text", stderr)
 	if err != nil {
 		return err
 	}
@@ -89,19 +88,7 @@ func runHook(args []string, stdin io.Reader, stdout, stderr io.Writer) (err erro
 		TrustRuntimeHandlerAnnotation: *trust,
 		Host:                          hostmount.NewChecker(hostmount.Live{}),
 		Network:                       network,
-		Idmap:                         idmap.Default,
 	}, stdin, stdout)
-}
-
-// parseError maps a flag parsing error the way parse in main.go does.
-func parseError(err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return errUsage
 }
 
 // reportHookError writes a hook's refusal where an operator finds it even when the runtime drops

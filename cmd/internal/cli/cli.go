@@ -1,0 +1,92 @@
+// Package cli is the command-line wiring shared by mountkeeper and mountkeeper-hook: flag
+// sets, --config, the logger, the `hook` command and how an error becomes an exit status.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/mountkeeper/mountkeeper/classmount"
+	"github.com/mountkeeper/mountkeeper/configs"
+)
+
+// ErrUsage is returned after a usage message was printed: exit status 2.
+var ErrUsage = errors.New("usage")
+
+// ExitStatus reports err on stderr the way every mountkeeper command does and returns the
+// process's exit status: 0 for --help, 2 for a usage error, 1 for any other error. A
+// refusal is printed as it is (it names mountkeeper itself), other errors after
+// "mountkeeper: ".
+func ExitStatus(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		return 2
+	case errors.As(err, new(*classmount.Error)):
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintln(stderr, "mountkeeper:", err)
+	return 1
+}
+
+// NewFlags is the flag set of command name ("mountkeeper <name>"), writing to stderr.
+func NewFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// Parse parses args into fs and refuses arguments left over.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return ParseError(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return ErrUsage
+	}
+	return nil
+}
+
+// ParseError maps an error of flag.FlagSet.Parse: --help stays flag.ErrHelp, anything else
+// (already printed by the flag set) is ErrUsage.
+func ParseError(err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return ErrUsage
+}
+
+// ConfigFlag adds --config to fs and returns what loads it: the named file, or the embedded
+// default when the flag keeps the default path and no file is there.
+func ConfigFlag(fs *flag.FlagSet) func() (*configs.Config, string, error) {
+	path := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	return func() (*configs.Config, string, error) { return configs.LoadOrDefault(*path) }
+}
+
+// NewLogger is a logger at level (logrus's names) in format text or json, writing to w.
+func NewLogger(level, format string, w io.Writer) (*logrus.Logger, error) {
+	log := logrus.New()
+	log.SetOutput(w)
+	lvl, err := logrus.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	log.SetLevel(lvl)
+	switch format {
+	case "text":
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	case "json":
+		log.SetFormatter(&logrus.JSONFormatter{})
+	default:
+		return nil, fmt.Errorf("--log-format %q: use text or json", format)
+	}
+	return log, nil
+}
