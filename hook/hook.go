@@ -12,6 +12,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/idmap"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/subpath"
 )
@@ -35,7 +36,9 @@ type Options struct {
 	// NamespaceMounter.
 	Mounter Mounter
 	// Idmap asks the kernel whether a source can be idmapped, for a container with a user
-	// namespace (idmap.Default in production); nil takes every source for one that can.
+	// namespace. Nil (production): in prestart and createRuntime, an idmap.Prober with the
+	// container's own user namespace; in precreate, where no container process exists yet,
+	// idmap.Default (a placeholder's).
 	Idmap classmount.Idmapper
 }
 
@@ -73,8 +76,8 @@ func Run(stage Stage, opts Options, stdin io.Reader, stdout io.Writer) error {
 
 // engine is the decision engine with the hook's side effects. Only precreate repairs subPath
 // binds: by prestart and createRuntime the runtime has made them already.
-func (opts Options) engine(stage Stage) *classmount.Engine {
-	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: opts.Idmap}
+func (opts Options) engine(stage Stage, idmapper classmount.Idmapper) *classmount.Engine {
+	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: idmapper}
 	if stage == Precreate {
 		e.SubPaths = subpath.NewRepairer(opts.Config.KubeletRoot)
 	}
@@ -102,7 +105,11 @@ func precreate(opts Options, stdin io.Reader, stdout io.Writer) error {
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
 		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
-	out, _, err := opts.engine(Precreate).Render(context.Background(), sel.Handler, ctr, doc)
+	idmapper := opts.Idmap
+	if idmapper == nil {
+		idmapper = idmap.Default
+	}
+	out, _, err := opts.engine(Precreate, idmapper).Render(context.Background(), sel.Handler, ctr, doc)
 	if err != nil {
 		return err
 	}
@@ -142,7 +149,16 @@ func mountStage(opts Options, stdin io.Reader) error {
 		req.RootfsPropagation = spec.Linux.RootfsPropagation
 		req.MountNamespace = hasMountNamespace(spec.Linux.Namespaces)
 	}
-	d, err := opts.engine(CreateRuntime).Decide(context.Background(), req)
+	idmapper := opts.Idmap
+	if idmapper == nil && req.UserNamespace {
+		userns, err := openUserNamespace(state.Pid)
+		if err != nil {
+			return classmount.Refuse(sel.Handler, ctr, err)
+		}
+		defer userns.Close()
+		idmapper = idmap.ProberWith(userns)
+	}
+	d, err := opts.engine(CreateRuntime, idmapper).Decide(context.Background(), req)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,8 @@
 // kernel and, for FUSE, on the daemon (it must opt in), so names are never trusted: the
 // kernel answers EINVAL for a filesystem that cannot be idmapped.
 //
-// The probe's user namespace is a placeholder process of this binary's own (a C constructor,
-// holder_cgo.go, so it never runs Go), made once per process and kept: the answer
+// The probe's user namespace is a placeholder process of this binary's own (holder.go: it
+// stops in this package's init), made once per process and kept: the answer
 // does not depend on which user namespace is used.
 package idmap
 
@@ -26,10 +26,6 @@ import (
 	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/hostmount"
 )
-
-// holdUserNSEnv, when set, makes the constructor in holder_cgo.go a placeholder that waits
-// for its stdin to close and exits without starting Go. Keep in sync with MK_HOLD_USERNS_ENV.
-const holdUserNSEnv = "_MOUNTKEEPER_HOLD_USERNS"
 
 // NotSupportedError says the filesystem at Source cannot be idmapped.
 type NotSupportedError struct {
@@ -108,6 +104,11 @@ type Prober struct {
 // Default is the process's prober.
 var Default = &Prober{}
 
+// ProberWith is a prober that probes with userns, which the caller keeps open while the
+// prober is used, instead of a placeholder's: the hook probes with the container's own user
+// namespace, which is also what it then idmaps with, and needs no placeholder (nor cgo).
+func ProberWith(userns *os.File) *Prober { return &Prober{userns: userns} }
+
 // Check is the package's Check with p's user namespace, bounded by p.Timeout.
 func (p *Prober) Check(source string) error {
 	userns, err := p.userNS()
@@ -139,11 +140,8 @@ func (p *Prober) userNS() (*os.File, error) {
 
 // NewUserNS returns a descriptor of a new user namespace (root mapped to host uid and gid
 // 65534 and nothing else), held by nothing else: it lives as long as the descriptor. It
-// starts this binary as a placeholder (holder_cgo.go's constructor), so it needs cgo.
+// starts this binary as a placeholder (holder.go).
 func NewUserNS() (*os.File, error) {
-	if !holderAvailable {
-		return nil, errors.New("this mountkeeper was built without cgo (CGO_ENABLED=0), so it cannot make a user namespace to ask the kernel whether a filesystem can be idmapped: rebuild it with CGO_ENABLED=1")
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
