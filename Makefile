@@ -5,6 +5,7 @@
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/mountkeeper
+HOOKBIN := bin/mountkeeper-hook
 LDFLAGS := -X main.version=$(VERSION)
 # Where test/tools/install.sh caches containerd and runc; exported for the tests.
 export MOUNTKEEPER_CACHE ?= /var/cache/mountkeeper-test
@@ -19,16 +20,18 @@ PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshar
 
 all: build
 
-# cgo is required: hook mode enters a container's mount namespace from a C constructor.
+# No cgo: the binaries are static and start faster (about 1 ms less per hook). mountkeeper-hook
+# is the hook alone, which starts in about a third of the time (README, Speed).
 build:
-	CGO_ENABLED=1 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(HOOKBIN) ./cmd/mountkeeper-hook
 
-# The container image (deploy/): the binary, linked statically (cgo on, glibc linked in), on
-# an empty base; nothing is pulled. An OCI image-layout tarball: import it on each node with
+# The container image (deploy/): the binary (static, no cgo) on an empty base; nothing is
+# pulled. An OCI image-layout tarball: import it on each node with
 # `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
 IMAGE ?= localhost/mountkeeper:latest
 image:
-	CGO_ENABLED=1 $(GO) build -tags netgo,osusergo -ldflags '$(LDFLAGS) -linkmode external -extldflags -static' -o bin/mountkeeper-static ./cmd/mountkeeper
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/mountkeeper-static ./cmd/mountkeeper
 	$(GO) run ./test/tools/mkimage -binary bin/mountkeeper-static -name $(IMAGE) -o bin/mountkeeper-image.tar
 
 vet:
@@ -44,7 +47,7 @@ unit: tools
 	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
 e2e: tools build
-	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
 
 test: tools vet unit e2e
 

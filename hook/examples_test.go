@@ -23,7 +23,7 @@ import (
 const (
 	examplesDir   = "../configs/examples"
 	exampleClass  = "runc-mountkeeper"
-	exampleBinary = "/usr/local/bin/mountkeeper"
+	exampleBinary = "/usr/local/bin/mountkeeper-hook"
 )
 
 func readExample(t *testing.T, name string) []byte {

@@ -26,7 +26,7 @@ import (
 
 const examples = "../../configs/examples"
 
-// hookWorld is one hook test's host side: a directory below /tmp with the mountkeeper
+// hookWorld is one hook test's host side: a directory below /tmp with the mountkeeper-hook
 // binary, the config, a private runc state root, and a shared tmpfs for the sources.
 // Everything is removed when the test ends, failed or not.
 type hookWorld struct {
@@ -46,7 +46,7 @@ func newHookWorld(t *testing.T) *hookWorld {
 	dir := harness.WorkDir(t, "mk-hook-") // cleaned up last: after the containers are gone
 	var err error
 	w := &hookWorld{t: t, ctx: ctx, dir: dir, config: filepath.Join(dir, "config.yaml"), host: filepath.Join(dir, "src", "host")}
-	if w.bin, err = harness.BuildMountkeeper(dir); err != nil {
+	if w.bin, err = harness.BuildHook(dir); err != nil {
 		t.Fatal(err)
 	}
 	if w.runc, err = harness.NewRunc(filepath.Join(dir, "runc")); err != nil {

@@ -18,16 +18,29 @@ import (
 // BuildMountkeeper builds cmd/mountkeeper into dir and returns the binary's path. It uses
 // $MOUNTKEEPER_BINARY instead when set, so `make` can hand over the binary it built.
 func BuildMountkeeper(dir string) (string, error) {
-	if p := os.Getenv("MOUNTKEEPER_BINARY"); p != "" {
+	return build(dir, "MOUNTKEEPER_BINARY", "mountkeeper")
+}
+
+// BuildHook builds cmd/mountkeeper-hook into dir, or returns $MOUNTKEEPER_HOOK_BINARY when
+// set (make test builds it once).
+func BuildHook(dir string) (string, error) {
+	return build(dir, "MOUNTKEEPER_HOOK_BINARY", "mountkeeper-hook")
+}
+
+// build builds ./cmd/<name> as the Makefile does (no cgo) into dir, unless the environment
+// variable env names a binary built already.
+func build(dir, env, name string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		return p, nil
 	}
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..")
-	out := filepath.Join(dir, "mountkeeper")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/mountkeeper")
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/mountkeeper: %w: %s", err, b)
+		return "", fmt.Errorf("go build ./cmd/%s: %w: %s", name, err, b)
 	}
 	return out, nil
 }
