@@ -17,14 +17,10 @@ const AgentImage = "localhost/mountkeeper:latest"
 // AgentBinaryPath is where the image holds the binary (its entrypoint).
 const AgentBinaryPath = "/usr/local/bin/mountkeeper"
 
-// StaticBuildArgs are the `go build` arguments (after "build") of the image's binary: cgo on,
-// as for `make build` (hook mode's namespace constructor), but linked statically against
-// glibc, so the image needs no libc; netgo and osusergo keep glibc's NSS (which cannot be
-// linked statically) out.
+// StaticBuildArgs are the `go build` arguments (after "build") of the image's binary, built
+// as `make image` does, with CGO_ENABLED=0: static, so the image needs no libc.
 func StaticBuildArgs(out, ldflags string) []string {
-	return []string{"-tags", "netgo,osusergo",
-		"-ldflags", ldflags + " -linkmode external -extldflags -static",
-		"-o", out, "./cmd/mountkeeper"}
+	return []string{"-ldflags", ldflags, "-o", out, "./cmd/mountkeeper"}
 }
 
 // BuildStaticMountkeeper builds the image's binary into dir (from the module root).
@@ -34,7 +30,7 @@ func BuildStaticMountkeeper(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, "mountkeeper-static")
 	cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, StaticBuildArgs(out, "-X main.version=e2e")...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build (static) ./cmd/mountkeeper: %w: %s", err, b)
 	}
