@@ -1,6 +1,7 @@
 package hostmount
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/mounttable"
 )
 
 // changes tells, in one non-blocking syscall, whether the host may have changed since it was
@@ -99,11 +102,11 @@ func (c *changes) matters(buf []byte) bool {
 func (c *changes) watch(path string) (ok bool, err error) {
 	child := ""
 	for p := path; ; child, p = filepath.Base(p), filepath.Dir(p) {
-		var sfs unix.Statfs_t
-		if err := unix.Statfs(p, &sfs); err != nil {
-			return false, &os.PathError{Op: "statfs", Path: p, Err: err}
+		magic, err := superMagic(p)
+		if err != nil {
+			return false, err
 		}
-		if !localFS(sfs.Type) {
+		if !localFS(magic) {
 			return false, nil
 		}
 		// Added on every check, not remembered by path: a directory removed and made again at
@@ -125,6 +128,20 @@ func (c *changes) watch(path string) (ok bool, err error) {
 			return true, nil
 		}
 	}
+}
+
+// superMagic is the filesystem type of the mount p lies on, from the mount table where the
+// kernel can tell (no request to a FUSE daemon or NFS server), else from statfs.
+func superMagic(p string) (int64, error) {
+	magic, err := mounttable.SuperMagic(p)
+	if !errors.Is(err, mounttable.ErrNoStatmount) {
+		return magic, err
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(p, &sfs); err != nil {
+		return 0, &os.PathError{Op: "statfs", Path: p, Err: err}
+	}
+	return sfs.Type, nil
 }
 
 // localFS says whether every change to a filesystem of type t is made through this kernel,

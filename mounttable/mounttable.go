@@ -146,6 +146,7 @@ const (
 	smMask           = 8
 	smSbDevMajor     = 16
 	smSbDevMinor     = 20
+	smSbMagic        = 24
 	smMntID          = 40
 	smMntIDOld       = 56
 	smMntPropagation = 72
@@ -230,6 +231,38 @@ func parseOptional(optional string) (shared, slave bool) {
 		slave = slave || strings.HasPrefix(f, "master:")
 	}
 	return shared, slave
+}
+
+// SuperMagic returns the filesystem type (statfs(2)'s f_type, a ..._SUPER_MAGIC) of the mount
+// path (symlinks followed) lies on, without asking the filesystem: statx for the mount ID
+// only, which even FUSE and NFS answer from the inode they have (no request to the daemon or
+// server), then statmount. statfs(2) would ask the filesystem, which for sshfs is a round trip
+// to the server (hundreds of microseconds, forever when it hangs). ErrNoStatmount where the
+// kernel cannot answer so (Linux < 6.8): callers fall back to statfs.
+func SuperMagic(path string) (int64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+		return 0, &fs.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		return 0, ErrNoStatmount
+	}
+	req := mntIDReq{size: mntIDReqSizeVer0, mntID: stx.Mnt_id, param: statmountSbBasic}
+	var buf [smFixedSize]byte
+	_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
+		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	switch errno {
+	case 0:
+	case unix.ENOSYS, unix.EINVAL:
+		return 0, ErrNoStatmount
+	default:
+		return 0, fmt.Errorf("statmount of the mount of %s: %w", path, errno)
+	}
+	le := binary.LittleEndian
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 || le.Uint64(buf[smMask:])&statmountSbBasic == 0 {
+		return 0, ErrNoStatmount
+	}
+	return int64(le.Uint64(buf[smSbMagic:])), nil
 }
 
 // PropagationByID tells whether the mount with unique ID id is shared and whether it is a slave,

@@ -1,0 +1,38 @@
+package mounttable
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// TestSuperMagicAgreesWithStatfs: the type read from the mount table is the one statfs(2)
+// reports, for the root filesystem, a tmpfs, /proc and a path inside them.
+func TestSuperMagicAgreesWithStatfs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/", "/dev/shm", "/proc", "/proc/self", file} {
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(p, &sfs); err != nil {
+			t.Fatal(err)
+		}
+		got, err := SuperMagic(p)
+		if errors.Is(err, ErrNoStatmount) {
+			testenv.Skip(t, "the kernel has no statmount (Linux < 6.8): callers use statfs")
+		}
+		if err != nil || got != sfs.Type {
+			t.Errorf("SuperMagic(%s) = %#x, %v; statfs says %#x", p, got, err, sfs.Type)
+		}
+	}
+	if _, err := SuperMagic("/no/such/path"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("SuperMagic of a missing path: %v, want not exist", err)
+	}
+}
