@@ -247,43 +247,42 @@ func SuperMagic(path string) (int64, error) {
 	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
 		return 0, ErrNoStatmount
 	}
-	req := mntIDReq{size: mntIDReqSizeVer0, mntID: stx.Mnt_id, param: statmountSbBasic}
+	buf, err := statmountFixed(stx.Mnt_id, statmountSbBasic)
+	if err != nil {
+		return 0, err
+	}
+	return int64(binary.LittleEndian.Uint64(buf[smSbMagic:])), nil
+}
+
+// statmountFixed asks statmount(2) for the fixed part of struct statmount only (param must
+// name no string field): one syscall, nothing resolved, nothing asked of the filesystem.
+// ErrNoStatmount where the kernel cannot answer or did not fill in param.
+func statmountFixed(id, param uint64) (*[smFixedSize]byte, error) {
+	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: param}
 	var buf [smFixedSize]byte
 	_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
 		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
 	switch errno {
 	case 0:
 	case unix.ENOSYS, unix.EINVAL:
-		return 0, ErrNoStatmount
+		return nil, ErrNoStatmount
 	default:
-		return 0, fmt.Errorf("statmount of the mount of %s: %w", path, errno)
+		return nil, fmt.Errorf("statmount of mount %d: %w", id, errno)
 	}
-	le := binary.LittleEndian
-	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 || le.Uint64(buf[smMask:])&statmountSbBasic == 0 {
-		return 0, ErrNoStatmount
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 || binary.LittleEndian.Uint64(buf[smMask:])&param != param {
+		return nil, ErrNoStatmount // big-endian, or not answered: let the caller fall back
 	}
-	return int64(le.Uint64(buf[smSbMagic:])), nil
+	return &buf, nil
 }
 
 // PropagationByID tells whether the mount with unique ID id is shared and whether it is a slave,
 // in one statmount(2) that asks for nothing else: no path is built or resolved, so it is cheap
 // and cannot hang on a dead filesystem. ErrNoStatmount where the kernel cannot answer.
 func PropagationByID(id uint64) (shared, slave bool, err error) {
-	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: statmountMntBasic}
-	var buf [smFixedSize]byte
-	_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
-		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
-	switch errno {
-	case 0:
-	case unix.ENOSYS, unix.EINVAL:
-		return false, false, ErrNoStatmount
-	default:
-		return false, false, fmt.Errorf("statmount of mount %d: %w", id, errno)
+	buf, err := statmountFixed(id, statmountMntBasic)
+	if err != nil {
+		return false, false, err
 	}
-	le := binary.LittleEndian
-	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 || le.Uint64(buf[smMask:])&statmountMntBasic == 0 {
-		return false, false, ErrNoStatmount
-	}
-	prop := le.Uint64(buf[smMntPropagation:])
+	prop := binary.LittleEndian.Uint64(buf[smMntPropagation:])
 	return prop&unix.MS_SHARED != 0, prop&unix.MS_SLAVE != 0, nil
 }
