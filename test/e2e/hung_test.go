@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -43,14 +41,7 @@ func TestNetworkHungServer(t *testing.T) {
 
 func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
 	work := harness.WorkDir(t, "mk-hung-")
-	sshd, err := harness.StartSSHD(work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sshd.Stop)
-	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	sshd := startHelloSSHD(t, work)
 	opts := strings.Join(sshd.ClientOptions(), ", ")
 	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", opts).Replace(hungConfig)
 	n := newNode(t, kind, []string{"mk-hung"}, cfg)
@@ -226,7 +217,7 @@ func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
 			}
 			time.Sleep(500 * time.Millisecond) // kubelet waits longer
 		}
-		if out, code := n.sh(id, "cat /data/hello"); code != 0 || out != "hello from sshfs\n" {
+		if out, code := n.sh(id, "cat /data/hello"); code != 0 || out != helloSSHFS {
 			t.Errorf("the class container reads %q (exit %d)", out, code)
 		}
 		if n.plugin.Exited() {

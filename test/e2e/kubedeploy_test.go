@@ -87,14 +87,7 @@ func TestKubeDeploy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var err error
-	if n.sshd, err = harness.StartSSHD(harness.WorkDir(t, "mk-kdsshd-")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.sshd.Stop)
-	if err := os.WriteFile(filepath.Join(n.sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n.sshd = startHelloSSHD(t, harness.WorkDir(t, "mk-kdsshd-"))
 	sshOpts := strings.Join(n.sshd.ClientOptions(), ", ")
 	config := strings.NewReplacer("DIR", n.dir, "KUBELET", n.kube.RootDir(), "EXPORT", n.sshd.Export(), "SSHOPTS", sshOpts).Replace(deployConfig)
 	parsed, err := configs.Parse([]byte(config))
@@ -165,7 +158,7 @@ func TestKubeDeploy(t *testing.T) {
 			`while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /reads/log; sleep 0.1; done`,
 			false, readerVolumes, readerMounts)
 		other := n.runPod(t, "sshfs-other", "mk-sshfs", "exec sleep 3600", false, nil, nil)
-		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, other, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, other, "cat", "/data/hello"); code != 0 || out != helloSSHFS {
 			t.Errorf("second sshfs pod reads %q (exit %d)", out, code)
 		}
 		mountPoint, daemon := n.sshfsMount(t)
@@ -211,7 +204,7 @@ func TestKubeDeploy(t *testing.T) {
 			t.Errorf("the second init container changed containerd's config: %q", log)
 		}
 		third := n.runPod(t, "sshfs-third", "mk-sshfs", "exec sleep 3600", false, nil, nil)
-		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, third, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, third, "cat", "/data/hello"); code != 0 || out != helloSSHFS {
 			t.Errorf("a pod after the replacement reads %q (exit %d)", out, code)
 		}
 	})
@@ -265,7 +258,7 @@ func TestKubeDeploy(t *testing.T) {
 			if out, _, _, _ := n.ctrd.CRI().Exec(ctx, classPod, "cat", "/proc/self/mountinfo"); mountinfoLine(out, "/vol/slave") == "" {
 				t.Errorf("%s: the running class pod lost /vol/slave", when)
 			}
-			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, reader, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, reader, "cat", "/data/hello"); code != 0 || out != helloSSHFS {
 				t.Errorf("%s: the running sshfs pod reads %q (exit %d)", when, out, code)
 			}
 		}
@@ -284,7 +277,7 @@ func TestKubeDeploy(t *testing.T) {
 		t.Logf("containerd restarted in %v", time.Since(start).Round(time.Millisecond))
 		check("after the containerd restart")
 		id := n.runPod(t, "after-containerd", "mk-sshfs", "exec sleep 3600", false, nil, nil)
-		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/data/hello"); code != 0 || out != "hello from sshfs\n" {
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/data/hello"); code != 0 || out != helloSSHFS {
 			t.Errorf("an sshfs pod after the containerd restart reads %q (exit %d)", out, code)
 		}
 		_, fails := countLog(t, filepath.Join(reads, "log"))

@@ -48,14 +48,7 @@ func TestNetworkFilesystem(t *testing.T) {
 
 func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 	work := harness.WorkDir(t, "mk-net-")
-	sshd, err := harness.StartSSHD(work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sshd.Stop)
-	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello from sshfs\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	sshd := startHelloSSHD(t, work)
 	// The mk-dead class's server runs now and is stopped before its pods come.
 	stopped, err := harness.StartSSHD(filepath.Join(work, "stopped"))
 	if err != nil {
@@ -97,7 +90,7 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 
 	t.Run("containers of the class read the export from one host mount", func(t *testing.T) {
 		for _, id := range []string{a1, a2} {
-			if out, code := n.sh(id, "cat /data/hello"); code != 0 || out != "hello from sshfs\n" {
+			if out, code := n.sh(id, "cat /data/hello"); code != 0 || out != helloSSHFS {
 				t.Errorf("container reads %q (exit %d)", out, code)
 			}
 		}
@@ -127,7 +120,7 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 	t.Run("the restarted plugin adopts the mount and serves new containers", func(t *testing.T) {
 		n.startPluginIn(plugCg.Dir)
 		a3 := n.mustRun("mk-sshfs", "a3", nil)
-		if out, code := n.sh(a3, "cat /data/hello"); code != 0 || out != "hello from sshfs\n" {
+		if out, code := n.sh(a3, "cat /data/hello"); code != 0 || out != helloSSHFS {
 			t.Errorf("new container reads %q (exit %d)", out, code)
 		}
 		if got := fuseMountsAt(t, hostPath); got != 1 {

@@ -189,3 +189,21 @@ func lastBytes(b []byte, n int) []byte {
 	}
 	return b
 }
+
+// helloSSHFS is what startHelloSSHD puts in its export's file "hello".
+const helloSSHFS = "hello from sshfs\n"
+
+// startHelloSSHD starts an sshd below dir, stopped when the test ends, whose export holds the
+// file "hello" (helloSSHFS) for containers to read through sshfs.
+func startHelloSSHD(t *testing.T, dir string) *harness.SSHD {
+	t.Helper()
+	sshd, err := harness.StartSSHD(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sshd.Stop)
+	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte(helloSSHFS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return sshd
+}
