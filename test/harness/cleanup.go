@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -33,15 +34,49 @@ func (c *Containerd) Close() error {
 	if c == nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	return c.close()
+}
+
+// instance is what a containerd and a CRI-O instance both hold: the running daemon and what
+// Close tears down.
+type instance struct {
+	opts   Options
+	layout layout
+	cri    *Client
+
+	mu     sync.Mutex
+	daemon *daemon // nil while stopped
+	log    *logSink
+	closed bool // Close finished cleaning up
+}
+
+// setDaemon records the daemon just started.
+func (in *instance) setDaemon(d *daemon) {
+	in.mu.Lock()
+	in.daemon = d
+	in.mu.Unlock()
+}
+
+// takeDaemon forgets the running daemon and returns it, nil when it is stopped.
+func (in *instance) takeDaemon() *daemon {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	d := in.daemon
+	in.daemon = nil
+	return d
+}
+
+// close is Close of either runtime: closeInstance once, again only after a failed teardown.
+func (in *instance) close() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
 		return nil
 	}
-	d := c.daemon
-	c.daemon = nil
-	err := closeInstance(d, c.cri, c.log, c.layout)
-	c.closed = !errors.Is(err, errTeardown)
+	d := in.daemon
+	in.daemon = nil
+	err := closeInstance(d, in.cri, in.log, in.layout)
+	in.closed = !errors.Is(err, errTeardown)
 	return err
 }
 

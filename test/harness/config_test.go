@@ -67,8 +67,8 @@ func TestCRIOConfigAccepted(t *testing.T) {
 	bin := filepath.Join(Options{}.binDir(), crioBin)
 	testenv.Require(t, bin)
 	l := layout{dir: t.TempDir()}
-	c := &CRIO{opts: Options{BinDir: filepath.Dir(bin), Handlers: []string{"mk-test"}, NRI: true,
-		NRIRequestTimeout: 5 * time.Second}, layout: l}
+	c := &CRIO{instance{opts: Options{BinDir: filepath.Dir(bin), Handlers: []string{"mk-test"}, NRI: true,
+		NRIRequestTimeout: 5 * time.Second}, layout: l}}
 	if err := c.writeConfig("/wrapper/runc"); err != nil {
 		t.Fatal(err)
 	}

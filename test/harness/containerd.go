@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -22,16 +21,7 @@ const (
 )
 
 // Containerd is one running instance. Its methods are safe for concurrent use.
-type Containerd struct {
-	opts   Options
-	layout layout
-	cri    *Client
-
-	mu     sync.Mutex
-	daemon *daemon // nil while stopped
-	log    *logSink
-	closed bool // Close finished cleaning up
-}
+type Containerd struct{ instance }
 
 // Start creates an instance directory under /tmp, starts containerd there, waits until CRI
 // answers and imports BusyboxImage and PauseImage.
@@ -49,7 +39,7 @@ func Start(ctx context.Context, opts Options) (*Containerd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create instance directory in %s: %w", instanceParent, err)
 	}
-	c := &Containerd{opts: opts, layout: layout{dir: dir}}
+	c := &Containerd{instance{opts: opts, layout: layout{dir: dir}}}
 	if err := c.start(ctx); err != nil {
 		return c, errors.Join(err, c.Close())
 	}
@@ -150,10 +140,7 @@ func (c *Containerd) CRI() *Client { return c.cri }
 // Stop stops containerd with SIGTERM, as a crash or an upgrade would; Start starts it again.
 // Shims and containers keep running.
 func (c *Containerd) Stop() error {
-	c.mu.Lock()
-	d := c.daemon
-	c.daemon = nil
-	c.mu.Unlock()
+	d := c.takeDaemon()
 	if d == nil {
 		return nil
 	}
@@ -179,9 +166,7 @@ func (c *Containerd) startDaemon(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.daemon = d
-	c.mu.Unlock()
+	c.setDaemon(d)
 	return waitReady(ctx, "containerd", c.layout.config(), c.layout.log(), d, c.cri)
 }
 

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"text/template"
 )
@@ -26,16 +25,7 @@ const (
 // CRIO is one running CRI-O instance, the counterpart of Containerd: private root, runroot,
 // sockets, CNI and hooks directories, config and storage config, all below Dir(). Its methods
 // are safe for concurrent use.
-type CRIO struct {
-	opts   Options
-	layout layout
-	cri    *Client
-
-	mu     sync.Mutex
-	daemon *daemon // nil while stopped
-	log    *logSink
-	closed bool
-}
+type CRIO struct{ instance }
 
 // StartCRIO creates an instance directory under /tmp, starts CRI-O there with NRI (when
 // opts.NRI), loads BusyboxImage and PauseImage into its storage and waits until CRI answers.
@@ -56,7 +46,7 @@ func StartCRIO(ctx context.Context, opts Options) (*CRIO, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create instance directory in %s: %w", instanceParent, err)
 	}
-	c := &CRIO{opts: opts, layout: layout{dir: dir}}
+	c := &CRIO{instance{opts: opts, layout: layout{dir: dir}}}
 	if err := c.start(ctx); err != nil {
 		return c, errors.Join(err, c.Close())
 	}
@@ -143,9 +133,7 @@ func (c *CRIO) startDaemon(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.daemon = d
-	c.mu.Unlock()
+	c.setDaemon(d)
 	return waitReady(ctx, "crio", c.config(), c.LogPath(), d, c.cri)
 }
 
@@ -182,10 +170,7 @@ func (c *CRIO) NRIPluginConfigPath() string {
 
 // Restart stops crio with SIGTERM and starts it again; conmon and the containers keep running.
 func (c *CRIO) Restart(ctx context.Context) error {
-	c.mu.Lock()
-	d := c.daemon
-	c.daemon = nil
-	c.mu.Unlock()
+	d := c.takeDaemon()
 	if err := d.stop(stopTimeout); err != nil {
 		return err
 	}
@@ -200,16 +185,7 @@ func (c *CRIO) Close() error {
 	if c == nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	d := c.daemon
-	c.daemon = nil
-	err := closeInstance(d, c.cri, c.log, c.layout)
-	c.closed = !errors.Is(err, errTeardown)
-	return err
+	return c.close()
 }
 
 type crioRuntime struct{ Name string }
