@@ -261,55 +261,24 @@ func shortID(id string) string {
 // healLoop replaces dead e until it is replaced or the Manager is closed, waiting
 // RetryBackoff (doubling, at most MaxHealBackoff) between attempts.
 func (m *Manager) healLoop(e *entry) {
-	defer m.wg.Done()
-	backoff := m.cfg.RetryBackoff
-	for {
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
-			return
-		}
-		e.phase = recovering
-		e.attempt++
-		e.since, e.retryAt = time.Now(), time.Time{}
-		e.broadcast()
-		attempt := e.attempt
-		m.mu.Unlock()
-
-		err := m.healOnce(e, attempt)
-
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
-			return
-		}
-		log := m.healLog(e).WithField("attempt", attempt)
-		if err == nil {
+	m.retryLoop(e, retry{
+		maxBackoff: MaxHealBackoff,
+		begin:      func() { e.phase = recovering },
+		try:        func(attempt int) error { return m.healOnce(e, attempt) },
+		succeeded: func(attempt int) func() {
 			now := time.Now()
-			e.phase, e.lastErr, e.mountedAt = mounted, nil, now
 			e.heal.recoveries++
 			e.heal.lastRecovery = now
 			e.heal.lastTook = now.Sub(e.heal.deadSince)
-			took := e.heal.lastTook.Round(time.Millisecond)
-			m.graceIfUnusedLocked(e)
-			e.broadcast()
-			m.mu.Unlock()
-			log.WithField("took", took).Info("netmount: recovered: the new mount is in place under the running containers")
-			return
-		}
-		e.lastErr = fmt.Errorf("recovering (dead: %v): %w", e.heal.lastCause, err)
-		e.retryAt = time.Now().Add(backoff)
-		e.broadcast()
-		m.mu.Unlock()
-		log.WithError(err).WithField("retry_in", backoff).Warn("netmount: recovery attempt failed: retrying")
-
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, MaxHealBackoff)
-	}
+			log := m.healLog(e).WithFields(logrus.Fields{"attempt": attempt, "took": e.heal.lastTook.Round(time.Millisecond)})
+			return func() { log.Info("netmount: recovered: the new mount is in place under the running containers") }
+		},
+		failed: func(attempt int, err error, retryIn time.Duration) func() {
+			e.lastErr = fmt.Errorf("recovering (dead: %v): %w", e.heal.lastCause, err)
+			log := m.healLog(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": retryIn})
+			return func() { log.Warn("netmount: recovery attempt failed: retrying") }
+		},
+	})
 }
 
 // healOnce makes one attempt to replace dead e: what is left of its daemon is killed, the

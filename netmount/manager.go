@@ -483,6 +483,36 @@ func (m *Manager) startMountLocked(e *entry) {
 // mountLoop tries to mount e until it is mounted or the Manager is closed, waiting
 // RetryBackoff (doubling, at most MaxRetryBackoff) between attempts.
 func (m *Manager) mountLoop(e *entry) {
+	m.retryLoop(e, retry{
+		maxBackoff: MaxRetryBackoff,
+		begin:      func() {},
+		try:        func(int) error { return m.mountOnce(e) },
+		succeeded: func(attempt int) func() {
+			log := m.logFor(e).WithFields(logrus.Fields{"attempt": attempt, "took": e.mountedAt.Sub(e.since).Round(time.Millisecond)})
+			return func() { log.Info("netmount: mounted") }
+		},
+		failed: func(attempt int, err error, retryIn time.Duration) func() {
+			e.lastErr = err
+			log := m.logFor(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": retryIn})
+			return func() { log.Warn("netmount: mount failed") }
+		},
+	})
+}
+
+// retry is one kind of retried work on an entry, for retryLoop. begin, succeeded and failed
+// run with m.mu held; the last two return the log line to write once it is released.
+type retry struct {
+	maxBackoff time.Duration
+	begin      func()                  // before each attempt (the entry's phase)
+	try        func(attempt int) error // the attempt, without the lock
+	succeeded  func(attempt int) func()
+	failed     func(attempt int, err error, retryIn time.Duration) func() // sets e.lastErr
+}
+
+// retryLoop runs r.try on e until it succeeds or the Manager is closed, waiting RetryBackoff
+// (doubling, at most r.maxBackoff) between attempts, and keeps e's attempt, times and phase
+// for Status and Acquire's waiters (broadcast after every change).
+func (m *Manager) retryLoop(e *entry, r retry) {
 	defer m.wg.Done()
 	backoff := m.cfg.RetryBackoff
 	for {
@@ -491,13 +521,14 @@ func (m *Manager) mountLoop(e *entry) {
 			m.mu.Unlock()
 			return
 		}
+		r.begin()
 		e.attempt++
 		e.since, e.retryAt = time.Now(), time.Time{}
 		e.broadcast()
 		attempt := e.attempt
 		m.mu.Unlock()
 
-		err := m.mountOnce(e)
+		err := r.try(attempt)
 
 		m.mu.Lock()
 		if m.closed {
@@ -506,25 +537,25 @@ func (m *Manager) mountLoop(e *entry) {
 		}
 		if err == nil {
 			e.phase, e.lastErr, e.mountedAt = mounted, nil, time.Now()
-			took := e.mountedAt.Sub(e.since).Round(time.Millisecond)
+			logLine := r.succeeded(attempt)
 			m.graceIfUnusedLocked(e)
 			e.broadcast()
 			m.mu.Unlock()
-			m.logFor(e).WithFields(logrus.Fields{"attempt": attempt, "took": took}).Info("netmount: mounted")
+			logLine()
 			return
 		}
-		e.lastErr = err
+		logLine := r.failed(attempt, err, backoff)
 		e.retryAt = time.Now().Add(backoff)
 		e.broadcast()
 		m.mu.Unlock()
-		m.logFor(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": backoff}).Warn("netmount: mount failed")
+		logLine()
 
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, MaxRetryBackoff)
+		backoff = min(2*backoff, r.maxBackoff)
 	}
 }
 
