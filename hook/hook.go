@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -54,6 +55,9 @@ type Request struct {
 	// Mounts in mount order (parents first), each verified against the spec and the host.
 	// Those with Idmap are idmapped with the user namespace of Pid.
 	Mounts []specmod.Mount
+	// UserNS is the user namespace of Pid when the caller opened it already (it stays the
+	// caller's to close); nil: the Mounter opens it if a mount needs it.
+	UserNS *os.File
 }
 
 // Run runs one hook invocation: for precreate it reads a config.json from stdin and writes
@@ -149,13 +153,17 @@ func mountStage(opts Options, stdin io.Reader) error {
 		req.RootfsPropagation = spec.Linux.RootfsPropagation
 		req.MountNamespace = hasMountNamespace(spec.Linux.Namespaces)
 	}
-	idmapper := opts.Idmap
-	if idmapper == nil && req.UserNamespace {
-		userns, err := openUserNamespace(state.Pid)
-		if err != nil {
+	// A container with a user namespace of its own: the idmap probe and the idmap itself
+	// use that namespace, opened once.
+	var userns *os.File
+	if req.UserNamespace {
+		if userns, err = openUserNamespace(state.Pid); err != nil {
 			return classmount.Refuse(sel.Handler, ctr, err)
 		}
 		defer userns.Close()
+	}
+	idmapper := opts.Idmap
+	if idmapper == nil && userns != nil {
 		idmapper = idmap.ProberWith(userns)
 	}
 	d, err := opts.engine(CreateRuntime, idmapper).Decide(context.Background(), req)
@@ -166,7 +174,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if mounter == nil {
 		mounter = NamespaceMounter{}
 	}
-	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts}); err != nil {
+	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts, UserNS: userns}); err != nil {
 		return classmount.Refuse(sel.Handler, ctr, err)
 	}
 	return nil

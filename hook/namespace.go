@@ -32,8 +32,8 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 		return err
 	}
 	defer ns.Close()
-	var userns *os.File
-	if slices.ContainsFunc(req.Mounts, func(m specmod.Mount) bool { return m.Idmap }) {
+	userns := req.UserNS
+	if userns == nil && slices.ContainsFunc(req.Mounts, func(m specmod.Mount) bool { return m.Idmap }) {
 		if userns, err = openUserNamespace(req.Pid); err != nil {
 			return err
 		}
