@@ -26,13 +26,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(HOOKBIN) ./cmd/mountkeeper-hook
 
-# The container image (deploy/): the binary (static, no cgo) on an empty base; nothing is
+# The container image (deploy/): both binaries (static, no cgo) on an empty base; nothing is
 # pulled. An OCI image-layout tarball: import it on each node with
 # `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
 IMAGE ?= localhost/mountkeeper:latest
-image:
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/mountkeeper-static ./cmd/mountkeeper
-	$(GO) run ./test/tools/mkimage -binary bin/mountkeeper-static -name $(IMAGE) -o bin/mountkeeper-image.tar
+image: build
+	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,8 +122,11 @@ func TestKubeDeploy(t *testing.T) {
 				t.Errorf("containerd's config lacks the base spec of %s after the init container:\n%s", class, cfg)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(n.dir, "hookbin", "mountkeeper")); err != nil {
-			t.Errorf("the init container did not install the hook binary: %v", err)
+		// The guard hook is the lean binary the image holds beside mountkeeper.
+		installed, err := os.ReadFile(filepath.Join(n.dir, "hookbin", "mountkeeper-hook"))
+		built, berr := os.ReadFile(filepath.Join(n.dir, "mountkeeper-hook-static"))
+		if err != nil || berr != nil || !bytes.Equal(installed, built) {
+			t.Errorf("the init container did not install mountkeeper-hook as the guard hook (read: %v, %v; %d bytes, want the %d of mountkeeper-hook)", err, berr, len(installed), len(built))
 		}
 		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "restart containerd to apply") {
 			t.Errorf("init container log: %q, want it to have written containerd's config", log)
@@ -330,7 +334,7 @@ func (n *deployNode) installImage() {
 	t := n.t
 	t.Helper()
 	start := time.Now()
-	bin, err := harness.BuildStaticMountkeeper(n.ctx, n.dir)
+	bin, hook, err := harness.BuildAgentBinaries(n.ctx, n.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +342,11 @@ func (n *deployNode) installImage() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := harness.AgentImageArchive(data, harness.AgentImage)
+	hookData, err := os.ReadFile(hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := harness.AgentImageArchive(data, hookData, harness.AgentImage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +419,7 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 		`"/etc/mountkeeper/containerd"`, strconv.Quote(filepath.Join(n.dir, "specs")),
 		`"--base-spec-dir=/etc/mountkeeper/containerd"`, strconv.Quote("--base-spec-dir="+filepath.Join(n.dir, "specs")),
 		`"/opt/mountkeeper/bin"`, strconv.Quote(filepath.Join(n.dir, "hookbin")),
-		`"--install-hook=/opt/mountkeeper/bin/mountkeeper"`, strconv.Quote("--install-hook="+filepath.Join(n.dir, "hookbin", "mountkeeper")),
+		`"--install-hook=/opt/mountkeeper/bin/mountkeeper-hook"`, strconv.Quote("--install-hook="+filepath.Join(n.dir, "hookbin", "mountkeeper-hook")),
 		`"--socket=/var/run/nri/nri.sock"`, strconv.Quote("--socket="+n.ctrd.NRISocket()),
 	).Replace(string(raw))
 	if err := json.Unmarshal([]byte(text), &spec); err != nil {

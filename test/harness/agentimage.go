@@ -17,38 +17,45 @@ const AgentImage = "localhost/mountkeeper:latest"
 // AgentBinaryPath is where the image holds the binary (its entrypoint).
 const AgentBinaryPath = "/usr/local/bin/mountkeeper"
 
-// StaticBuildArgs are the `go build` arguments (after "build") of the image's binary, built
-// as `make image` does, with CGO_ENABLED=0: static, so the image needs no libc.
-func StaticBuildArgs(out, ldflags string) []string {
-	return []string{"-ldflags", ldflags, "-o", out, "./cmd/mountkeeper"}
-}
+// AgentHookPath is where the image holds mountkeeper-hook, which `runtime configure
+// --install-hook` copies to the host as the guard hook.
+const AgentHookPath = "/usr/local/bin/mountkeeper-hook"
 
-// BuildStaticMountkeeper builds the image's binary into dir (from the module root).
-func BuildStaticMountkeeper(ctx context.Context, dir string) (string, error) {
+// BuildAgentBinaries builds the image's two binaries into dir (from the module root), as
+// `make build` does (CGO_ENABLED=0: static, so the image needs no libc).
+func BuildAgentBinaries(ctx context.Context, dir string) (agent, hook string, err error) {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..")
-	out := filepath.Join(dir, "mountkeeper-static")
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, StaticBuildArgs(out, "-X main.version=e2e")...)...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build (static) ./cmd/mountkeeper: %w: %s", err, b)
+	var out [2]string
+	for i, name := range []string{"mountkeeper", "mountkeeper-hook"} {
+		out[i] = filepath.Join(dir, name+"-static")
+		cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.version=e2e", "-o", out[i], "./cmd/"+name)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("go build (static) ./cmd/%s: %w: %s", name, err, b)
+		}
 	}
-	return out, nil
+	return out[0], out[1], nil
 }
 
 // AgentImageArchive returns an OCI image-layout tarball (for `ctr images import` or `podman
-// load`) of one image, name, that holds nothing but binary at AgentBinaryPath, an empty /tmp
-// and /etc/mountkeeper: no base image is pulled. binary must be statically linked: there is no
-// libc in the image.
-func AgentImageArchive(binary []byte, name string) ([]byte, error) {
-	f, err := elf.NewFile(bytes.NewReader(binary))
-	if err != nil {
-		return nil, fmt.Errorf("the image's binary: %w", err)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return nil, fmt.Errorf("the image's binary is dynamically linked: the image has no libc (build it with `make image`)")
+// load`) of one image, name, that holds nothing but binary at AgentBinaryPath, hook at
+// AgentHookPath, an empty /tmp and /etc/mountkeeper: no base image is pulled. Both must be
+// statically linked: there is no libc in the image.
+func AgentImageArchive(binary, hook []byte, name string) ([]byte, error) {
+	for _, b := range []struct {
+		path string
+		data []byte
+	}{{AgentBinaryPath, binary}, {AgentHookPath, hook}} {
+		f, err := elf.NewFile(bytes.NewReader(b.data))
+		if err != nil {
+			return nil, fmt.Errorf("the image's %s: %w", b.path, err)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				return nil, fmt.Errorf("the image's %s is dynamically linked: the image has no libc (build it with `make image`)", b.path)
+			}
 		}
 	}
 	return ociArchive([]imageSpec{{
@@ -58,6 +65,7 @@ func AgentImageArchive(binary []byte, name string) ([]byte, error) {
 			dirEntry("tmp", 0o1777),
 			dirEntry("usr", 0o755), dirEntry("usr/local", 0o755), dirEntry("usr/local/bin", 0o755),
 			fileEntryOf(AgentBinaryPath[1:], 0o755, binary),
+			fileEntryOf(AgentHookPath[1:], 0o755, hook),
 		},
 		env:        []string{imagePATH},
 		entrypoint: []string{AgentBinaryPath},
