@@ -90,7 +90,11 @@ func (c *CgroupScoper) Units() ([]string, error) {
 // Remove implements Scoper: it removes the unit's cgroup if it is empty.
 func (c *CgroupScoper) Remove(unit string) error {
 	dir := c.Dir(unit)
-	c.removeV1(unit)
+	// The v1 groups first: a process that left the cgroup2 group may still be counted in
+	// them a moment longer, and once the cgroup2 group is gone nothing would retry them.
+	if err := c.removeV1(unit); err != nil {
+		return err
+	}
 	err := unix.Rmdir(dir)
 	switch {
 	case err == nil, errors.Is(err, unix.ENOENT):

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 )
 
 // On a hybrid host (cgroup v1 controllers beside the cgroup2 hierarchy) clone3 places the
@@ -78,12 +79,21 @@ func (c *CgroupScoper) leaveV1(unit string, pid int) error {
 	return errors.Join(errs...)
 }
 
-// removeV1 removes the unit's (empty) groups in the v1 hierarchies.
-func (c *CgroupScoper) removeV1(unit string) {
+// removeV1 removes the unit's (empty) groups in the v1 hierarchies; it fails while one is
+// still busy, for the caller to retry.
+func (c *CgroupScoper) removeV1(unit string) error {
 	hierarchies, _ := v1Hierarchies()
+	var busy []string
 	for _, h := range hierarchies {
-		os.Remove(filepath.Join(h, c.Parent, unit)) // gone or still busy: the next removal retries
+		dir := filepath.Join(h, c.Parent, unit)
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			busy = append(busy, dir)
+		}
 	}
+	if len(busy) > 0 {
+		return fmt.Errorf("cgroup %s still has processes", strings.Join(busy, ", "))
+	}
+	return nil
 }
 
 // inheritCpuset gives new cpuset groups their parent's CPUs and memory nodes: a v1 cpuset group
