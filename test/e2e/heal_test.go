@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
@@ -113,17 +112,8 @@ func testHeal(t *testing.T, work string, srv healServer) {
 	}
 	t.Cleanup(func() { plugCg.Remove() })
 	n := newNodeWith(t, harness.KindContainerd, []string{"mk-heal", "mk-private"}, cfg, plugCg.Dir)
-	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := *parsed.RuntimeClasses["mk-heal"].Mounts[0].Network
+	spec := *n.endNetworkScopes().RuntimeClasses["mk-heal"].Mounts[0].Network
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
-	t.Cleanup(func() {
-		if err := harness.RemoveMountScope(spec.Key()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done"}
 	r1 := n.mustRun("mk-heal", "r1", reader)
 	r2 := n.mustRun("mk-heal", "r2", nil)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
@@ -45,17 +44,7 @@ func testNetworkHungServer(t *testing.T, kind harness.RuntimeKind) {
 	opts := strings.Join(sshd.ClientOptions(), ", ")
 	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", opts).Replace(hungConfig)
 	n := newNode(t, kind, []string{"mk-hung"}, cfg)
-	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range parsed.RuntimeClasses["mk-hung"].NetworkSpecs() {
-			if err := harness.RemoveMountScope(s.Key()); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		}
-	})
+	n.endNetworkScopes()
 	cri := n.rt.CRI()
 
 	// createPods creates count pods of handler in parallel, a container in each, and returns

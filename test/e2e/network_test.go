@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
@@ -70,19 +69,7 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 		Options: sshd.ClientOptions()}
 	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
-	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, rc := range parsed.RuntimeClasses {
-			for _, s := range rc.NetworkSpecs() {
-				if err := harness.RemoveMountScope(s.Key()); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-			}
-		}
-	})
+	n.endNetworkScopes()
 
 	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.25; done"}
 	a1 := n.mustRun("mk-sshfs", "a1", reader)

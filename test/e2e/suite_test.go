@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -31,6 +32,7 @@ type node struct {
 	config    string
 	cgroup    string              // cgroup2 dir the plugin runs in; "" for the test's own
 	byHandler map[string][]string // container IDs created, by runtime handler
+	scopes    []string            // network mount keys whose scopes end with the test
 }
 
 // forEachRuntime runs f as a subtest per runtime (named after it): the NRI scenarios hold on
@@ -88,8 +90,38 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 			t.Errorf("cleanup %s: %v", kind, err)
 		}
 	})
+	// Registered before the plugin starts, so it runs after the plugin has stopped: a plugin
+	// still running would see the killed daemon and heal the mount into the dying scope.
+	t.Cleanup(func() {
+		for _, key := range n.scopes {
+			if err := harness.RemoveMountScope(key); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
 	n.startPlugin()
 	return n
+}
+
+// endNetworkScopes parses the node's config and ends, when the test ends and after the
+// plugin has stopped, the scopes of every class's network mounts: a FUSE daemon's scope
+// outlives every container by design (the mount itself goes with the work directory).
+func (n *node) endNetworkScopes() *configs.Config {
+	n.t.Helper()
+	data, err := os.ReadFile(n.config)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cfg, err := configs.Parse(data)
+	if err != nil {
+		n.t.Fatalf("the test's config: %v", err)
+	}
+	for _, rc := range cfg.RuntimeClasses {
+		for _, s := range rc.NetworkSpecs() {
+			n.scopes = append(n.scopes, s.Key())
+		}
+	}
+	return cfg
 }
 
 // startPlugin starts `mountkeeper nri` on the node's config; it is stopped when the test ends.

@@ -12,7 +12,6 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -120,17 +119,7 @@ func TestUserNamespace(t *testing.T) {
 	cfg := strings.NewReplacer("EXPORT", sshd.Export(), "SSHOPTS", sshOpts).Replace(usernsConfig)
 
 	n := newNode(t, harness.KindContainerd, []string{"mk-uns", "mk-bidi", "mk-ssh", "mk-ssh-open"}, cfg)
-	parsed, err := configs.Parse([]byte(strings.ReplaceAll(cfg, "SRC", n.src())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range parsed.RuntimeClasses["mk-ssh"].NetworkSpecs() {
-			if err := harness.RemoveMountScope(s.Key()); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		}
-	})
+	n.endNetworkScopes()
 	if err := n.ctrd.AllowUserNamespaces(); err != nil {
 		t.Fatal(err)
 	}

@@ -55,17 +55,55 @@ func (c *Cgroup2) kill() error {
 	if err := os.WriteFile(filepath.Join(c.Dir, "cgroup.kill"), []byte("1"), 0); err != nil {
 		return fmt.Errorf("kill cgroup %s: %w", c.Dir, err)
 	}
-	// cgroup.procs empties when the processes die; "populated 0" comes only once they are
-	// reaped, and only then can the cgroup be removed.
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	// "populated 0" comes once the processes have exited (a zombie does not count: checked on
+	// 6.18); only then can the cgroup be removed. A process that outlives SIGKILL is stuck in
+	// the kernel: the error says which and where, so that a failure can be understood from a
+	// CI log alone.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		events, err := os.ReadFile(filepath.Join(c.Dir, "cgroup.events"))
 		if err != nil || strings.Contains(string(events), "populated 0") {
 			return err
 		}
+		if time.Now().After(deadline) {
+			procs, _ := os.ReadFile(filepath.Join(c.Dir, "cgroup.procs"))
+			return fmt.Errorf("cgroup %s still populated 30s after cgroup.kill: %s", c.Dir, describeProcs(strings.Fields(string(procs))))
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("cgroup %s still populated 10s after cgroup.kill", c.Dir)
+}
+
+// describeProcs says, for each pid, its command, state, parent and where in the kernel it
+// waits, from /proc.
+func describeProcs(pids []string) string {
+	if len(pids) == 0 {
+		return "no process listed in cgroup.procs"
+	}
+	var out []string
+	for _, pid := range pids {
+		comm, state, ppid := procStat(pid)
+		wchan, _ := os.ReadFile(filepath.Join("/proc", pid, "wchan"))
+		out = append(out, fmt.Sprintf("%s (%s, state %s, parent %s, waiting in %q)", pid, comm, state, ppid, wchan))
+	}
+	return strings.Join(out, ", ")
+}
+
+// procStat reads a process's command, state and parent from /proc/<pid>/stat.
+func procStat(pid string) (comm, state, ppid string) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return "gone", "?", "?"
+	}
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "?", "?", "?"
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 2 {
+		return s[open+1 : end], "?", "?"
+	}
+	return s[open+1 : end], f[0], f[1]
 }
 
 // Remove kills what is left in the cgroup and removes it. Safe to call twice.
