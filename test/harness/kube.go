@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -551,9 +553,61 @@ func (k *KubeNode) deleteAllPods(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		errs = append(errs, fmt.Errorf("kubelet did not tear the pods down: %w", err))
+		// Say why: kubelet logs why it keeps an orphaned pod's directory, and what is left in
+		// it tells whether a mount of ours holds it.
+		errs = append(errs, fmt.Errorf("kubelet did not tear the pods down: %w\nleft below %s:\n%s\n%s",
+			err, podsDir, leafPaths(podsDir, 30), tailMatching(k.LogPath("kubelet"), "rphaned", 10)))
 	}
 	return errors.Join(errs...)
+}
+
+// leafPaths lists up to max of the files and empty directories below dir, relative to it,
+// marking mount points.
+func leafPaths(dir string, max int) string {
+	var out []string
+	more := 0
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return nil
+		}
+		if d.IsDir() {
+			if entries, err := os.ReadDir(path); err != nil || len(entries) > 0 {
+				return nil
+			}
+		}
+		if len(out) == max {
+			more++
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if mounted, _ := mountinfo.Mounted(path); mounted {
+			rel += " (mount point)"
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if more > 0 {
+		out = append(out, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(out, "\n")
+}
+
+// tailMatching is the last n lines of the file at path that contain substr.
+func tailMatching(path, substr string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(no %s: %v)", path, err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, substr) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return fmt.Sprintf("%s, last lines with %q:\n%s", path, substr, strings.Join(lines, "\n"))
 }
 
 func readSysctls() (map[string]string, error) {
