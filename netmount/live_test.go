@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
@@ -557,20 +558,14 @@ func startSSHD(t *testing.T, sc *CgroupScoper, keys string, port int) {
 // channel that gets its first line of output.
 func startInCgroup(t *testing.T, dir string, env []string, argv ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd.Stderr = testWriter{t}
-	if err := cmd.Start(); err != nil {
+	if err := harness.StartInCgroup(cmd, dir); err != nil {
 		t.Fatal(err)
 	}
 	first := make(chan string, 1)

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
@@ -113,14 +113,8 @@ func TestCgroupScoperSettleMovesLateProcesses(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fd.Close()
 	late := exec.Command("sleep", "60")
-	late.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
-	if err := late.Start(); err != nil {
+	if err := harness.StartInCgroup(late, dir); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { late.Process.Kill(); late.Wait() }()

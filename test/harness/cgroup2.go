@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -140,4 +142,19 @@ func RemoveMountScope(key string) error {
 		}
 	}
 	return err
+}
+
+// StartInCgroup starts cmd in the cgroup dir: clone3 places it there (CLONE_INTO_CGROUP), so
+// it never runs in the caller's cgroup.
+func StartInCgroup(cmd *exec.Cmd, dir string) error {
+	fd, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer fd.Close() // the child has it from clone3
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
+	return cmd.Start()
 }

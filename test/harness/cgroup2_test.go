@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,14 +20,8 @@ func TestCgroupKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Remove(cg.Dir)
-	fd, err := os.Open(cg.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fd.Close()
 	cmd := exec.Command("sleep", "100")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(fd.Fd())}
-	if err := cmd.Start(); err != nil {
+	if err := StartInCgroup(cmd, cg.Dir); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
