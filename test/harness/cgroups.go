@@ -43,6 +43,34 @@ func removeCgroups(parent string, timeout time.Duration) error {
 	return errors.Join(errs...)
 }
 
+// defaultCgroupsExist says whether containerd's default cgroup namespace (/k8s.io) exists in
+// any hierarchy.
+func defaultCgroupsExist() bool {
+	hierarchies, _ := cgroupHierarchies()
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, defaultCgroupNamespace)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// removeEmptyCgroup removes cgroup cg in every hierarchy where it exists; it fails, naming
+// it, where it still holds a cgroup (a container's that teardown did not remove).
+func removeEmptyCgroup(cg string) error {
+	hierarchies, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range hierarchies {
+		if err := os.Remove(filepath.Join(h, cg)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(h, cg), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func removeCgroupTree(root string, timeout time.Duration) error {
 	var dirs []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

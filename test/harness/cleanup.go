@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,9 @@ type instance struct {
 	daemon *daemon // nil while stopped
 	log    *logSink
 	closed bool // Close finished cleaning up
+	// ownsDefaultCgroups: a kubelet runs on the instance and /k8s.io did not exist before it
+	// (StartKubeNode), so Close removes it once empty (see defaultCgroupNamespace).
+	ownsDefaultCgroups bool
 }
 
 // setDaemon records the daemon just started.
@@ -76,6 +80,9 @@ func (in *instance) close() error {
 	d := in.daemon
 	in.daemon = nil
 	err := closeInstance(d, in.cri, in.log, in.layout)
+	if in.ownsDefaultCgroups {
+		err = errors.Join(err, removeEmptyCgroup(defaultCgroupNamespace))
+	}
 	in.closed = !errors.Is(err, errTeardown)
 	return err
 }
@@ -120,14 +127,16 @@ func closeInstance(d *daemon, cri *Client, log *logSink, l layout) error {
 // crashed test): processes, mounts, cgroups, then the directory. extra are processes known
 // to belong to the instance that neither name its directory nor sit in its cgroups.
 func teardown(l layout, extra []process) error {
-	parent := l.cgroupParent()
+	cgroups := append([]string{l.cgroupParent()}, l.defaultCgroups()...)
 	// Container processes first, while their shims are alive to reap them; killed after
 	// their shim they would wait as zombies for PID 1.
 	errs := []error{
-		killAll(func(p process) bool { return p.inCgroup(parent) }, killTimeout),
+		killAll(func(p process) bool { return slices.ContainsFunc(cgroups, p.inCgroup) }, killTimeout),
 		killAll(func(p process) bool { return p.mentions(l.dir) || isOneOf(p, extra) }, killTimeout),
 		unmountAll(l.dir),
-		removeCgroups(parent, cgroupTimeout),
+	}
+	for _, cg := range cgroups {
+		errs = append(errs, removeCgroups(cg, cgroupTimeout))
 	}
 	if mounts, err := mountsUnder(l.dir); err != nil || len(mounts) > 0 {
 		errs = append(errs, fmt.Errorf("not removing %s: mounts remain below it", l.dir))
@@ -148,14 +157,17 @@ func isOneOf(p process, list []process) bool {
 
 // writeOwner records which process owns the instance, so a later Start can tell an
 // instance whose test process died (timeout panic, SIGKILL) from one still in use.
-func writeOwner(l layout) error {
+func writeOwner(l layout) error { return writeOwnerFile(l.owner()) }
+
+// writeOwnerFile records the calling process (pid and start time) in the file at path.
+func writeOwnerFile(path string) error {
 	self, err := readProcess(os.Getpid())
 	if err != nil {
 		return fmt.Errorf("read own process: %w", err)
 	}
 	data := fmt.Sprintf("%d %d\n", self.pid, self.start)
-	if err := os.WriteFile(l.owner(), []byte(data), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", l.owner(), err)
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
@@ -163,8 +175,12 @@ func writeOwner(l layout) error {
 // ownerAlive reports whether the process recorded by writeOwner still runs. A directory
 // without a readable owner file is not one of ours, or is still being set up: treat it as
 // alive and leave it alone.
-func ownerAlive(l layout) bool {
-	data, err := os.ReadFile(l.owner())
+func ownerAlive(l layout) bool { return ownerFileAlive(l.owner()) }
+
+// ownerFileAlive reports whether the process recorded in the file at path still runs (true
+// without a readable record).
+func ownerFileAlive(path string) bool {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return true
 	}

@@ -140,6 +140,7 @@ func StartKubeNode(ctx context.Context, c *Containerd, opts KubeOptions) (*KubeN
 		return nil, err
 	}
 	k := &KubeNode{opts: opts, ctrd: c, dir: dir, pki: kubePKI{dir: filepath.Join(dir, "pki")}}
+	c.ownsDefaultCgroups = c.ownsDefaultCgroups || !defaultCgroupsExist()
 	if err := writeOwner(layout{dir: dir}); err != nil {
 		return k, errors.Join(err, k.Close())
 	}
@@ -300,7 +301,9 @@ func (k *KubeNode) kubeletConfig(port int) map[string]any {
 		"authorization": map[string]any{"mode": "AlwaysAllow"},
 		"resolvConf":    "",
 		"podLogsDir":    k.PodLogsDir(),
-		// Pods go into the instance's cgroup parent: Containerd.Close finds and removes them.
+		// Unused with cgroupsPerQOS off (kubelet then sends pods no cgroup parent, and
+		// containerd puts them in /k8s.io/<id>: see defaultCgroupNamespace), kept so that a
+		// kubelet that did use it would still put them where Containerd.Close looks.
 		"cgroupRoot": k.ctrd.layout.cgroupParent(),
 		// Never garbage-collect the imported images (there is no registry to pull them back
 		// from) nor evict pods because the host's disk is fuller than kubelet likes.
@@ -431,6 +434,8 @@ func sweepStaleKube() {
 			if unmountAll(dir) == nil {
 				_ = os.RemoveAll(dir)
 			}
+			// Its pods' cgroups were /k8s.io/<id>; its containerd's teardown removed those.
+			_ = removeEmptyCgroup(defaultCgroupNamespace)
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package harness
 
-import "path/filepath"
+import (
+	"os"
+	"path/filepath"
+)
 
 // Instance directories are /tmp/mk-NNNN: short, because unix socket paths (containerd's,
 // NRI's, the shims') must fit in 108 bytes.
@@ -32,3 +35,19 @@ func (l layout) nriPluginConf() string { return l.path("nri", "conf.d") }
 // instance live. It is derived from the directory name so that a sweep of a crashed instance
 // can find it from the directory alone.
 func (l layout) cgroupParent() string { return "/" + filepath.Base(l.dir) }
+
+// defaultCgroupNamespace is where containerd puts a CRI container that has no cgroup parent,
+// as /k8s.io/<id>: kubelet sends none with cgroupsPerQOS off (its cgroupRoot is then unused).
+const defaultCgroupNamespace = "/k8s.io"
+
+// defaultCgroups are the cgroups containerd gave the instance's tasks that had no cgroup
+// parent: /k8s.io/<id> for each task whose state is still in the instance's directory (a
+// task removed cleanly took its cgroup and its state with it).
+func (l layout) defaultCgroups() []string {
+	entries, _ := os.ReadDir(l.path("state", "io.containerd.runtime.v2.task", "k8s.io"))
+	var out []string
+	for _, e := range entries {
+		out = append(out, defaultCgroupNamespace+"/"+e.Name())
+	}
+	return out
+}
