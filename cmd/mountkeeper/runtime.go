@@ -131,17 +131,35 @@ func writeIfChanged(path string, data []byte) (bool, error) {
 	return true, replaceFile(path, data, 0o644)
 }
 
-// replaceFile writes data to path through a temporary file and a rename, so that the runtime
-// never reads half a file.
-func replaceFile(path string, data []byte, mode os.FileMode) error {
+// replaceFile writes data to path with mode through a temporary file of its own in the same
+// directory and a rename, so that the runtime never reads half a file and concurrent runs do
+// not write the same temporary file. On any failure the temporary file is removed.
+func replaceFile(path string, data []byte, mode os.FileMode) (err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".mountkeeper-tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".mountkeeper-tmp-*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	// CreateTemp makes the file 0600: give it mode (0644 for a runtime's config, 0755 for the
+	// hook binary).
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // hookBinaryName is the lean hook binary (cmd/mountkeeper-hook), which `make build` and the
