@@ -35,19 +35,21 @@ func TestHookCommand(t *testing.T) {
 		{name: "precreate, flags around the stage", args: []string{"hook", "--config", cfg, "precreate", "--runtime-class", "fast"}, stdin: spec,
 			stdout: []string{`"destination": "/data"`}},
 		{name: "two stages", args: []string{"hook", "--config", cfg, "precreate", "prestart"}, code: 2, stderr: []string{"unexpected arguments: prestart"}},
-		{name: "precreate unknown class", args: []string{"hook", "precreate", "--config", cfg, "--runtime-class", "kata"}, stdin: spec, code: 1,
+		{name: "precreate unknown class", args: []string{"hook", "precreate", "--config", cfg, "--runtime-class", "kata", "--error-log", "none"}, stdin: spec, code: 1,
 			stderr: []string{`mountkeeper: runtime class "kata", container (unnamed): the class is not in the config (the class came from --runtime-class; the config has: fast)`}},
-		{name: "precreate default class missing", args: []string{"hook", "precreate", "--config", cfg, "--trust-runtime-handler-annotation"}, stdin: spec, code: 1,
+		{name: "precreate default class missing", args: []string{"hook", "precreate", "--config", cfg, "--trust-runtime-handler-annotation", "--error-log", "none"}, stdin: spec, code: 1,
 			stderr: []string{`runtime class "default", container (unnamed): the class is not in the config (the class came from default: no --runtime-class`}},
-		{name: "precreate without --runtime-class", args: []string{"hook", "precreate", "--config", cfg}, stdin: spec, code: 1,
+		{name: "precreate without --runtime-class", args: []string{"hook", "precreate", "--config", cfg, "--error-log", "none"}, stdin: spec, code: 1,
 			stderr: []string{`mountkeeper: container (unnamed): no --runtime-class: hook mode needs it to name the runtime class`}},
-		{name: "missing config", args: []string{"hook", "precreate", "--config", filepath.Join(dir, "nope.yaml")}, stdin: spec, code: 1,
+		{name: "missing config", args: []string{"hook", "precreate", "--config", filepath.Join(dir, "nope.yaml"), "--error-log", "none"}, stdin: spec, code: 1,
 			stderr: []string{"nope.yaml: no such file"}},
-		{name: "prestart malformed state", args: []string{"hook", "prestart", "--config", cfg, "--runtime-class", "fast"}, stdin: "{", code: 1,
+		{name: "prestart malformed state", args: []string{"hook", "prestart", "--config", cfg, "--runtime-class", "fast", "--error-log", "none"}, stdin: "{", code: 1,
 			stderr: []string{"mountkeeper: parse the OCI state on stdin: unexpected end of JSON input"}},
-		{name: "createRuntime config.json not JSON", args: []string{"hook", "createRuntime", "--config", cfg, "--runtime-class", "fast"}, stdin: state, code: 1,
+		{name: "createRuntime config.json not JSON", args: []string{"hook", "createRuntime", "--config", cfg, "--runtime-class", "fast", "--error-log", "none"}, stdin: state, code: 1,
 			stderr: []string{"mountkeeper: container c1: " + bundle + "/config.json: not an OCI config"}},
 	}
+	// The cases that fail write no refusal into the developer's journal (--error-log's
+	// default, syslog): TestHookErrorLog tests that report.
 	runCLICases(t, tests)
 }
 

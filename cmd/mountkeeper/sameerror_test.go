@@ -44,7 +44,7 @@ func TestSameRefusalFromEveryFrontEnd(t *testing.T) {
 		return strings.TrimSuffix(errOut.String(), "\n")
 	}
 	fromRender := cli("render", "--config", config, "--runtime-class", "broken", "--container", "ns/pod/ctr")
-	fromPrecreate := cli("hook", "precreate", "--config", config, "--runtime-class", "broken")
+	fromPrecreate := cli("hook", "precreate", "--config", config, "--runtime-class", "broken", "--error-log", "none")
 
 	cfg, err := configs.Load(config)
 	if err != nil {
