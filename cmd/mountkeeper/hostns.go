@@ -32,7 +32,13 @@ import (
 // /proc/self/fd/N/<name>: its path is a path in the container (a ConfigMap), not on the host.
 // The directory, not the file: kubelet updates a ConfigMap volume by swapping its ..data
 // symlink, and the reload watches the directory (configwatch) through that descriptor.
-const hostNamespacesFlag = "--host-namespaces"
+const hostNamespacesFlag = "--" + hostNamespacesName
+
+// hostNamespacesName and hostNamespacesPIDName are the flags' names without the dashes.
+const (
+	hostNamespacesName    = "host-namespaces"
+	hostNamespacesPIDName = hostNamespacesName + "-pid"
+)
 
 // hostNamespacesEnv marks the re-executed process, which must not enter again.
 const hostNamespacesEnv = "_MOUNTKEEPER_IN_HOST_NAMESPACES"

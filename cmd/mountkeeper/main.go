@@ -91,7 +91,7 @@ var launchedByRuntime = func() bool { return os.Getenv("NRI_PLUGIN_SOCKET") != "
 // parseConfigOnly parses the flags of a command whose only flag is --config and loads it.
 func parseConfigOnly(name string, args []string, stderr io.Writer) (*configs.Config, string, error) {
 	fs := cli.NewFlags("mountkeeper "+name, stderr)
-	loadConfig := cli.ConfigFlag(fs)
+	_, loadConfig := cli.ConfigFlag(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, "", err
 	}
@@ -100,9 +100,9 @@ func parseConfigOnly(name string, args []string, stderr io.Writer) (*configs.Con
 
 func runNRI(args []string, stderr io.Writer) error {
 	fs := cli.NewFlags("mountkeeper nri", stderr)
-	enter := fs.Bool(hostNamespacesFlag[2:], false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
-	hostPID := fs.String(hostNamespacesFlag[2:]+"-pid", "1", "with --host-namespaces: whose namespaces to enter")
-	loadConfig := cli.ConfigFlag(fs)
+	enter := fs.Bool(hostNamespacesName, false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
+	hostPID := fs.String(hostNamespacesPIDName, "1", "with --host-namespaces: whose namespaces to enter")
+	configPath, loadConfig := cli.ConfigFlag(fs)
 	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
 	name := fs.String("name", "", "plugin name (default mountkeeper)")
 	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
@@ -118,12 +118,12 @@ func runNRI(args []string, stderr io.Writer) error {
 		var rest []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case hostNamespacesFlag[2:], hostNamespacesFlag[2:] + "-pid", "config":
+			case hostNamespacesName, hostNamespacesPIDName, "config":
 			default:
 				rest = append(rest, "--"+f.Name+"="+f.Value.String())
 			}
 		})
-		return enterHostNamespaces(rest, *hostPID, fs.Lookup("config").Value.String())
+		return enterHostNamespaces(rest, *hostPID, *configPath)
 	}
 	log, err := cli.NewLogger(*level, *format, stderr)
 	if err != nil {
@@ -208,7 +208,7 @@ func reloadOnChange(ctx context.Context, plugin *nri.Plugin, path string, log *l
 
 func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("mountkeeper render", stderr)
-	loadConfig := cli.ConfigFlag(fs)
+	_, loadConfig := cli.ConfigFlag(fs)
 	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"\" or default: the default class)")
 	container := fs.String("container", "", "container name, for messages")
 	if err := cli.Parse(fs, args); err != nil {

@@ -24,7 +24,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 		return cli.ErrUsage
 	}
 	flags := cli.NewFlags("mountkeeper runtime configure", stderr)
-	loadConfig := cli.ConfigFlag(flags)
+	_, loadConfig := cli.ConfigFlag(flags)
 	runtime := flags.String("runtime", "", "the runtime to configure: containerd or crio")
 	configFile := flags.String("config-file", "", "the runtime's config: default "+runtimeconfig.ContainerdConfigPath+" (containerd), "+runtimeconfig.CRIODropInPath+" (crio, a drop-in of mountkeeper's own)")
 	hookPath := flags.String("hook-path", "", "the binary the runtime runs as the guard hook (default: "+hookBinaryName+" beside this binary, else this binary)")

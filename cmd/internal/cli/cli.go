@@ -46,7 +46,7 @@ func NewFlags(name string, stderr io.Writer) *flag.FlagSet {
 // Parse parses args into fs and refuses arguments left over.
 func Parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		return ParseError(err)
+		return parseError(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
@@ -55,38 +55,47 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// ParseError maps an error of flag.FlagSet.Parse: --help stays flag.ErrHelp, anything else
+// parseError maps an error of flag.FlagSet.Parse: --help stays flag.ErrHelp, anything else
 // (already printed by the flag set) is ErrUsage.
-func ParseError(err error) error {
+func parseError(err error) error {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return err
 	}
 	return ErrUsage
 }
 
-// ConfigFlag adds --config to fs and returns what loads it: the named file, or the embedded
-// default when the flag keeps the default path and no file is there.
-func ConfigFlag(fs *flag.FlagSet) func() (*configs.Config, string, error) {
-	path := fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
-	return func() (*configs.Config, string, error) { return configs.LoadOrDefault(*path) }
+// ConfigFlag adds --config to fs and returns the flag's value (the path, once fs is parsed)
+// and what loads it: the named file, or the embedded default when the flag keeps the default
+// path and no file is there.
+func ConfigFlag(fs *flag.FlagSet) (path *string, load func() (*configs.Config, string, error)) {
+	path = fs.String("config", configs.DefaultPath, "config file; the embedded default is used when the default path does not exist")
+	return path, func() (*configs.Config, string, error) { return configs.LoadOrDefault(*path) }
 }
 
 // NewLogger is a logger at level (logrus's names) in format text or json, writing to w.
 func NewLogger(level, format string, w io.Writer) (*logrus.Logger, error) {
-	log := logrus.New()
-	log.SetOutput(w)
 	lvl, err := logrus.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	log.SetLevel(lvl)
+	var f logrus.Formatter
 	switch format {
 	case "text":
-		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+		f = textFormatter()
 	case "json":
-		log.SetFormatter(&logrus.JSONFormatter{})
+		f = &logrus.JSONFormatter{}
 	default:
 		return nil, fmt.Errorf("--log-format %q: use text or json", format)
 	}
-	return log, nil
+	return newLogger(lvl, f, w), nil
+}
+
+func textFormatter() logrus.Formatter { return &logrus.TextFormatter{FullTimestamp: true} }
+
+func newLogger(lvl logrus.Level, f logrus.Formatter, w io.Writer) *logrus.Logger {
+	log := logrus.New()
+	log.SetOutput(w)
+	log.SetLevel(lvl)
+	log.SetFormatter(f)
+	return log
 }

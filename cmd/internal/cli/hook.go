@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
 	"github.com/mountkeeper/mountkeeper/hostmount"
@@ -40,7 +42,7 @@ func RunHook(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		fmt.Fprintf(fs.Output(), hookUsage, name)
 		fs.PrintDefaults()
 	}
-	loadConfig := ConfigFlag(fs)
+	_, loadConfig := ConfigFlag(fs)
 	class := fs.String("runtime-class", "", "CRI runtime handler whose class mounts to add (\"default\": the runtime's default handler); required unless --trust-runtime-handler-annotation")
 	trust := fs.Bool("trust-runtime-handler-annotation", false, "without --runtime-class, take the class from the "+hook.RuntimeHandlerAnnotation+" annotation, else the default class: only where pods cannot set that annotation themselves")
 	stateDir := fs.String("state-dir", configs.DefaultStateDir, "guard: the plugin's stateDir, which holds the node's guard key")
@@ -49,13 +51,13 @@ func RunHook(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		stageArg, rest = args[0], args[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
-		return ParseError(err)
+		return parseError(err)
 	}
 	if stageArg == "" && fs.NArg() > 0 {
 		// Flags first, then the stage, possibly followed by more flags.
 		stageArg = fs.Arg(0)
 		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return ParseError(err)
+			return parseError(err)
 		}
 	}
 	if fs.NArg() > 0 {
@@ -76,11 +78,7 @@ func RunHook(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	log, err := NewLogger("info", "text", stderr)
-	if err != nil {
-		return err
-	}
-	network := hook.NewManagerNetwork(cfg, log)
+	network := hook.NewManagerNetwork(cfg, newLogger(logrus.InfoLevel, textFormatter(), stderr))
 	return hook.Run(stage, hook.Options{
 		Config:       cfg,
 		RuntimeClass: *class,
