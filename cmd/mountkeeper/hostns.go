@@ -24,9 +24,9 @@ import (
 //     the pod's cgroup; with nsdelegate (systemd's default) a process cannot move a helper to
 //     a cgroup outside its own cgroup namespace.
 //
-// The image has no nsenter (it holds only this binary), so the binary enters them itself:
-// Go runs many threads that share one fs_struct, and setns(CLONE_NEWNS) refuses such a
-// thread, so one locked thread unshares CLONE_FS, enters both namespaces of PID 1 and
+// The image has no nsenter (it holds only mountkeeper and mountkeeper-hook), so the binary
+// enters them itself: Go runs many threads that share one fs_struct, and setns(CLONE_NEWNS)
+// refuses such a thread, so one locked thread unshares CLONE_FS, enters both namespaces of PID 1 and
 // re-executes this binary from there (execve keeps the calling thread's namespaces). The
 // directory of the config named by --config is opened first and the config handed over as
 // /proc/self/fd/N/<name>: its path is a path in the container (a ConfigMap), not on the host.
