@@ -71,15 +71,10 @@ func StartGluster(dir string) (_ *Gluster, err error) {
 	if g.cg, err = NewCgroup2(filepath.Base(dir) + "-glusterd"); err != nil {
 		return nil, err
 	}
-	fd, err := syscall.Open(g.cg.Dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer syscall.Close(fd)
 	g.cmd = exec.Command("glusterd", "-N", "-f", volfile, "-p", filepath.Join(g.dir, "glusterd.pid"),
 		"-l", g.Log(), "--log-level=INFO")
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
-	if err := g.cmd.Start(); err != nil {
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := StartInCgroup(g.cmd, g.cg.Dir); err != nil {
 		return nil, fmt.Errorf("start glusterd: %w", err)
 	}
 	g.done = make(chan struct{})

@@ -79,15 +79,11 @@ func StartPlugin(ctx context.Context, o PluginOptions) (*Plugin, error) {
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := cmd.Start
 	if o.Cgroup != "" {
-		fd, err := syscall.Open(o.Cgroup, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("open cgroup %s: %w", o.Cgroup, err)
-		}
-		defer syscall.Close(fd)
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		start = func() error { return StartInCgroup(cmd, o.Cgroup) }
 	}
-	if err := cmd.Start(); err != nil {
+	if err := start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", o.Binary, err)
 	}
 	p := &Plugin{cmd: cmd, log: buf, done: make(chan struct{})}

@@ -76,17 +76,12 @@ func (s *SSHD) Start() error {
 		return err
 	}
 	s.cg = cg
-	fd, err := syscall.Open(cg.Dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(fd)
 	log := filepath.Join(s.dir, "sshd.log")
 	s.cmd = exec.Command("/usr/sbin/sshd", "-D", "-E", log, "-f", "/dev/null", "-h", filepath.Join(s.dir, "host"),
 		"-p", strconv.Itoa(s.port), "-o", "ListenAddress=127.0.0.1", "-o", "Subsystem=sftp internal-sftp",
 		"-o", "AuthorizedKeysFile="+filepath.Join(s.dir, "authorized_keys"), "-o", "StrictModes=no", "-o", "PidFile=none")
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := StartInCgroup(s.cmd, cg.Dir); err != nil {
 		return fmt.Errorf("start sshd: %w", err)
 	}
 	go s.cmd.Wait()

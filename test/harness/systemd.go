@@ -208,11 +208,6 @@ func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) e
 		return fmt.Errorf("create cgroup: %w", err)
 	}
 	s.cgroup = cg
-	fd, err := syscall.Open(cg, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open cgroup %s: %w", cg, err)
-	}
-	defer syscall.Close(fd)
 	out, err := os.OpenFile(s.consoleLog(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
@@ -227,8 +222,8 @@ func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) e
 		"--cgroup", "--uts", "--ipc", "--propagation", "private", "/bin/sh"}, args...)...)
 	cmd.Env = systemdEnv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL, Setsid: true}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
+	if err := StartInCgroup(cmd, cg); err != nil {
 		return fmt.Errorf("start unshare: %w", err)
 	}
 	s.cmd, s.exited = cmd, make(chan struct{})
