@@ -28,57 +28,35 @@ func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) 
 	return p
 }
 
-// startMounter makes the Mounter once a config needs one, and mounts the eager classes'
-// network filesystems (holdEager). It runs at Configure and at every reload, so a node that
-// cannot mount (no cgroup2, state dir not writable) fails the plugin's registration loudly
-// instead of each container later.
-func (p *Plugin) startMounter() error {
-	had := p.mounter() != nil
-	if err := p.makeMounter(); err != nil {
-		return err
-	}
-	p.holdEager(had)
-	return nil
-}
-
-func (p *Plugin) makeMounter() error {
-	cfg := p.config()
-	if p.mounter() != nil || !cfg.HasNetworkMounts() {
-		return nil
-	}
+// makeMounter makes the Mounter for cfg, the first config with network mounts.
+func (p *Plugin) makeMounter(cfg *configs.Config) (Mounter, error) {
 	if p.newMounter == nil {
-		return fmt.Errorf("the config has network filesystem mounts, but this plugin was built without a mounter")
+		return nil, fmt.Errorf("the config has network filesystem mounts, but this plugin was built without a mounter")
 	}
 	m, err := p.newMounter(cfg)
 	if err != nil {
-		return fmt.Errorf("start the network filesystem mounter: %w", err)
+		return nil, fmt.Errorf("start the network filesystem mounter: %w", err)
 	}
-	p.mu.Lock()
-	p.net = m
-	p.rebuildLocked()
-	p.mu.Unlock()
-	return nil
+	return m, nil
 }
 
 // eagerUser holds the network mounts of the classes with `networkMount: eager`: a user that is no
 // container (container IDs are hex), so no RemoveContainer releases it.
 const eagerUser = "mountkeeper:eager"
 
-// holdEager mounts the network filesystems of the classes with `networkMount: eager` now, in the
-// background, and keeps them mounted for as long as the config says so, with or without
+// holdEager mounts the network filesystems of cfg's classes with `networkMount: eager` now, in
+// the background, and keeps them mounted for as long as the config says so, with or without
 // containers: the first container of such a class finds its mount ready and costs what any
 // container costs. Mounts of classes no longer eager begin their grace period (Release, then
 // Hold again for those still eager: a grace timer started by one is stopped by the other, long
 // before it could end). held says an earlier config may have held some.
-func (p *Plugin) holdEager(held bool) {
-	net := p.mounter()
+func holdEager(net Mounter, cfg *configs.Config, held bool) {
 	if net == nil {
 		return
 	}
 	if held {
 		net.Release(eagerUser)
 	}
-	cfg := p.config()
 	for _, name := range cfg.ClassNames() {
 		if rc := cfg.RuntimeClasses[name]; rc.Eager() {
 			for _, s := range rc.NetworkSpecs() {

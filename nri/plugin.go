@@ -56,6 +56,7 @@ type Plugin struct {
 	configFrom string
 	lastReload *ReloadResult // guarded by mu
 	reloadMu   sync.Mutex    // one ReloadConfig at a time
+	applyMu    sync.Mutex    // one apply at a time
 	connected  atomic.Bool   // registered with the runtime (readiness)
 
 	guardMu     sync.Mutex
@@ -107,25 +108,28 @@ func (p *Plugin) withIdmap(in classmount.Idmapper) *Plugin {
 func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
 	p.log.Infof("connected to %s %s", runtime, version)
 	p.connected.Store(true)
+	var cfg *configs.Config // nil: the config in force
 	if strings.TrimSpace(config) != "" {
 		if p.pinned {
 			p.log.Warn("the runtime passed a plugin config, but --config was given: using --config")
 		} else {
-			cfg, err := configs.Parse([]byte(config))
-			if err != nil {
+			var err error
+			if cfg, err = configs.Parse([]byte(config)); err != nil {
 				return 0, fmt.Errorf("config passed by %s: %w", runtime, err)
 			}
-			p.setConfig(cfg)
-			p.log.Info("using the config passed by the runtime")
 		}
 	}
-	if err := p.startMounter(); err != nil {
+	if err := p.apply(cfg); err != nil {
 		return 0, err
 	}
-	p.startCopies()
-	p.startGuard()
-	return api.MustParseEventMask("RunPodSandbox,CreateContainer,RemoveContainer"), nil
+	if cfg != nil {
+		p.log.Info("using the config passed by the runtime")
+	}
+	return events, nil
 }
+
+// events are the events the plugin handles.
+var events = api.MustParseEventMask("RunPodSandbox,CreateContainer,RemoveContainer")
 
 func (p *Plugin) config() *configs.Config {
 	p.mu.RLock()
@@ -133,39 +137,71 @@ func (p *Plugin) config() *configs.Config {
 	return p.cfg
 }
 
-// startCopies sets up the private copies of subPaths below <stateDir>/subpath, made on demand.
+// apply puts cfg in force, or with nil the config in force again (Configure, at every NRI
+// (re)connect). It makes the Mounter cfg needs first: a config whose mounter cannot start
+// (no cgroup2, state dir not writable) is refused with the config in force untouched, and at
+// Configure fails the plugin's registration loudly instead of each container later. Then cfg
+// is put in force with the mounter and the subPath copies it needs (one engine rebuild), the
+// eager classes' network filesystems are mounted (holdEager) and the guard key is loaded.
 //
-// A config that turns copies off or moves them elsewhere would leave the old copies (secrets
-// among them) where nothing removes them any more: they are removed here. The containers
-// keep what they bound.
-func (p *Plugin) startCopies() {
-	cfg := p.config()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var next *subpath.Copies
-	if cfg.SubPathRepair {
-		next = subpath.NewRepairer(cfg.KubeletRoot).Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
+// One apply at a time (applyMu): Configure and a reload may come together, and two at once
+// could each start a mounter for the same state dir.
+func (p *Plugin) apply(cfg *configs.Config) error {
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
+	if cfg == nil {
+		cfg = p.config()
 	}
-	if p.copies != nil && (next == nil || next.Dir != p.copies.Dir) {
-		if _, err := p.copies.Sweep(nil); err != nil {
-			p.log.Warnf("remove the subPath copies below %s: %v", p.copies.Dir, err)
+	held := p.mounter()
+	net := held
+	if net == nil && cfg.HasNetworkMounts() {
+		m, err := p.makeMounter(cfg)
+		if err != nil {
+			return err
 		}
+		net = m
 	}
-	p.copies = next
+	next := copiesFor(cfg)
+	p.mu.Lock()
+	old := p.copies
+	if old != nil && next != nil && next.Dir == old.Dir {
+		next = old
+	}
+	p.cfg, p.net, p.copies = cfg, net, next
 	p.rebuildLocked()
+	p.mu.Unlock()
+	holdEager(net, cfg, held != nil)
+	p.sweepOldCopies(old, next)
+	p.startGuard(cfg)
+	return nil
+}
+
+// copiesFor is where cfg keeps the private copies of subPaths, made on demand: below
+// <stateDir>/subpath; nil with subPathRepair off.
+func copiesFor(cfg *configs.Config) *subpath.Copies {
+	if !cfg.SubPathRepair {
+		return nil
+	}
+	return subpath.NewRepairer(cfg.KubeletRoot).Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
+}
+
+// sweepOldCopies removes the copies below old once next is in force instead: a config that
+// turns copies off or moves them elsewhere would leave the old copies (secrets among them)
+// where nothing removes them any more. The containers keep what they bound. It runs without
+// p.mu, which every CreateContainer takes.
+func (p *Plugin) sweepOldCopies(old, next *subpath.Copies) {
+	if old == nil || old == next {
+		return
+	}
+	if _, err := old.Sweep(nil); err != nil {
+		p.log.Warnf("remove the subPath copies below %s: %v", old.Dir, err)
+	}
 }
 
 func (p *Plugin) subPathCopies() *subpath.Copies {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.copies
-}
-
-func (p *Plugin) setConfig(cfg *configs.Config) {
-	p.mu.Lock()
-	p.cfg = cfg
-	p.rebuildLocked()
-	p.mu.Unlock()
 }
 
 // rebuildLocked builds the decision engine for the config in force with the plugin's side
@@ -432,8 +468,8 @@ func (p *Plugin) guardFor(cfg *configs.Config) (*guard.Signer, error) {
 }
 
 // startGuard loads the guard key of a config that has runtime classes.
-func (p *Plugin) startGuard() {
-	if cfg := p.config(); len(cfg.RuntimeClasses) > 0 {
+func (p *Plugin) startGuard(cfg *configs.Config) {
+	if len(cfg.RuntimeClasses) > 0 {
 		if _, err := p.guardFor(cfg); err != nil {
 			p.log.Warnf("guard key in %s: %v (tried again at the next class container)", cfg.StateDir, err)
 		}
@@ -481,14 +517,9 @@ func (p *Plugin) Ready() error {
 // asks for and that no container uses begin their grace period; mounts in use, and those whose
 // spec did not change, are untouched.
 func (p *Plugin) Reload(cfg *configs.Config) error {
-	old := p.config()
-	p.setConfig(cfg)
-	if err := p.startMounter(); err != nil {
-		p.setConfig(old) // refused: the config in force stays, as the log says
-		return err
+	if err := p.apply(cfg); err != nil {
+		return err // refused: the config in force stays, as the log says
 	}
-	p.startCopies()
-	p.startGuard()
 	if net := p.mounter(); net != nil {
 		net.ReleaseUnused()
 	}

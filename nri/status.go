@@ -63,8 +63,8 @@ func (p *Plugin) Status() Status {
 // ReloadConfig parses data, the new content of the config file at from, and puts it in force;
 // an invalid config is refused, logged and counted, and the config in force stays.
 //
-// Reloads run one at a time (a SIGHUP and a file change may come together): two at once could
-// each start a mounter for the same state dir.
+// Reloads run one at a time (a SIGHUP and a file change may come together), so that LastReload
+// is the outcome of the last one; apply serialises each with Configure.
 func (p *Plugin) ReloadConfig(data []byte, from string) error {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
