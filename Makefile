@@ -6,6 +6,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/mountkeeper
 HOOKBIN := bin/mountkeeper-hook
+# Only mountkeeper has a version (`mountkeeper version`, its log); mountkeeper-hook has none.
 LDFLAGS := -X main.version=$(VERSION)
 # Where test/tools/install.sh caches containerd and runc; exported for the tests.
 export MOUNTKEEPER_CACHE ?= /var/cache/mountkeeper-test
@@ -24,7 +25,7 @@ all: build
 # is the hook alone, which starts in about a third of the time (README, Speed).
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(HOOKBIN) ./cmd/mountkeeper-hook
+	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
 
 # The container image (deploy/): both binaries (static, no cgo) on an empty base; nothing is
 # pulled. An OCI image-layout tarball: import it on each node with
@@ -63,7 +64,7 @@ bench: tools build
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench NetworkFirstPod -benchtime 10x -count 1 ./nri/ | grep -E 'ratio|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench Memory -benchtime 1x ./nri/ | grep -E 'memory:|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./subpath/ | grep -E 'ratio|^ok|FAIL'
-	$(PRIVATE_NS) $(GO) test -run '^$$' -bench RuncRunHook -benchtime 100x -count 3 ./hook/ | grep -E 'ratio|^ok|FAIL|SKIP'
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) $(PRIVATE_NS) $(GO) test -run '^$$' -bench RuncRunHook -benchtime 100x -count 3 ./hook/ | grep -E 'ratio|^ok|FAIL|SKIP'
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -run '^$$' -bench PodStart -benchtime 150x -timeout 30m ./test/e2e/ | grep -E 'ratio|^ok|FAIL'
 
 clean:
