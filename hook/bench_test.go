@@ -37,8 +37,11 @@ func BenchmarkRuncRunHook(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// harness builds only ./cmd/<name>; emptyhook is built here, without cgo as the others.
 	emptyBin := filepath.Join(dir, "emptyhook")
-	if out, err := exec.Command("go", "build", "-o", emptyBin, "github.com/mountkeeper/mountkeeper/test/tools/emptyhook").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", emptyBin, "github.com/mountkeeper/mountkeeper/test/tools/emptyhook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build emptyhook: %v: %s", err, out)
 	}
 	r, err := harness.NewRunc(filepath.Join(dir, "runc"))
@@ -91,11 +94,12 @@ func BenchmarkRuncRunHook(b *testing.B) {
 	}
 
 	n := 0
-	run := func(bundle string) func() {
+	// run runs bundle's container once; a failure fails sb, the sub-benchmark that runs it.
+	run := func(sb *testing.B, bundle string) func() {
 		return func() {
 			n++
 			if err := r.RunForeground(ctx, fmt.Sprintf("mk-bench-%d", n), bundle); err != nil {
-				b.Fatal(err)
+				sb.Fatal(err)
 			}
 		}
 	}
@@ -111,15 +115,15 @@ func BenchmarkRuncRunHook(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			// One run of each first: the first container pays for cold caches, and the
 			// hooked one must work before it is timed.
-			run(plain)()
-			run(bd)()
+			run(b, plain)()
+			run(b, bd)()
 			if c.target == 0 {
-				if r := benchratio.Compare(b, run(plain), run(bd)); b.N > 1 {
+				if r := benchratio.Compare(b, run(b, plain), run(b, bd)); b.N > 1 {
 					b.Logf("%s: ratio %.3f (for scale)", b.Name(), r)
 				}
 				return
 			}
-			benchratio.CompareTarget(b, c.target, run(plain), run(bd))
+			benchratio.CompareTarget(b, c.target, run(b, plain), run(b, bd))
 		})
 	}
 }
