@@ -106,7 +106,7 @@ var Default = &Prober{}
 
 // ProberWith is a prober that probes with userns, which the caller keeps open while the
 // prober is used, instead of a placeholder's: the hook probes with the container's own user
-// namespace, which is also what it then idmaps with, and needs no placeholder (nor cgo).
+// namespace, which is also what it then idmaps with, and needs no placeholder.
 func ProberWith(userns *os.File) *Prober { return &Prober{userns: userns} }
 
 // Check is the package's Check with p's user namespace, bounded by p.Timeout.

@@ -42,16 +42,10 @@ var checks = map[string]func() string{
 		}
 		return ""
 	},
-	"cgo": func() string {
-		if !cgoEnabled {
-			return "built without cgo"
-		}
-		return ""
-	},
 }
 
 // Require skips (or, when Strict, fails) tb unless the machine has every named dependency:
-// "root", "fuse", "cgo", an absolute path that must exist (e.g. harness.RuncBinary()), or the
+// "root", "fuse", an absolute path that must exist (e.g. harness.RuncBinary()), or the
 // name of a program that must be on PATH (e.g. "sshfs", "unshare", "systemd-run").
 func Require(tb testing.TB, needs ...string) {
 	tb.Helper()

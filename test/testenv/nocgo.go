@@ -1,5 +1,0 @@
-//go:build !cgo
-
-package testenv
-
-const cgoEnabled = false
