@@ -136,7 +136,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	spec, err := LoadSpec(state.Bundle)
+	spec, err := loadSpec(state.Bundle)
 	if err != nil {
 		return fmt.Errorf("container %s: %w", state.ID, err)
 	}

@@ -78,10 +78,11 @@ func ParseState(data []byte) (*oci.State, error) {
 	return st, nil
 }
 
-// ParseSpec parses a config.json and checks what the hook needs from it: the root path. The
-// spec it returns holds only what the mount stages read (specView): annotations, root,
-// mounts, process.capabilities.bounding, linux.namespaces and linux.rootfsPropagation.
-func ParseSpec(data []byte) (*oci.Spec, error) {
+// parseSpec parses a config.json and checks what the hook needs from it: the root path. The
+// spec it returns is partial, only what the mount stages read (specView): annotations, root,
+// mounts, process.capabilities.bounding, linux.namespaces and linux.rootfsPropagation; so it
+// stays unexported, for no caller outside the package to take it for the whole spec.
+func parseSpec(data []byte) (*oci.Spec, error) {
 	var view *specView
 	if err := json.Unmarshal(data, &view); err != nil {
 		return nil, fmt.Errorf("not an OCI config: %w", err)
@@ -121,8 +122,8 @@ type specView struct {
 	} `json:"linux"`
 }
 
-// LoadSpec reads and parses <bundle>/config.json. Errors name the file.
-func LoadSpec(bundle string) (*oci.Spec, error) {
+// loadSpec reads and parses <bundle>/config.json (partial, as parseSpec). Errors name the file.
+func loadSpec(bundle string) (*oci.Spec, error) {
 	if fi, err := os.Stat(bundle); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("the bundle %s from the OCI state does not exist", bundle)
@@ -136,7 +137,7 @@ func LoadSpec(bundle string) (*oci.Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the container's config: %w", err)
 	}
-	spec, err := ParseSpec(data)
+	spec, err := parseSpec(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -126,15 +126,15 @@ func TestLoadSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, err := LoadSpec(tt.bundle)
+			spec, err := loadSpec(tt.bundle)
 			if tt.err == "" {
 				if err != nil || spec.Root.Path != "rootfs" {
-					t.Fatalf("LoadSpec = %+v, %v", spec, err)
+					t.Fatalf("loadSpec = %+v, %v", spec, err)
 				}
 				return
 			}
 			if err == nil || err.Error() != tt.err {
-				t.Fatalf("LoadSpec error\ngot:  %v\nwant: %s", err, tt.err)
+				t.Fatalf("loadSpec error\ngot:  %v\nwant: %s", err, tt.err)
 			}
 		})
 	}
@@ -146,7 +146,7 @@ func TestRootfsPath(t *testing.T) {
 		{"/run/b", "/var/lib/x/rootfs", "/var/lib/x/rootfs"},
 		{"/run/b", "./r/../rootfs/", "/run/b/rootfs"},
 	} {
-		spec, err := ParseSpec([]byte(`{"root":{"path":` + quote(tt.root) + `}}`))
+		spec, err := parseSpec([]byte(`{"root":{"path":` + quote(tt.root) + `}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,12 +206,12 @@ func FuzzParseSpec(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		spec, err := ParseSpec(data)
+		spec, err := parseSpec(data)
 		if err != nil {
 			return
 		}
 		if spec.Root == nil || spec.Root.Path == "" {
-			t.Fatalf("ParseSpec accepted a spec without root.path: %q", data)
+			t.Fatalf("parseSpec accepted a spec without root.path: %q", data)
 		}
 		_ = rootfsPath("/bundle", spec)
 		if spec.Linux != nil {
@@ -239,7 +239,7 @@ func FuzzParseSpec(f *testing.F) {
 	})
 }
 
-// TestParseSpecKeepsWhatTheMountStagesRead: the partial spec ParseSpec returns must give the
+// TestParseSpecKeepsWhatTheMountStagesRead: the partial spec parseSpec returns must give the
 // engine the same answers as the whole document does.
 func TestParseSpecKeepsWhatTheMountStagesRead(t *testing.T) {
 	full := oci.Spec{
@@ -264,12 +264,12 @@ func TestParseSpecKeepsWhatTheMountStagesRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ParseSpec(data)
+	got, err := parseSpec(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got.Annotations, full.Annotations) || !reflect.DeepEqual(got.Root, full.Root) || !reflect.DeepEqual(got.Mounts, full.Mounts) {
-		t.Errorf("ParseSpec lost annotations, root or mounts: %+v", got)
+		t.Errorf("parseSpec lost annotations, root or mounts: %+v", got)
 	}
 	if !reflect.DeepEqual(got.Process.Capabilities.Bounding, full.Process.Capabilities.Bounding) {
 		t.Errorf("bounding capabilities %v, want %v", got.Process.Capabilities.Bounding, full.Process.Capabilities.Bounding)
