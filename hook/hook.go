@@ -79,13 +79,28 @@ func Run(stage Stage, opts Options, stdin io.Reader, stdout io.Writer) error {
 }
 
 // engine is the decision engine with the hook's side effects. Only precreate repairs subPath
-// binds: by prestart and createRuntime the runtime has made them already.
-func (opts Options) engine(stage Stage, idmapper classmount.Idmapper) *classmount.Engine {
-	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: idmapper}
+// binds: by prestart and createRuntime the runtime has made them already. userns is the
+// container's user namespace, nil in precreate or for a container without one of its own.
+func (opts Options) engine(stage Stage, userns *os.File) *classmount.Engine {
+	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: opts.idmapper(userns)}
 	if stage == Precreate {
 		e.SubPaths = subpath.NewRepairer(opts.Config.KubeletRoot)
 	}
 	return e
+}
+
+// idmapper is opts.Idmap, else a prober with userns, the container's own user namespace
+// (prestart, createRuntime), else, with none (precreate: no container process exists yet),
+// idmap.Default, which probes with a placeholder's. The engine asks it only for a container
+// with a user namespace.
+func (opts Options) idmapper(userns *os.File) classmount.Idmapper {
+	switch {
+	case opts.Idmap != nil:
+		return opts.Idmap
+	case userns != nil:
+		return idmap.ProberWith(userns)
+	}
+	return idmap.Default
 }
 
 // precreate adjusts the proposed config.json through the engine's Render, the code path of
@@ -109,11 +124,7 @@ func precreate(opts Options, stdin io.Reader, stdout io.Writer) error {
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
 		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
-	idmapper := opts.Idmap
-	if idmapper == nil {
-		idmapper = idmap.Default
-	}
-	out, _, err := opts.engine(Precreate, idmapper).Render(context.Background(), sel.Handler, ctr, doc)
+	out, _, err := opts.engine(Precreate, nil).Render(context.Background(), sel.Handler, ctr, doc)
 	if err != nil {
 		return err
 	}
@@ -162,11 +173,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 		}
 		defer userns.Close()
 	}
-	idmapper := opts.Idmap
-	if idmapper == nil && userns != nil {
-		idmapper = idmap.ProberWith(userns)
-	}
-	d, err := opts.engine(CreateRuntime, idmapper).Decide(context.Background(), req)
+	d, err := opts.engine(CreateRuntime, userns).Decide(context.Background(), req)
 	if err != nil {
 		return err
 	}
