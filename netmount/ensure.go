@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
@@ -112,7 +113,7 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	}
 	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
 	defer cancel()
-	unit := "mount-" + key
+	unit := unitFor(key)
 	start := time.Now()
 	if err := sys.mount(mctx, cmdSpec, unit, hostPath, c.MountTimeout); err != nil {
 		if mounted, ierr := sys.isMounted(hostPath); ierr == nil && !mounted {
@@ -139,10 +140,8 @@ func liveMount(ctx context.Context, sys system, hostPath string, replace bool) (
 	if err != nil || !mounted {
 		return false, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
-	perr := sys.probe(pctx, hostPath)
-	cancel()
-	if perr == nil || errors.Is(perr, errNoAnswer) {
+	perr := sys.probe(hostPath)
+	if perr == nil || errors.Is(perr, bounded.ErrNoAnswer) {
 		return true, nil
 	}
 	if !replace {

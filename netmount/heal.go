@@ -15,17 +15,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
 // MaxHealBackoff caps the doubling delay between attempts to replace a dead mount: once the
 // server is back, a mount is replaced within this much (plus one mount) at most.
 const MaxHealBackoff = 5 * time.Second
-
-// probes bounds the probes of held mounts running at once, stuck ones included, and lets one
-// at most run per mount (its host path).
-var probes = bounded.NewGroup(64)
 
 // healer is what a system needs for the Manager to probe its mounts and replace dead ones
 // under running containers; liveSystem has it. A system without it (the unit tests' fake)
@@ -172,17 +167,13 @@ func (m *Manager) probeHeld(e *entry) {
 }
 
 // health is nil if e answers, or why it is dead: its daemon gone, an error (ENOTCONN), or
-// no answer within ProbeTimeout.
+// no answer within ProbeTimeout (see system.probe).
 func (m *Manager) health(e *entry) error {
 	h := m.sys.(healer)
 	if h.daemonGone(e.spec, e.unit) {
 		return fmt.Errorf("its daemon is gone (no process in scope %s)", m.scopeName(e.unit))
 	}
-	_, err := bounded.Do(probes, ProbeTimeout, bounded.Key{Paths: []string{e.hostPath}, Call: "probe " + e.hostPath},
-		"stat "+e.hostPath, func() (struct{}, error) {
-			return struct{}{}, m.sys.probe(context.Background(), e.hostPath)
-		})
-	return err
+	return m.sys.probe(e.hostPath)
 }
 
 // deadLocked marks e dead and starts replacing it.
@@ -285,7 +276,6 @@ func (m *Manager) healLoop(e *entry) {
 // filesystem is mounted again in e's scope at a staging path, probed, and put in place of
 // the dead mount (see replaceDead).
 func (m *Manager) healOnce(e *entry, attempt int) error {
-	h := m.sys.(healer)
 	unlock, err := m.prepareMount(e)
 	if err != nil {
 		return err
@@ -295,25 +285,14 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	if err != nil {
 		return err
 	}
-	if mounted && m.probeOK(e.hostPath) && !h.daemonGone(e.spec, e.unit) {
+	if mounted && m.health(e) == nil {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}
-	// A hung daemon (its server gone) would keep the scope: end it. Nothing of it is needed:
-	// the dead mount is being replaced.
-	if err := m.sys.killScope(e.unit); err != nil {
-		m.logFor(e).WithError(err).Warn("netmount: cannot end what is left of the dead mount's daemon")
-	}
-	if err := replaceInPlace(m.ctx, m.sys, e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
-		e.key+"."+strconv.Itoa(attempt), mounted, m.cfg.MountTimeout, m.cfg.UnmountTimeout); err != nil {
+	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, filepath.Dir(m.stateDir), e.hostPath,
+		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {
 		return err
 	}
 	return m.saveState(e)
-}
-
-func (m *Manager) probeOK(path string) bool {
-	ctx, cancel := context.WithTimeout(m.ctx, ProbeTimeout)
-	defer cancel()
-	return m.sys.probe(ctx, path) == nil
 }
 
 // daemonGone implements healer: a FUSE filesystem (fuse.*, glusterfs) whose cgroup scope
@@ -340,21 +319,21 @@ func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, s
 	if err := sys.preflight(s); err != nil {
 		return err
 	}
-	unit := "mount-" + s.Key()
-	sys.killScope(unit)
-	unmountTimeout := cmp.Or(c.UnmountTimeout, DefaultUnmountTimeout)
-	return replaceInPlace(ctx, sys, s, unit, stateDir, hostPath, s.Key()+".hook"+strconv.Itoa(os.Getpid()), true, c.MountTimeout, unmountTimeout)
+	return replaceInPlace(ctx, sys, c, s, stateDir, hostPath, s.Key()+".hook"+strconv.Itoa(os.Getpid()), true)
 }
 
-// replaceInPlace mounts s again, in the scope unit, at a staging path below stateDir named
-// name, checks that the new mount answers (a dead mount is never traded for another: a server
+// replaceInPlace ends what is left of the dead mount's daemon (a hung one, its server gone,
+// would keep the scope; nothing of it is needed), mounts s again in its scope at a staging
+// path below stateDir named name, within c's timeouts, checks that the new mount answers (a dead mount is never traded for another: a server
 // that accepts mounts but does not serve yet, a GlusterFS volume whose bricks are down), and
 // puts it in place: on top of the dead mount at hostPath (h.replace: it then reaches the
 // containers' rslave and rshared copies), or simply there when nothing is mounted. What it
 // mounted and did not use is unmounted and its scope ended. The plugin's heal (healOnce) and
 // the hooks' (ensureReplaced) both replace this way.
-func replaceInPlace(ctx context.Context, sys system, s netspec.Spec, unit, stateDir, hostPath, name string, mounted bool, mountTimeout, unmountTimeout time.Duration) error {
+func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, stateDir, hostPath, name string, mounted bool) error {
 	h := sys.(healer)
+	unit := unitFor(s.Key())
+	killErr := sys.killScope(unit)
 	stagingDir := filepath.Join(stateDir, "staging")
 	if err := withMountsLock(ctx, stateDir, func() error { return h.prepareStaging(stagingDir) }); err != nil {
 		return err
@@ -368,16 +347,20 @@ func replaceInPlace(ctx context.Context, sys system, s netspec.Spec, unit, state
 	if err != nil {
 		return err
 	}
-	mctx, cancel := context.WithTimeout(ctx, mountTimeout)
+	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
 	defer cancel()
-	if err := sys.mount(mctx, cmdSpec, unit, staging, mountTimeout); err != nil {
+	if err := sys.mount(mctx, cmdSpec, unit, staging, c.MountTimeout); err != nil {
 		if ok, ierr := sys.isMounted(staging); ierr == nil && !ok {
 			sys.killScope(unit)
+		}
+		if killErr != nil {
+			err = fmt.Errorf("%w (what was left of the dead mount's daemon could not be ended: %v)", err, killErr)
 		}
 		return redactError(s, err)
 	}
 	discard := func(cause error) error {
-		uctx, cancel := context.WithTimeout(context.Background(), unmountTimeout)
+		// Not m.ctx: an agent shutting down still unmounts what it mounted and will not use.
+		uctx, cancel := context.WithTimeout(context.Background(), c.UnmountTimeout)
 		defer cancel()
 		if err := sys.unmount(uctx, staging, true); err != nil {
 			cause = fmt.Errorf("%w; and the unused new mount could not be unmounted: %v", cause, err)
@@ -385,10 +368,7 @@ func replaceInPlace(ctx context.Context, sys system, s netspec.Spec, unit, state
 		sys.killScope(unit)
 		return cause
 	}
-	pctx, pcancel := context.WithTimeout(ctx, ProbeTimeout)
-	perr := sys.probe(pctx, staging)
-	pcancel()
-	if perr != nil {
+	if perr := sys.probe(staging); perr != nil {
 		return discard(errors.New("the new mount does not answer either"))
 	}
 	if !mounted {

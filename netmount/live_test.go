@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
@@ -203,6 +205,38 @@ func TestSSHFS(t *testing.T) {
 		if !ssh {
 			t.Errorf("the scope's processes %v have no ssh: the daemon's connection runs elsewhere", procs)
 		}
+	})
+
+	t.Run("probes of a mount whose daemon hangs leave one stat behind, not one each", func(t *testing.T) {
+		daemons := daemonsOf(t, path)
+		for _, pid := range daemons {
+			syscall.Kill(pid, syscall.SIGSTOP)
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				for _, pid := range daemons {
+					syscall.Kill(pid, syscall.SIGCONT)
+				}
+				resumed = true
+			}
+		}
+		defer resume()
+		l := &liveSystem{}
+		target := filepath.Join(path, "not-cached") // a lookup the stopped daemon must answer
+		before := runtime.NumGoroutine()
+		for i := range 20 {
+			if err := l.probe(target); !errors.Is(err, bounded.ErrNoAnswer) {
+				t.Fatalf("probe %d of the hung mount = %v, want no answer", i, err)
+			}
+		}
+		if grown := runtime.NumGoroutine() - before; grown > 1 {
+			t.Errorf("20 probes of the hung mount left %d goroutines behind, want at most the one stuck stat", grown)
+		}
+		resume()
+		eventually(t, "a probe after SIGCONT answers not-exist", func() bool {
+			return errors.Is(l.probe(target), os.ErrNotExist)
+		})
 	})
 
 	// The restart scenario: an agent in a cgroup of its own mounts, then its whole cgroup is

@@ -275,7 +275,7 @@ func (m *Manager) newEntry(s netspec.Spec) *entry {
 		spec:     s,
 		key:      key,
 		hostPath: filepath.Join(m.mountsDir, key),
-		unit:     "mount-" + key,
+		unit:     unitFor(key),
 		users:    make(map[string]struct{}),
 		changed:  make(chan struct{}),
 	}
@@ -333,7 +333,7 @@ func (m *Manager) adopt() error {
 func (m *Manager) forgetLocked(key string, st state, live map[string]bool) {
 	s := st.spec() // for logs only: it may be redacted
 	e := m.newEntry(s)
-	e.key, e.hostPath, e.unit = key, filepath.Join(m.mountsDir, key), "mount-"+key
+	e.key, e.hostPath, e.unit = key, filepath.Join(m.mountsDir, key), unitFor(key)
 	log := m.logFor(e)
 	if !live[e.hostPath] {
 		log.Info("netmount: forgetting an earlier agent's mount that is no longer in the config (not mounted)")
@@ -372,20 +372,16 @@ func (m *Manager) removeStaleScopesLocked() {
 	}
 }
 
-// checkAdopted probes a mount found at start-up: a live one is adopted as mounted, a dead
-// one (a FUSE mount whose daemon died answers ENOTCONN) is replaced in place where the system
-// can (heal.go), else unmounted lazily and mounted again. One that does not answer in time is
-// kept: its server may be slow or down after a reboot, and killing its daemon would not help.
+// checkAdopted probes a mount found at start-up: a live one is adopted as mounted. Where the
+// system can heal, a dead one is replaced in place (heal.go) with the held mounts' meaning of
+// dead (see health: its daemon gone, an error such as ENOTCONN, or no answer in time), so
+// that the prober does not judge it otherwise one interval later. Else a dead one is
+// unmounted lazily and mounted again, and one that does not answer is kept (see probe).
 func (m *Manager) checkAdopted(e *entry) {
 	defer m.wg.Done()
 	var err error
 	if _, heals := m.sys.(healer); heals {
-		// One probe: live is adopted, no answer is kept, dead is replaced under the running
-		// containers (heal.go), not unmounted.
-		if err = m.health(e); errors.Is(err, bounded.ErrNoAnswer) {
-			m.logFor(e).WithError(err).Warn("netmount: mount does not answer; keeping it")
-			err = nil
-		} else if err != nil {
+		if err = m.health(e); err != nil {
 			m.mu.Lock()
 			if !m.closed {
 				m.deadLocked(e, fmt.Errorf("found dead at start-up: %w", err))
@@ -425,16 +421,14 @@ func (m *Manager) graceIfUnusedLocked(e *entry) {
 // probe checks that the mount at e.hostPath answers; it unmounts it lazily if it does not. A
 // timeout is not an error.
 func (m *Manager) probe(e *entry) error {
-	ctx, cancel := context.WithTimeout(m.ctx, ProbeTimeout)
-	err := m.sys.probe(ctx, e.hostPath)
-	cancel()
-	if err == nil || errors.Is(err, errNoAnswer) {
+	err := m.sys.probe(e.hostPath)
+	if err == nil || errors.Is(err, bounded.ErrNoAnswer) {
 		if err != nil {
 			m.logFor(e).WithError(err).Warn("netmount: mount does not answer; keeping it")
 		}
 		return nil
 	}
-	ctx, cancel = context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 	defer cancel()
 	if uerr := m.sys.unmount(ctx, e.hostPath, true); uerr != nil {
 		return fmt.Errorf("%w; and its lazy unmount failed: %v", err, uerr)
@@ -813,7 +807,7 @@ func (m *Manager) unmount(e *entry) {
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 	err := m.sys.unmount(ctx, e.hostPath, false)
 	cancel()
-	if errors.Is(err, errNoAnswer) && m.ctx.Err() == nil {
+	if errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
 		log.WithError(err).Warn("netmount: unmount did not finish in time: unmounting lazily")
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 		err = m.sys.unmount(ctx, e.hostPath, true)

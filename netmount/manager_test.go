@@ -17,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
@@ -98,7 +99,7 @@ func (f *fakeSystem) isMounted(target string) (bool, error) {
 	return f.mounted[target], nil
 }
 
-func (f *fakeSystem) probe(ctx context.Context, target string) error {
+func (f *fakeSystem) probe(target string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.probeErr[target]
@@ -543,7 +544,7 @@ func TestUnmountGoesLazyWhenStuck(t *testing.T) {
 			return nil
 		}
 		<-ctx.Done() // a dead server: umount hangs
-		return fmt.Errorf("umount: %w", errNoAnswer)
+		return fmt.Errorf("umount: %w", bounded.ErrNoAnswer)
 	}
 	m := newTestManager(t, sys, Config{Grace: 10 * time.Millisecond, UnmountTimeout: 50 * time.Millisecond})
 	target := filepath.Join(m.mountsDir, testSpec.Key())
@@ -589,7 +590,7 @@ func TestAcquireWhileUnmountingMountsAgain(t *testing.T) {
 		case <-unblock:
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("umount: %w", errNoAnswer)
+			return fmt.Errorf("umount: %w", bounded.ErrNoAnswer)
 		}
 	}
 	m := newTestManager(t, sys, Config{Grace: 10 * time.Millisecond})

@@ -30,6 +30,9 @@ type Job struct {
 	Stdout, Stderr *os.File
 }
 
+// unitFor names the scope of the mount with key.
+func unitFor(key string) string { return "mount-" + key }
+
 // Scoper runs a mount helper so that the mount, and a FUSE daemon it forks, lives in a scope
 // of its own, not in the agent's cgroup: killing or restarting the agent, even killing its
 // whole cgroup (cgroup.kill), leaves the filesystem and its daemon alive.

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/netspec"
 )
 
@@ -27,16 +28,18 @@ type system interface {
 	mountsBelow(dir string) (map[string]bool, error)
 	// isMounted says whether target is a mount point (from mountinfo: nothing is touched).
 	isMounted(target string) (bool, error)
-	// probe stats target within ctx: nil if the filesystem answers.
-	probe(ctx context.Context, target string) error
+	// probe stats target within ProbeTimeout: nil if the filesystem answers, an error wrapping
+	// bounded.ErrNoAnswer if it does not.
+	probe(target string) error
 	// unmount unmounts target, lazily (umount -l) if lazy, within ctx.
 	unmount(ctx context.Context, target string, lazy bool) error
 	// removeScope removes the scope of unit once it is empty.
 	removeScope(unit string) error
 	// scopes lists the units whose scopes exist (nil where the scoper cannot tell).
 	scopes() ([]string, error)
-	// killScope kills what a failed mount attempt left in the scope of unit (a FUSE daemon
-	// that detached and then hung). It is called only when nothing is mounted for unit.
+	// killScope kills what is left in the scope of unit: what a failed mount attempt left (a
+	// FUSE daemon that detached and then hung), or a dead mount's hung daemon before the
+	// mount is replaced.
 	killScope(unit string) error
 	// makeShared makes dir a shared mount of its own peer group (binding it onto itself if it
 	// is no mount point), so that containers can have rslave or rshared binds of what is
@@ -154,22 +157,19 @@ func (l *liveSystem) isMounted(target string) (bool, error) {
 	return len(infos) > 0, nil
 }
 
-func (l *liveSystem) probe(ctx context.Context, target string) error {
-	done := make(chan error, 1)
-	go func() { // a stat of a dead server's mount may never return: it is left behind
-		_, err := os.Stat(target)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("stat %s: %w", target, errNoAnswer)
-	}
-}
+// probes bounds the probes running at once, stuck ones included, and lets one at most run per
+// path: a stat of a dead server's mount may never return, and is left behind counted here,
+// not started again while it hangs.
+var probes = bounded.NewGroup(64)
 
-// errNoAnswer says a filesystem did not answer in time: its server may be down or slow.
-var errNoAnswer = errors.New("no answer in time")
+func (l *liveSystem) probe(target string) error {
+	_, err := bounded.Do(probes, ProbeTimeout, bounded.Key{Paths: []string{target}, Call: "probe " + target},
+		"stat "+target, func() (struct{}, error) {
+			_, err := os.Stat(target)
+			return struct{}{}, err
+		})
+	return err
+}
 
 func (l *liveSystem) unmount(ctx context.Context, target string, lazy bool) error {
 	umount, err := l.env.LookPath("umount")
@@ -185,7 +185,7 @@ func (l *liveSystem) unmount(ctx context.Context, target string, lazy bool) erro
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
-		return fmt.Errorf("umount %s: %w", target, errNoAnswer)
+		return fmt.Errorf("umount %s: %w in time", target, bounded.ErrNoAnswer)
 	}
 	if err != nil {
 		if ok, ierr := l.isMounted(target); ierr == nil && !ok {

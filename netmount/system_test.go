@@ -179,19 +179,14 @@ func TestLiveSystemMountFailures(t *testing.T) {
 	}
 }
 
-func TestLiveSystemProbeIsBounded(t *testing.T) {
+// TestLiveSystemProbe: a probe answers what stat answers. That it is bounded (one stat left
+// behind per hung path, not one per probe) is shown on a real hung FUSE daemon in TestSSHFS.
+func TestLiveSystemProbe(t *testing.T) {
 	l := &liveSystem{}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	// A cancelled context answers at once, even for a path that would answer: the stat runs
-	// aside and the caller does not wait for it.
-	if err := l.probe(ctx, "/"); err != nil && !errors.Is(err, errNoAnswer) {
-		t.Errorf("probe with a done context = %v", err)
-	}
-	if err := l.probe(context.Background(), filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+	if err := l.probe(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("probe of a missing path = %v, want not-exist", err)
 	}
-	if err := l.probe(context.Background(), t.TempDir()); err != nil {
+	if err := l.probe(t.TempDir()); err != nil {
 		t.Errorf("probe of a directory = %v", err)
 	}
 }
