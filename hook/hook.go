@@ -168,7 +168,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	// use that namespace, opened once.
 	var userns *os.File
 	if req.UserNamespace {
-		if userns, err = openUserNamespace(state.Pid); err != nil {
+		if userns, err = openNamespace(state.Pid, userNamespace); err != nil {
 			return classmount.Refuse(sel.Handler, ctr, err)
 		}
 		defer userns.Close()

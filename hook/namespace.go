@@ -27,14 +27,14 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 	if len(req.Mounts) == 0 {
 		return nil
 	}
-	ns, err := openMountNamespace(req.Pid)
+	ns, err := openNamespace(req.Pid, mountNamespace)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
 	userns := req.UserNS
 	if userns == nil && slices.ContainsFunc(req.Mounts, func(m specmod.Mount) bool { return m.Idmap }) {
-		if userns, err = openUserNamespace(req.Pid); err != nil {
+		if userns, err = openNamespace(req.Pid, userNamespace); err != nil {
 			return err
 		}
 		defer userns.Close()
@@ -59,51 +59,43 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 	return inMountNamespace(ns, func() error { return attachAll(req.Rootfs, attachments) })
 }
 
-// openMountNamespace opens the mount namespace of pid and makes sure it is not the hook's
-// own: mounting "into the container" there would mount on the host.
-func openMountNamespace(pid int) (*os.File, error) {
-	path := fmt.Sprintf("/proc/%d/ns/mnt", pid)
+// nsKind is a kind of namespace openNamespace opens.
+type nsKind struct {
+	proc string // its name in /proc/<pid>/ns
+	name string // for messages
+	own  string // why the hook's own one must not be used
+}
+
+var (
+	mountNamespace = nsKind{"mnt", "mount", "not a container's: refusing to mount there (is the hook run by the runtime, as prestart or createRuntime?)"}
+	userNamespace  = nsKind{"user", "user", "though the spec asks for one of its own: an idmapping with it would map nothing"}
+)
+
+// openNamespace opens the namespace of kind (mountNamespace, userNamespace) of pid, the
+// container's process, and makes sure it is not the hook's own: mounting "into the
+// container" there would mount on the host, idmapping with it would map nothing. Whichever
+// kind is opened first, a process that is gone is named as such.
+func openNamespace(pid int, kind nsKind) (*os.File, error) {
+	path := fmt.Sprintf("/proc/%d/ns/%s", pid, kind.proc)
 	ns, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("the container's process %d (pid from the OCI state) does not exist", pid)
 		}
-		return nil, fmt.Errorf("open the container's mount namespace: %w", err)
+		return nil, fmt.Errorf("open the container's %s namespace: %w", kind.name, err)
 	}
 	var theirs, ours unix.Stat_t
 	if err := unix.Fstat(int(ns.Fd()), &theirs); err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
-	if err := unix.Stat("/proc/self/ns/mnt", &ours); err != nil {
+	if err := unix.Stat("/proc/self/ns/"+kind.proc, &ours); err != nil {
 		ns.Close()
-		return nil, fmt.Errorf("stat /proc/self/ns/mnt: %w", err)
+		return nil, fmt.Errorf("stat /proc/self/ns/%s: %w", kind.proc, err)
 	}
 	if theirs.Dev == ours.Dev && theirs.Ino == ours.Ino {
 		ns.Close()
-		return nil, fmt.Errorf("process %d from the OCI state is in the hook's own mount namespace, not a container's: refusing to mount there (is the hook run by the runtime, as prestart or createRuntime?)", pid)
-	}
-	return ns, nil
-}
-
-// openUserNamespace opens the user namespace of pid, which must not be the hook's own: an
-// idmapping with it would map nothing.
-func openUserNamespace(pid int) (*os.File, error) {
-	path := fmt.Sprintf("/proc/%d/ns/user", pid)
-	ns, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open the container's user namespace: %w", err)
-	}
-	var theirs, ours unix.Stat_t
-	if err := unix.Fstat(int(ns.Fd()), &theirs); err == nil {
-		err = unix.Stat("/proc/self/ns/user", &ours)
-	}
-	if err == nil && theirs.Dev == ours.Dev && theirs.Ino == ours.Ino {
-		err = fmt.Errorf("process %d from the OCI state is in the hook's own user namespace, though the spec asks for one of its own", pid)
-	}
-	if err != nil {
-		ns.Close()
-		return nil, err
+		return nil, fmt.Errorf("process %d from the OCI state is in the hook's own %s namespace, %s", pid, kind.name, kind.own)
 	}
 	return ns, nil
 }

@@ -328,3 +328,18 @@ func TestNoOtherThreadEntersTheNamespace(t *testing.T) {
 		t.Errorf("the main thread is in mount namespace %s, not the host's %s", ns, host)
 	}
 }
+
+// TestOpenNamespaceOfAGoneProcess: whichever namespace the hook opens first (the user
+// namespace, for a container with one), a gone process is named as such.
+func TestOpenNamespaceOfAGoneProcess(t *testing.T) {
+	for _, kind := range []nsKind{mountNamespace, userNamespace} {
+		ns, err := openNamespace(1<<30, kind)
+		want := "the container's process 1073741824 (pid from the OCI state) does not exist"
+		if err == nil || err.Error() != want {
+			if ns != nil {
+				ns.Close()
+			}
+			t.Errorf("%s namespace: %v, want %q", kind.name, err, want)
+		}
+	}
+}
