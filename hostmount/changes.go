@@ -1,9 +1,7 @@
 package hostmount
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -131,17 +129,13 @@ func (c *changes) watch(path string) (ok bool, err error) {
 }
 
 // superMagic is the filesystem type of the mount p lies on, from the mount table where the
-// kernel can tell (no request to a FUSE daemon or NFS server), else from statfs.
+// kernel can tell (no statfs round trip to a FUSE daemon or NFS server), else from statfs.
 func superMagic(p string) (int64, error) {
-	magic, err := mounttable.SuperMagic(p)
-	if !errors.Is(err, mounttable.ErrNoStatmount) {
-		return magic, err
+	id, err := mounttable.MountID(p)
+	if err != nil {
+		return 0, err
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(p, &sfs); err != nil {
-		return 0, &os.PathError{Op: "statfs", Path: p, Err: err}
-	}
-	return sfs.Type, nil
+	return mounttable.SuperMagic(id, p)
 }
 
 // localFS says whether every change to a filesystem of type t is made through this kernel,

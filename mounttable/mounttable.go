@@ -83,14 +83,31 @@ func mountAt(dirfd int, path string, flags int) (Mount, error) {
 // gives the mount's unique ID, statmount the rest. Reading mountinfo instead costs tens of
 // microseconds on a small node and milliseconds on a big one; it is the fallback only.
 func statmountAt(dirfd int, path string, flags int) (Mount, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(dirfd, path, flags, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return Mount{}, &fs.PathError{Op: "statx", Path: path, Err: err}
+	id, err := statxMountID(dirfd, path, flags)
+	if err != nil {
+		return Mount{}, err
 	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+	if id < UniqueIDOffset {
 		return Mount{}, ErrNoStatmount
 	}
-	return StatmountByID(stx.Mnt_id)
+	return StatmountByID(id)
+}
+
+// statxMountID is the ID of the mount path (relative to dirfd) lies on, from statx asked for
+// nothing else: the unique ID where the kernel has them (Linux >= 6.8, at or above
+// UniqueIDOffset), else the mountinfo ID.
+func statxMountID(dirfd int, path string, flags int) (uint64, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(dirfd, path, flags, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+		return 0, &fs.PathError{Op: "statx", Path: path, Err: err}
+	}
+	switch {
+	case stx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
+		return stx.Mnt_id, nil
+	case stx.Mask&unix.STATX_MNT_ID != 0 && stx.Mnt_id < UniqueIDOffset:
+		return stx.Mnt_id, nil
+	}
+	return 0, fmt.Errorf("statx %s: the kernel reports no mount ID (Linux 5.8 or newer is needed)", path)
 }
 
 // MountinfoOf describes the mount fd lies on from /proc/self/mountinfo: the fallback for
@@ -176,23 +193,37 @@ const UniqueIDOffset = 1 << 31
 
 // StatmountByID describes the mount with unique ID id in one syscall.
 func StatmountByID(id uint64) (Mount, error) {
-	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: statmountWant}
 	// Two paths follow the fixed part; 1 KiB holds most and EOVERFLOW asks for more.
 	buf := make([]byte, smFixedSize+1024)
 	for {
-		_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
-			uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
-		switch errno {
-		case 0:
-			return parseStatmount(buf)
-		case unix.EOVERFLOW:
+		err := statmount(id, statmountWant, buf)
+		if err == unix.EOVERFLOW {
 			buf = make([]byte, 2*len(buf))
 			continue
-		case unix.ENOSYS, unix.EINVAL:
-			return Mount{}, ErrNoStatmount
 		}
-		return Mount{}, fmt.Errorf("statmount of mount %d: %w", id, errno)
+		if err != nil {
+			return Mount{}, err
+		}
+		return parseStatmount(buf)
 	}
+}
+
+// statmount fills buf with struct statmount for mount id, the fields param names: one
+// syscall, which asks nothing of the filesystem. ErrNoStatmount where the kernel cannot
+// answer; unix.EOVERFLOW (as is) when the strings asked for do not fit in buf.
+func statmount(id, param uint64, buf []byte) error {
+	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: param}
+	_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
+		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	switch errno {
+	case 0:
+		return nil
+	case unix.EOVERFLOW:
+		return errno
+	case unix.ENOSYS, unix.EINVAL:
+		return ErrNoStatmount
+	}
+	return fmt.Errorf("statmount of mount %d: %w", id, errno)
 }
 
 func parseStatmount(buf []byte) (Mount, error) {
@@ -233,54 +264,59 @@ func parseOptional(optional string) (shared, slave bool) {
 	return shared, slave
 }
 
-// SuperMagic returns the filesystem type (statfs(2)'s f_type, a ..._SUPER_MAGIC) of the mount
-// path (symlinks followed) lies on, without asking the filesystem: statx for the mount ID
-// only, which even FUSE and NFS answer from the inode they have (no request to the daemon or
-// server), then statmount. statfs(2) would ask the filesystem, which for sshfs is a round trip
-// to the server (hundreds of microseconds, forever when it hangs). ErrNoStatmount where the
-// kernel cannot answer so (Linux < 6.8): callers fall back to statfs.
-func SuperMagic(path string) (int64, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return 0, &fs.PathError{Op: "statx", Path: path, Err: err}
-	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
-		return 0, ErrNoStatmount
-	}
-	buf, err := statmountFixed(stx.Mnt_id, statmountSbBasic)
-	if err != nil {
-		return 0, err
-	}
-	return int64(binary.LittleEndian.Uint64(buf[smSbMagic:])), nil
+// MountID returns the ID of the mount path (symlinks followed) lies on, from one statx asked
+// for nothing else: the unique ID where the kernel has them (Linux >= 6.8), else the mountinfo
+// ID. Two paths on one mount have the same ID.
+//
+// statx needs no getattr, so no round trip to a FUSE daemon or NFS server for the attributes
+// (AT_STATX_DONT_SYNC); resolving the path can still ask the filesystem to look up a component
+// whose cached entry has expired (a FUSE LOOKUP past its entry timeout).
+func MountID(path string) (uint64, error) {
+	return statxMountID(unix.AT_FDCWD, path, unix.AT_STATX_DONT_SYNC)
 }
 
-// statmountFixed asks statmount(2) for the fixed part of struct statmount only (param must
-// name no string field): one syscall, nothing resolved, nothing asked of the filesystem.
-// ErrNoStatmount where the kernel cannot answer or did not fill in param.
-func statmountFixed(id, param uint64) (*[smFixedSize]byte, error) {
-	req := mntIDReq{size: mntIDReqSizeVer0, mntID: id, param: param}
-	var buf [smFixedSize]byte
-	_, _, errno := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)),
-		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
-	switch errno {
-	case 0:
-	case unix.ENOSYS, unix.EINVAL:
-		return nil, ErrNoStatmount
-	default:
-		return nil, fmt.Errorf("statmount of mount %d: %w", id, errno)
+// SuperMagic returns the type (statfs(2)'s f_type, a ..._SUPER_MAGIC) of the filesystem of
+// mount id (MountID), on which path lies. Where the kernel has statmount(2) it is read from
+// the mount table, without the statfs round trip to the filesystem (for sshfs one to the
+// server: hundreds of microseconds, forever when it hangs); else (Linux < 6.8) statfs(path)
+// answers.
+func SuperMagic(id uint64, path string) (int64, error) {
+	if id >= UniqueIDOffset {
+		var buf [smFixedSize]byte
+		err := statmountFixed(id, statmountSbBasic, &buf)
+		if err == nil {
+			return int64(binary.LittleEndian.Uint64(buf[smSbMagic:])), nil
+		}
+		if !errors.Is(err, ErrNoStatmount) {
+			return 0, err
+		}
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(path, &sfs); err != nil {
+		return 0, &fs.PathError{Op: "statfs", Path: path, Err: err}
+	}
+	return sfs.Type, nil
+}
+
+// statmountFixed asks statmount(2) for the fixed part of struct statmount only, into buf
+// (param must name no string field; the caller's buf stays on its stack). ErrNoStatmount
+// where the kernel cannot answer or did not fill in param.
+func statmountFixed(id, param uint64, buf *[smFixedSize]byte) error {
+	if err := statmount(id, param, buf[:]); err != nil {
+		return err
 	}
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 || binary.LittleEndian.Uint64(buf[smMask:])&param != param {
-		return nil, ErrNoStatmount // big-endian, or not answered: let the caller fall back
+		return ErrNoStatmount // big-endian, or not answered: let the caller fall back
 	}
-	return &buf, nil
+	return nil
 }
 
 // PropagationByID tells whether the mount with unique ID id is shared and whether it is a slave,
 // in one statmount(2) that asks for nothing else: no path is built or resolved, so it is cheap
 // and cannot hang on a dead filesystem. ErrNoStatmount where the kernel cannot answer.
 func PropagationByID(id uint64) (shared, slave bool, err error) {
-	buf, err := statmountFixed(id, statmountMntBasic)
-	if err != nil {
+	var buf [smFixedSize]byte
+	if err := statmountFixed(id, statmountMntBasic, &buf); err != nil {
 		return false, false, err
 	}
 	prop := binary.LittleEndian.Uint64(buf[smMntPropagation:])

@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// TestSuperMagicAgreesWithStatfs: the type read from the mount table is the one statfs(2)
-// reports, for the root filesystem, a tmpfs, /proc and a path inside them.
+// TestSuperMagicAgreesWithStatfs: the type read from the mount table (statfs itself on
+// kernels without statmount) is the one statfs(2) reports, for the root filesystem, a tmpfs,
+// /proc and a path inside them.
 func TestSuperMagicAgreesWithStatfs(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
@@ -24,15 +23,16 @@ func TestSuperMagicAgreesWithStatfs(t *testing.T) {
 		if err := unix.Statfs(p, &sfs); err != nil {
 			t.Fatal(err)
 		}
-		got, err := SuperMagic(p)
-		if errors.Is(err, ErrNoStatmount) {
-			testenv.Skip(t, "the kernel has no statmount (Linux < 6.8): callers use statfs")
+		id, err := MountID(p)
+		if err != nil {
+			t.Fatal(err)
 		}
+		got, err := SuperMagic(id, p)
 		if err != nil || got != sfs.Type {
 			t.Errorf("SuperMagic(%s) = %#x, %v; statfs says %#x", p, got, err, sfs.Type)
 		}
 	}
-	if _, err := SuperMagic("/no/such/path"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("SuperMagic of a missing path: %v, want not exist", err)
+	if _, err := MountID("/no/such/path"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("MountID of a missing path: %v, want not exist", err)
 	}
 }
