@@ -53,10 +53,11 @@ type Request struct {
 	Pid    int    // a process in the container's mount namespace (the OCI state's pid)
 	Rootfs string // the container's root, as a path in that namespace before pivot_root
 	// Mounts in mount order (parents first), each verified against the spec and the host.
-	// Those with Idmap are idmapped with the user namespace of Pid.
+	// Those with Idmap are idmapped with UserNS.
 	Mounts []specmod.Mount
-	// UserNS is the user namespace of Pid when the caller opened it already (it stays the
-	// caller's to close); nil: the Mounter opens it if a mount needs it.
+	// UserNS is the user namespace of Pid, opened by the caller (it stays the caller's to
+	// close). Required when a mount has Idmap: mountStage opens it for every container with a
+	// user namespace of its own, the only ones whose mounts get Idmap.
 	UserNS *os.File
 }
 

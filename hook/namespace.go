@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -32,13 +31,6 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 		return err
 	}
 	defer ns.Close()
-	userns := req.UserNS
-	if userns == nil && slices.ContainsFunc(req.Mounts, func(m specmod.Mount) bool { return m.Idmap }) {
-		if userns, err = openNamespace(req.Pid, userNamespace); err != nil {
-			return err
-		}
-		defer userns.Close()
-	}
 
 	trees := make([]*os.File, 0, len(req.Mounts))
 	defer func() {
@@ -49,7 +41,7 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 	}()
 	attachments := make([]attachment, 0, len(req.Mounts))
 	for _, m := range req.Mounts {
-		tree, dir, err := cloneSource(m, userns)
+		tree, dir, err := cloneSource(m, req.UserNS)
 		if err != nil {
 			return &specmod.MountError{Mount: m, Err: err}
 		}
