@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -61,51 +62,24 @@ func (c *Cgroup2) kill() error {
 	// 6.18); only then can the cgroup be removed. A process that outlives SIGKILL is stuck in
 	// the kernel: the error says which and where, so that a failure can be understood from a
 	// CI log alone.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(cgroupKillTimeout)
 	for {
 		events, err := os.ReadFile(filepath.Join(c.Dir, "cgroup.events"))
 		if err != nil || strings.Contains(string(events), "populated 0") {
 			return err
 		}
 		if time.Now().After(deadline) {
+			var pids []int
 			procs, _ := os.ReadFile(filepath.Join(c.Dir, "cgroup.procs"))
-			return fmt.Errorf("cgroup %s still populated 30s after cgroup.kill: %s", c.Dir, describeProcs(strings.Fields(string(procs))))
+			for _, f := range strings.Fields(string(procs)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+			return fmt.Errorf("cgroup %s still populated %v after cgroup.kill: %s", c.Dir, cgroupKillTimeout, describeProcs(pids))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// describeProcs says, for each pid, its command, state, parent and where in the kernel it
-// waits, from /proc.
-func describeProcs(pids []string) string {
-	if len(pids) == 0 {
-		return "no process listed in cgroup.procs"
-	}
-	var out []string
-	for _, pid := range pids {
-		comm, state, ppid := procStat(pid)
-		wchan, _ := os.ReadFile(filepath.Join("/proc", pid, "wchan"))
-		out = append(out, fmt.Sprintf("%s (%s, state %s, parent %s, waiting in %q)", pid, comm, state, ppid, wchan))
-	}
-	return strings.Join(out, ", ")
-}
-
-// procStat reads a process's command, state and parent from /proc/<pid>/stat.
-func procStat(pid string) (comm, state, ppid string) {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return "gone", "?", "?"
-	}
-	s := string(b)
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open {
-		return "?", "?", "?"
-	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 2 {
-		return s[open+1 : end], "?", "?"
-	}
-	return s[open+1 : end], f[0], f[1]
 }
 
 // Remove kills what is left in the cgroup and removes it. Safe to call twice.

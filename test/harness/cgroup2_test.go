@@ -19,18 +19,23 @@ func TestCgroupKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(cg.Dir)
+	t.Cleanup(func() { cg.Remove() }) // after a failure: kills what is left, removes the group
 	cmd := exec.Command("sleep", "100")
 	if err := StartInCgroup(cmd, cg.Dir); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
-	pid := strconv.Itoa(cmd.Process.Pid)
-	for comm, _, _ := procStat(pid); comm != "sleep"; comm, _, _ = procStat(pid) {
-		time.Sleep(time.Millisecond) // until the child has run exec
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if p, _ := readProcess(cmd.Process.Pid); p.comm == "sleep" {
+			break // the child has run exec
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child has not run sleep after 10s")
+		}
 	}
-	d := describeProcs([]string{pid})
-	for _, want := range []string{pid + " (sleep, state ", ", parent " + strconv.Itoa(os.Getpid()) + ", waiting in "} {
+	pid := strconv.Itoa(cmd.Process.Pid)
+	d := describeProcs([]int{cmd.Process.Pid})
+	for _, want := range []string{pid + " (sleep, state ", ", parent " + strconv.Itoa(os.Getpid()) + ", waiting in ", `, command "sleep 100")`} {
 		if !strings.Contains(d, want) {
 			t.Errorf("describeProcs = %q, want %q in it", d, want)
 		}
@@ -38,8 +43,8 @@ func TestCgroupKill(t *testing.T) {
 	if err := cg.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	if _, state, _ := procStat(pid); state != "Z" {
-		t.Errorf("after Remove the sleep is in state %s, want Z (killed, not reaped)", state)
+	if p, err := readProcess(cmd.Process.Pid); err != nil || p.state != 'Z' {
+		t.Errorf("after Remove the sleep is in state %c (%v), want Z (killed, not reaped)", p.state, err)
 	}
 	if _, err := os.Stat(cg.Dir); !os.IsNotExist(err) {
 		t.Errorf("the cgroup is still there: %v", err)

@@ -20,6 +20,9 @@ const (
 	// killTimeout and cgroupTimeout bound the forceful part.
 	killTimeout   = 10 * time.Second
 	cgroupTimeout = 10 * time.Second
+	// cgroupKillTimeout bounds how long a Cgroup2's processes may take to exit after
+	// cgroup.kill.
+	cgroupKillTimeout = 30 * time.Second
 )
 
 // Close stops everything the instance started and removes what it created: all pods and

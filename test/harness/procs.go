@@ -15,7 +15,8 @@ import (
 // start time from /proc/PID/stat) tells a process apart from a later one that reused its PID.
 type process struct {
 	pid, ppid int
-	state     byte // R, S, D, Z, ...
+	comm      string // the command name, from /proc/PID/stat
+	state     byte   // R, S, D, Z, ...
 	start     uint64
 	cmdline   []string
 	cgroups   []string // one path per hierarchy, from /proc/PID/cgroup
@@ -33,6 +34,9 @@ func readProcess(pid int) (process, error) {
 	// The command name in parentheses may hold spaces and parentheses: parse after the last ')'.
 	rest := string(stat)
 	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		if open := strings.IndexByte(rest, '('); open >= 0 && open < i {
+			p.comm = rest[open+1 : i]
+		}
 		rest = rest[i+1:]
 	}
 	fields := strings.Fields(rest) // fields[0] is field 3 (state) of proc(5)
@@ -137,13 +141,13 @@ func killAll(match func(process) bool, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		var left []string
+		var left []int
 		for _, p := range all {
 			// A zombie is already dead; only its parent can make it go away.
 			if p.pid == os.Getpid() || p.state == 'Z' || !match(p) {
 				continue
 			}
-			left = append(left, fmt.Sprintf("%d (%s)", p.pid, strings.Join(p.cmdline, " ")))
+			left = append(left, p.pid)
 			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 				return fmt.Errorf("kill %d: %w", p.pid, err)
 			}
@@ -152,8 +156,29 @@ func killAll(match func(process) bool, timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes survived SIGKILL for %v: %s", timeout, strings.Join(left, ", "))
+			return fmt.Errorf("processes survived SIGKILL for %v: %s", timeout, describeProcs(left))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// describeProcs says, for each pid, its command name, state, parent, where in the kernel it
+// waits and its command line, from /proc: enough to understand from a CI log alone why a
+// process outlived SIGKILL.
+func describeProcs(pids []int) string {
+	if len(pids) == 0 {
+		return "no process listed"
+	}
+	var out []string
+	for _, pid := range pids {
+		p, err := readProcess(pid)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%d (gone)", pid))
+			continue
+		}
+		wchan, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "wchan"))
+		out = append(out, fmt.Sprintf("%d (%s, state %c, parent %d, waiting in %q, command %q)",
+			pid, p.comm, p.state, p.ppid, wchan, strings.Join(p.cmdline, " ")))
+	}
+	return strings.Join(out, ", ")
 }
