@@ -32,20 +32,18 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 	}
 	defer ns.Close()
 
-	trees := make([]*os.File, 0, len(req.Mounts))
+	attachments := make([]attachment, 0, len(req.Mounts))
 	defer func() {
 		// A tree that was never attached is dissolved when its last descriptor closes.
-		for _, t := range trees {
-			t.Close()
+		for _, a := range attachments {
+			a.Tree.Close()
 		}
 	}()
-	attachments := make([]attachment, 0, len(req.Mounts))
 	for _, m := range req.Mounts {
 		tree, dir, err := cloneSource(m, req.UserNS)
 		if err != nil {
 			return &specmod.MountError{Mount: m, Err: err}
 		}
-		trees = append(trees, tree)
 		attachments = append(attachments, attachment{Mount: m.String(), Destination: m.Destination, Dir: dir, Tree: tree})
 	}
 	return inMountNamespace(ns, func() error { return attachAll(req.Rootfs, attachments) })
