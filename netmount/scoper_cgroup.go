@@ -95,12 +95,21 @@ func (c *CgroupScoper) Remove(unit string) error {
 	if err := c.removeV1(unit); err != nil {
 		return err
 	}
+	return rmdirCgroup(dir)
+}
+
+// errBusy marks a cgroup that still has processes (or child groups): the caller may retry.
+var errBusy = errors.New("still has processes")
+
+// rmdirCgroup removes the cgroup dir: nil if it is gone, an error wrapping errBusy while
+// something still runs in it, else the rmdir error.
+func rmdirCgroup(dir string) error {
 	err := unix.Rmdir(dir)
 	switch {
 	case err == nil, errors.Is(err, unix.ENOENT):
 		return nil
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENOTEMPTY):
-		return fmt.Errorf("cgroup %s still has processes", dir)
+		return fmt.Errorf("cgroup %s %w", dir, errBusy)
 	}
 	return &os.PathError{Op: "rmdir", Path: dir, Err: err}
 }

@@ -279,3 +279,25 @@ func liveCgroup2Root() (string, error) {
 	}
 	return cgroup2Root(mi)
 }
+
+// TestRmdirCgroup: only a group that still has something in it is busy (worth a retry); a
+// group that cannot be removed for another reason is an error of its own, so that removeV1
+// does not hold the cgroup2 removal back forever for it.
+func TestRmdirCgroup(t *testing.T) {
+	dir := t.TempDir()
+	full, file := filepath.Join(dir, "full"), filepath.Join(dir, "file")
+	os.MkdirAll(filepath.Join(full, "child"), 0o755)
+	os.WriteFile(file, nil, 0o644)
+	if err := rmdirCgroup(full); !errors.Is(err, errBusy) {
+		t.Errorf("rmdir of a group with a child = %v, want busy", err)
+	}
+	if err := rmdirCgroup(file); err == nil || errors.Is(err, errBusy) {
+		t.Errorf("rmdir of what cannot be removed (ENOTDIR) = %v, want an error that is not busy", err)
+	}
+	if err := rmdirCgroup(filepath.Join(dir, "gone")); err != nil {
+		t.Errorf("rmdir of a group that is gone = %v, want nil", err)
+	}
+	if err := rmdirCgroup(filepath.Join(full, "child")); err != nil {
+		t.Errorf("rmdir of an empty group = %v", err)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
 )
 
 // On a hybrid host (cgroup v1 controllers beside the cgroup2 hierarchy) clone3 places the
@@ -28,8 +27,25 @@ import (
 func (c *CgroupScoper) Settle(unit string) error { return c.leaveV1(unit, 0) }
 
 // v1Hierarchies lists the mount points of this host's cgroup v1 hierarchies. They do not
-// change while the agent runs: mountinfo is read once.
-var v1Hierarchies = sync.OnceValues(readV1Hierarchies)
+// change while the agent runs: mountinfo is read once it has been read successfully (a failed
+// read is retried next time, not remembered as "no v1 hierarchy").
+func v1Hierarchies() ([]string, error) {
+	v1Once.Lock()
+	defer v1Once.Unlock()
+	if v1Once.dirs == nil {
+		dirs, err := readV1Hierarchies()
+		if err != nil {
+			return nil, err
+		}
+		v1Once.dirs = dirs
+	}
+	return v1Once.dirs, nil
+}
+
+var v1Once struct {
+	sync.Mutex
+	dirs []string // non-nil once read
+}
 
 func readV1Hierarchies() ([]string, error) {
 	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
@@ -51,14 +67,18 @@ func (c *CgroupScoper) leaveV1(unit string, pid int) error {
 		return err
 	}
 	var errs []error
+	dirs := make([]string, 0, len(hierarchies)) // the unit's group in each, made once per call
+	for _, h := range hierarchies {
+		dir := filepath.Join(h, c.Parent, unit)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		inheritCpuset(h, filepath.Join(h, c.Parent), dir)
+		dirs = append(dirs, dir)
+	}
 	move := func(p string) {
-		for _, h := range hierarchies {
-			dir := filepath.Join(h, c.Parent, unit)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			inheritCpuset(h, filepath.Join(h, c.Parent), dir)
+		for _, dir := range dirs {
 			if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(p), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("move %s into %s: %w", p, dir, err))
 			}
@@ -79,21 +99,19 @@ func (c *CgroupScoper) leaveV1(unit string, pid int) error {
 	return errors.Join(errs...)
 }
 
-// removeV1 removes the unit's (empty) groups in the v1 hierarchies; it fails while one is
-// still busy, for the caller to retry.
+// removeV1 removes the unit's (empty) groups in the v1 hierarchies. It fails while one is
+// still busy, for the caller to retry before it removes the cgroup2 group (nothing would
+// retry them after that). A group that cannot be removed for another reason (a read-only
+// hierarchy, say) will not become removable by waiting: it does not hold the caller back.
 func (c *CgroupScoper) removeV1(unit string) error {
 	hierarchies, _ := v1Hierarchies()
-	var busy []string
+	var busy []error
 	for _, h := range hierarchies {
-		dir := filepath.Join(h, c.Parent, unit)
-		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
-			busy = append(busy, dir)
+		if err := rmdirCgroup(filepath.Join(h, c.Parent, unit)); errors.Is(err, errBusy) {
+			busy = append(busy, err)
 		}
 	}
-	if len(busy) > 0 {
-		return fmt.Errorf("cgroup %s still has processes", strings.Join(busy, ", "))
-	}
-	return nil
+	return errors.Join(busy...)
 }
 
 // inheritCpuset gives new cpuset groups their parent's CPUs and memory nodes: a v1 cpuset group
