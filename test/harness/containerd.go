@@ -284,14 +284,27 @@ func poll(ctx context.Context, timeout time.Duration, try func(context.Context) 
 }
 
 // tail returns the last n lines of a file, for error messages.
-func tail(path string, n int) string {
+func tail(path string, n int) string { return tailMatching(path, "", n) }
+
+// tailMatching returns the last n lines of the file at path that contain substr (all lines
+// when substr is ""), headed by the path, for error messages.
+func tailMatching(path, substr string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(no %s: %v)", path, err)
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if strings.Contains(l, substr) {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return path + ":\n" + strings.Join(lines, "\n")
+	head := path
+	if substr != "" {
+		head = fmt.Sprintf("%s, last lines with %q", path, substr)
+	}
+	return head + ":\n" + strings.Join(lines, "\n")
 }

@@ -597,24 +597,6 @@ func leafPaths(dir string, max int) string {
 	return strings.Join(out, "\n")
 }
 
-// tailMatching is the last n lines of the file at path that contain substr.
-func tailMatching(path, substr string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(no %s: %v)", path, err)
-	}
-	var lines []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.Contains(l, substr) {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return fmt.Sprintf("%s, last lines with %q:\n%s", path, substr, strings.Join(lines, "\n"))
-}
-
 func readSysctls() (map[string]string, error) {
 	m := map[string]string{}
 	for _, kt := range kernelTunables {

@@ -32,4 +32,7 @@ func TestTeardownDiagnosis(t *testing.T) {
 	if got, want := tailMatching(log, "rphaned", 2), log+", last lines with \"rphaned\":\nc orphaned 2\nd orphaned 3"; got != want {
 		t.Errorf("tailMatching = %q, want %q", got, want)
 	}
+	if got, want := tail(log, 2), log+":\nc orphaned 2\nd orphaned 3"; got != want {
+		t.Errorf("tail = %q, want %q", got, want)
+	}
 }
