@@ -6,15 +6,16 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
 // attachment is one detached mount tree, cloned and set up on the host, to attach in the
 // container's mount namespace.
 type attachment struct {
-	Mount       string // specmod.Mount.String(), for messages
-	Destination string
-	Dir         bool     // the source is a directory
-	Tree        *os.File // the detached tree, ready to attach; owned by the caller
+	m    specmod.Mount
+	dir  bool     // the source is a directory
+	tree *os.File // the detached tree, ready to attach; owned by the caller
 }
 
 // attachAll attaches every tree at its destination beneath rootfs, all or nothing. It runs
@@ -27,9 +28,9 @@ func attachAll(rootfs string, mounts []attachment) error {
 	root := os.NewFile(uintptr(fd), rootfs)
 	defer root.Close()
 	var undo undoLog
-	for _, m := range mounts {
-		if err := attachOne(root, m, &undo); err != nil {
-			err = fmt.Errorf("mount %s: %w", m.Mount, err)
+	for _, a := range mounts {
+		if err := attachOne(root, a, &undo); err != nil {
+			err = fmt.Errorf("mount %s: %w", a.m.String(), err)
 			if uerr := undo.run(); uerr != nil {
 				return fmt.Errorf("%w; undoing the mounts made before it failed too, the container's namespace may keep some: %v", err, uerr)
 			}
@@ -39,26 +40,26 @@ func attachAll(rootfs string, mounts []attachment) error {
 	return nil
 }
 
-func attachOne(root *os.File, m attachment, undo *undoLog) error {
-	tree := m.Tree
-	dst, err := resolveDestination(root, m.Destination, m.Dir, undo)
+func attachOne(root *os.File, a attachment, undo *undoLog) error {
+	tree, dest := a.tree, a.m.Destination
+	dst, err := resolveDestination(root, dest, a.dir, undo)
 	if err != nil {
 		return err
 	}
 	defer dst.Close()
-	if err := checkMountPoint(root, dst, m.Destination, m.Dir); err != nil {
+	if err := checkMountPoint(root, dst, dest, a.dir); err != nil {
 		return err
 	}
 	err = unix.MoveMount(int(tree.Fd()), "", int(dst.Fd()), "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 	if err != nil {
-		return fmt.Errorf("attach the source tree at %s (move_mount): %w", m.Destination, err)
+		return fmt.Errorf("attach the source tree at %s (move_mount): %w", dest, err)
 	}
 	undo.add(func() error {
 		// The tree's descriptor now points at the attached mount's root: unmount through it,
 		// so no path in the container is walked again.
 		p := fmt.Sprintf("/proc/self/fd/%d", tree.Fd())
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount %s: %w", m.Destination, err)
+			return fmt.Errorf("unmount %s: %w", dest, err)
 		}
 		return nil
 	})

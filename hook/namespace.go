@@ -36,7 +36,7 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 	defer func() {
 		// A tree that was never attached is dissolved when its last descriptor closes.
 		for _, a := range attachments {
-			a.Tree.Close()
+			a.tree.Close()
 		}
 	}()
 	for _, m := range req.Mounts {
@@ -44,7 +44,7 @@ func (nm NamespaceMounter) MountInContainer(req Request) error {
 		if err != nil {
 			return &specmod.MountError{Mount: m, Err: err}
 		}
-		attachments = append(attachments, attachment{Mount: m.String(), Destination: m.Destination, Dir: dir, Tree: tree})
+		attachments = append(attachments, attachment{m: m, dir: dir, tree: tree})
 	}
 	return inMountNamespace(ns, func() error { return attachAll(req.Rootfs, attachments) })
 }
