@@ -71,7 +71,7 @@ func New() *Metrics {
 	return m
 }
 
-// Register adds collectors of other packages (netmount's mount states, say).
+// Register adds a collector made elsewhere (NetworkMounts, with the plugin's netmount Manager).
 func (m *Metrics) Register(c prometheus.Collector) { m.reg.MustRegister(c) }
 
 // Handler serves the registry in Prometheus' text format.

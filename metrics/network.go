@@ -6,9 +6,6 @@ import (
 	"github.com/mountkeeper/mountkeeper/netmount"
 )
 
-// states are the phases a mount can be in, as netmount.MountStatus.State names them.
-var states = []string{"idle", "mounting", "checking", "mounted", "unmounting", "dead", "recovering"}
-
 // NetworkMounts reports a netmount.Manager's mounts at scrape time, from its Status: how many
 // are in each state, and how many deaths and recoveries there were (over the mounts held
 // now). It lives here, not in netmount, so that the hook binary, which mounts through
@@ -35,14 +32,14 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	count := make(map[string]int, len(states))
+	count := make(map[string]int, len(netmount.States))
 	var deaths, recoveries int
 	for _, st := range c.status() {
 		count[st.State]++
 		deaths += st.Deaths
 		recoveries += st.Recoveries
 	}
-	for _, s := range states {
+	for _, s := range netmount.States {
 		ch <- prometheus.MustNewConstMetric(mountsDesc, prometheus.GaugeValue, float64(count[s]), s)
 	}
 	ch <- prometheus.MustNewConstMetric(deathsDesc, prometheus.CounterValue, float64(deaths))

@@ -159,9 +159,10 @@ const (
 	recovering              // dead, and being replaced under the running containers
 )
 
-func (p phase) String() string {
-	return [...]string{"idle", "mounting", "checking", "mounted", "unmounting", "dead", "recovering"}[p]
-}
+// States names every phase, in order: the values MountStatus.State takes.
+var States = []string{"idle", "mounting", "checking", "mounted", "unmounting", "dead", "recovering"}
+
+func (p phase) String() string { return States[p] }
 
 // entry is one host mount. Its fields are guarded by Manager.mu.
 type entry struct {

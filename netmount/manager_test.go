@@ -777,3 +777,15 @@ func TestNewManagerRemovesScopesLeftByAnEarlierAgent(t *testing.T) {
 		t.Errorf("removed scopes %q, want only the stale mount scope", removed)
 	}
 }
+
+// TestStatesNameEveryPhase: States, which the metrics report by, has one name per phase.
+func TestStatesNameEveryPhase(t *testing.T) {
+	if len(States) != int(recovering)+1 {
+		t.Fatalf("States has %d names for %d phases", len(States), int(recovering)+1)
+	}
+	for p := idle; p <= recovering; p++ {
+		if p.String() == "" || slices.Index(States, p.String()) != int(p) {
+			t.Errorf("phase %d is named %q", p, p.String())
+		}
+	}
+}
