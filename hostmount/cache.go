@@ -89,8 +89,9 @@ func propagationNow(id uint64, asked []MountPoint) (_ MountPoint, _ []MountPoint
 // watchAll watches every source's path before its check (inside the bounded call: it may hang
 // on a dead filesystem); it says whether all of them can be cached.
 func (c *factCache) watchAll(mounts []specmod.Mount) bool {
+	watched := make(map[string]int32, 8)
 	for _, m := range mounts {
-		if ok, err := c.ch.watch(m.Source); err != nil || !ok {
+		if ok, err := c.ch.watch(m.Source, watched); err != nil || !ok {
 			return false
 		}
 	}

@@ -23,7 +23,6 @@ type changes struct {
 	mu        sync.Mutex
 	mountinfo int
 	inotify   int
-	watched   map[string]int            // watched path -> watch descriptor
 	names     map[int32]map[string]bool // watch descriptor -> the entries in it that matter
 	// events is changed's read buffer, made once: in changed's frame, 64 KiB on the stack
 	// of every request's new goroutine would make it grow (copy) on every request.
@@ -73,8 +72,11 @@ func (c *changes) changed() bool {
 
 // matters says whether any of the inotify events in buf concerns a watched path: an entry
 // that is a component of one (created, deleted, renamed), a watched directory itself deleted
-// or moved, or events lost. Events about other entries of a busy ancestor (/tmp) do not.
+// or moved, or events lost. Events about other entries of a busy ancestor (/tmp) do not. A
+// watch the kernel dropped (IN_IGNORED: its directory is gone) takes its names along. Callers
+// hold c.mu.
 func (c *changes) matters(buf []byte) bool {
+	matters := false
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 		nameStart := off + unix.SizeofInotifyEvent
@@ -82,60 +84,72 @@ func (c *changes) matters(buf []byte) bool {
 		if end > len(buf) {
 			return true
 		}
-		name := strings.TrimRight(string(buf[nameStart:end]), "\x00")
-		off = end
+		if ev.Mask&unix.IN_IGNORED != 0 {
+			delete(c.names, ev.Wd)
+		}
 		switch {
 		case ev.Mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0:
-			return true
-		case c.names[ev.Wd][name]:
-			return true
+			matters = true
+		case !matters && c.names[ev.Wd][strings.TrimRight(string(buf[nameStart:end]), "\x00")]:
+			matters = true
 		}
+		off = end
 	}
-	return false
+	return matters
 }
 
 // watch watches path and every ancestor. ok is false when a change there might not be seen:
 // a filesystem whose changes inotify does not report (NFS, FUSE, CIFS: changed elsewhere).
 // It may hang below a dead filesystem: call it inside the bounded check.
-func (c *changes) watch(path string) (ok bool, err error) {
-	child := ""
+//
+// watched holds the directories watched by this caller's earlier calls (for the sources of one
+// check), with their descriptors: their ancestors are watched and local, so the walk up stops
+// there. The filesystem type is asked (statmount) only where the mount changes on the way up:
+// a directory on its child's mount is on the child's filesystem.
+func (c *changes) watch(path string, watched map[string]int32) (ok bool, err error) {
+	child, childMount := "", uint64(0)
 	for p := path; ; child, p = filepath.Base(p), filepath.Dir(p) {
-		magic, err := superMagic(p)
-		if err != nil {
-			return false, err
-		}
-		if !localFS(magic) {
-			return false, nil
-		}
-		// Added on every check, not remembered by path: a directory removed and made again at
-		// the same path is a new inode, whose old watch the kernel dropped. For an inode
-		// already watched the kernel hands back the same descriptor.
-		wd, err := unix.InotifyAddWatch(c.inotify, p, dirEvents)
-		if err != nil {
-			return false, fmt.Errorf("watch %s: %w", p, err)
-		}
-		c.mu.Lock()
-		if child != "" {
-			if c.names[int32(wd)] == nil {
-				c.names[int32(wd)] = map[string]bool{}
+		wd, seen := watched[p]
+		if !seen {
+			mount, err := mounttable.MountID(p)
+			if err != nil {
+				return false, err
 			}
-			c.names[int32(wd)][child] = true
+			if p == path || mount != childMount {
+				magic, err := mounttable.SuperMagic(mount, p)
+				if err != nil {
+					return false, err
+				}
+				if !localFS(magic) {
+					return false, nil
+				}
+			}
+			childMount = mount
+			// Added on every check, not remembered by path: a directory removed and made
+			// again at the same path is a new inode, whose old watch the kernel dropped. For
+			// an inode already watched the kernel hands back the same descriptor.
+			w, err := unix.InotifyAddWatch(c.inotify, p, dirEvents)
+			if err != nil {
+				return false, fmt.Errorf("watch %s: %w", p, err)
+			}
+			wd = int32(w)
 		}
-		c.mu.Unlock()
+		if child != "" {
+			c.mu.Lock()
+			if c.names[wd] == nil {
+				c.names[wd] = map[string]bool{}
+			}
+			c.names[wd][child] = true
+			c.mu.Unlock()
+		}
+		if seen {
+			return true, nil
+		}
+		watched[p] = wd
 		if p == "/" {
 			return true, nil
 		}
 	}
-}
-
-// superMagic is the filesystem type of the mount p lies on, from the mount table where the
-// kernel can tell (no statfs round trip to a FUSE daemon or NFS server), else from statfs.
-func superMagic(p string) (int64, error) {
-	id, err := mounttable.MountID(p)
-	if err != nil {
-		return 0, err
-	}
-	return mounttable.SuperMagic(id, p)
 }
 
 // localFS says whether every change to a filesystem of type t is made through this kernel,
