@@ -38,13 +38,27 @@
 // such as /data -> /etc, or ../.. relative ones), a symlink loop, or a /proc magic link fails
 // with a message that names the symlink.
 //
-// Why no other code ever runs in the container's namespace: while the goroutine is locked,
-// the Go runtime schedules nothing else on its thread; when it returns still locked, the
-// runtime ends the thread (Go >= 1.10) rather than reuse it; threads the runtime starts
-// meanwhile are cloned from its template thread, not from the locked one; and the goroutine
-// itself only makes direct system calls (openat2, mkdirat, fstat, fstatfs, move_mount,
-// umount), never anything that hands work to another goroutine (os/exec, the network
-// poller, a worker pool), which would act in the host's namespace.
+// Why no other code ever runs in the container's namespace (this is the one statement of
+// it; enter.go refers here):
+//
+//   - The goroutine is locked to its OS thread (runtime.LockOSThread) and never unlocked, so
+//     while it runs the Go runtime schedules nothing else on that thread, and when it returns
+//     the runtime ends the thread instead of reusing it (Go >= 1.10).
+//   - It is never the main thread: the runtime cannot end that one (it parks it for good
+//     instead), and the kernel answers /proc/self (mountinfo, ns/mnt) for the main thread, so
+//     a main thread left in the container's namespace would show the rest of the process the
+//     container's mount table. A goroutine that finds itself on the main thread keeps it
+//     locked, hence busy, while a second one, necessarily on another thread, does the work.
+//   - The thread first leaves the filesystem context (root, cwd) it shares with the rest of
+//     the process (unshare(CLONE_FS), which setns(CLONE_NEWNS) requires); the other threads
+//     keep the runtime's namespace, root and cwd.
+//   - A thread the runtime starts meanwhile is cloned from its template thread, never from
+//     the locked one, so no new thread inherits the namespace.
+//   - The work done in the namespace (attachAll) makes only direct unix.* system calls on
+//     descriptors, on its own goroutine, and uses no Go runtime facility that starts threads
+//     or hands work to another goroutine (os/exec, the network poller, a worker pool): such
+//     work would run on another thread, in the host's namespace.
+//
 // TestNoOtherThreadEntersTheNamespace watches every thread of the process during and after
 // the attach.
 // Earlier versions re-executed the binary into the namespace from a C constructor, which
