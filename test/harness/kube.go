@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -558,37 +557,66 @@ func (k *KubeNode) deleteAllPods(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		// Say why: kubelet logs why it keeps an orphaned pod's directory, and what is left in
-		// it tells whether a mount of ours holds it.
-		errs = append(errs, fmt.Errorf("kubelet did not tear the pods down: %w\nleft below %s:\n%s\n%s",
-			err, podsDir, leafPaths(podsDir, 30), tailMatching(k.LogPath("kubelet"), "rphaned", 10)))
+		// Say why: kubelet logs why it keeps an orphaned pod's directory, and what is mounted
+		// and left in it tells whether a mount of ours holds it.
+		errs = append(errs, fmt.Errorf("kubelet did not tear the pods down: %w\nmounted below %s:\n%s\nleft below it:\n%s\n%s",
+			err, podsDir, mountList(podsDir), leafPaths(podsDir, 30), tailMatching(k.LogPath("kubelet"), "rphaned", 10)))
 	}
 	return errors.Join(errs...)
 }
 
-// leafPaths lists up to max of the files and empty directories below dir, relative to it,
-// marking mount points.
+// mountList lists the mounts at or below dir, relative to it, with their filesystem types,
+// from mountinfo alone (it touches no mount, so a hung network volume cannot block it).
+func mountList(dir string) string {
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return err.Error()
+	}
+	if len(mounts) == 0 {
+		return "(none)"
+	}
+	var out []string
+	for _, m := range mounts {
+		rel, _ := filepath.Rel(dir, m.mountPoint)
+		out = append(out, fmt.Sprintf("%s (%s)", rel, m.fsType))
+	}
+	return strings.Join(out, "\n")
+}
+
+// leafPaths lists up to max of the files and empty directories below dir, relative to it.
+// A mount point below dir is listed as a leaf, marked, and not walked into: a hung network
+// volume would block the walk, and what a mount shows is not what holds the directory.
 func leafPaths(dir string, max int) string {
+	points := map[string]bool{}
+	if mounts, err := mountsUnder(dir); err == nil {
+		for _, m := range mounts {
+			points[m.mountPoint] = true
+		}
+	}
 	var out []string
 	more := 0
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == dir {
 			return nil
 		}
-		if d.IsDir() {
+		mount := points[path]
+		if d.IsDir() && !mount {
 			if entries, err := os.ReadDir(path); err != nil || len(entries) > 0 {
 				return nil
 			}
 		}
 		if len(out) == max {
 			more++
-			return nil
+		} else {
+			rel, _ := filepath.Rel(dir, path)
+			if mount {
+				rel += " (mount point)"
+			}
+			out = append(out, rel)
 		}
-		rel, _ := filepath.Rel(dir, path)
-		if mounted, _ := mountinfo.Mounted(path); mounted {
-			rel += " (mount point)"
+		if mount && d.IsDir() {
+			return filepath.SkipDir // WalkDir reads a directory only after this call
 		}
-		out = append(out, rel)
 		return nil
 	})
 	if more > 0 {

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // TestTeardownDiagnosis: what a failed pod teardown reports: the leaves below the pods
@@ -35,4 +37,31 @@ func TestTeardownDiagnosis(t *testing.T) {
 	if got, want := tail(log, 2), log+":\nc orphaned 2\nd orphaned 3"; got != want {
 		t.Errorf("tail = %q, want %q", got, want)
 	}
+	if got, want := mountList(dir), "(none)"; got != want {
+		t.Errorf("mountList without mounts = %q, want %q", got, want)
+	}
+
+	// A mount point is a marked leaf, not walked into (a hung network volume would block the
+	// walk), and the mounts are listed apart.
+	t.Run("mount points", func(t *testing.T) {
+		testenv.Require(t, "root")
+		dir := t.TempDir()
+		vol := filepath.Join(dir, "pod-d/volumes/vol")
+		if err := MountTmpfs(vol, "private"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unmountAll(dir) })
+		if err := os.WriteFile(filepath.Join(vol, "inside"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "pod-e"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := leafPaths(dir, 10), "pod-d/volumes/vol (mount point)\npod-e"; got != want {
+			t.Errorf("leafPaths = %q, want %q", got, want)
+		}
+		if got, want := mountList(dir), "pod-d/volumes/vol (tmpfs)"; got != want {
+			t.Errorf("mountList = %q, want %q", got, want)
+		}
+	})
 }
