@@ -132,7 +132,8 @@ func (e *Engine) release(id string) {
 }
 
 // decide and the functions below it take the request by pointer: it is large, and a copy in
-// each frame would deepen the stack of the host check (see specmod.Edits.Verify).
+// each frame would deepen the stack of the host check, which specmod.Edits.Verify makes from a
+// small frame of its own for the same reason.
 func (e *Engine) decide(ctx context.Context, r *Request) (Decision, error) {
 	class, rc, ok := e.Config.Class(r.Handler)
 	d := Decision{Class: class, Configured: ok}
@@ -185,7 +186,7 @@ func (e *Engine) classMounts(ctx context.Context, class string, rc configs.Runti
 	}
 	// Each class mount passed Mount.Validate when the config was loaded (configs).
 	edits := specmod.Edits{Mounts: checked}
-	if err := errors.Join(bidi, edits.VerifyValidated(r.Mounts, e.Host)); err != nil {
+	if err := errors.Join(bidi, edits.Verify(r.Mounts, e.Host)); err != nil {
 		return nil, err
 	}
 	if r.UserNamespace {

@@ -23,31 +23,25 @@ type Host interface {
 	CheckSources(mounts []Mount) error
 }
 
-// Verify refuses edits that cannot be made exactly as asked: an invalid mount, two mounts on one
-// destination, a destination the container already has a mount on (mountkeeper never replaces
-// a mount silently: the runtime would drop the pod's own volume), or a host side that is
-// missing or does not propagate as asked. It reports every problem, not just the first.
-func (e Edits) Verify(existing []oci.Mount, host Host) error { return e.verify(existing, host, true) }
-
-// VerifyValidated is Verify for mounts that each passed Mount.Validate already (a config's
-// class mounts, validated at load): it checks only what depends on the container and the host.
-func (e Edits) VerifyValidated(existing []oci.Mount, host Host) error {
-	return e.verify(existing, host, false)
-}
-
-func (e Edits) verify(existing []oci.Mount, host Host, validate bool) error {
+// Verify refuses edits that cannot be made exactly as asked: two mounts on one destination, a
+// destination the container already has a mount on (mountkeeper never replaces a mount
+// silently: the runtime would drop the pod's own volume), or a host side that is missing or
+// does not propagate as asked. It reports every problem, not just the first. Each mount must
+// have passed Mount.Validate already (a config's class mounts do, at load): Verify checks only
+// what depends on the container and the host.
+func (e Edits) Verify(existing []oci.Mount, host Host) error {
 	// The host is asked from this small frame, not from the one that holds the maps: the
 	// check goes deep, on a request's young goroutine stack.
-	valid, errs := e.verifyMounts(existing, validate)
+	valid, errs := e.verifyMounts(existing)
 	if host != nil && len(valid) > 0 {
 		errs = append(errs, host.CheckSources(valid))
 	}
 	return errors.Join(errs...)
 }
 
-// verifyMounts returns the mounts that pass every check without the host (Mount.Validate
-// too if validate), and the errors of the others.
-func (e Edits) verifyMounts(existing []oci.Mount, validate bool) (valid []Mount, errs []error) {
+// verifyMounts returns the mounts that pass every check without the host, and the errors of
+// the others.
+func (e Edits) verifyMounts(existing []oci.Mount) (valid []Mount, errs []error) {
 	type mnt struct{ dst, src string }
 	have := make(map[string]mnt, len(existing))
 	for _, m := range existing {
@@ -57,12 +51,8 @@ func (e Edits) verifyMounts(existing []oci.Mount, validate bool) (valid []Mount,
 	valid = make([]Mount, 0, len(e.Mounts))
 	for _, m := range e.Mounts {
 		var err error
-		if validate {
-			err = m.Validate()
-		}
 		ex, taken := have[CleanDestination(m.Destination)]
 		switch {
-		case err != nil:
 		case seen[m.Destination]:
 			err = errors.New("another class mount already uses this destination")
 		case taken:
