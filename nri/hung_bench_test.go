@@ -220,14 +220,7 @@ func BenchmarkNetworkFirstPod(b *testing.B) {
 
 	classes := "unmountGrace: 1ms\nruntimeClasses:\n" + sshfsClass("ondemand", sshd, sshd.Export(), "") +
 		"  byhand:\n    mounts: [{source: " + byHand + ", destination: /data}]\n"
-	eagerClass := sshfsClass("eager", sshd, filepath.Join(sshd.Export(), "eager"), "    networkMount: eager\n")
-	eager := true
-	if _, err := configs.Parse([]byte(classes + eagerClass)); err != nil {
-		b.Logf("no networkMount: eager in this build (%v): on-demand only", err)
-		eager = false
-	} else {
-		classes += eagerClass
-	}
+	classes += sshfsClass("eager", sshd, filepath.Join(sshd.Export(), "eager"), "    networkMount: eager\n")
 	rt, cfg, manager := mountkeeperRuntime(b, filepath.Join(dir, "node"), classes)
 	ctx := context.Background()
 
@@ -292,9 +285,6 @@ func BenchmarkNetworkFirstPod(b *testing.B) {
 		b.Logf("first pod of an on-demand class, mount included: %s; a pod on the same export mounted by hand: %s (ratio %.0f)",
 			cand.Round(time.Millisecond), base.Round(time.Microsecond), float64(cand)/float64(base))
 	})
-	if !eager {
-		return
-	}
 	// The eager mount was started with the plugin: wait until it is there.
 	eagerKey := cfg.RuntimeClasses["eager"].NetworkSpecs()[0].Key()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
