@@ -335,7 +335,12 @@ func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, s
 	unit := unitFor(s.Key())
 	killErr := sys.killScope(unit)
 	stagingDir := filepath.Join(stateDir, "staging")
-	if err := withMountsLock(ctx, stateDir, func() error { return h.prepareStaging(stagingDir) }); err != nil {
+	// The wait for the lock is bounded like the mount itself: the caller holds the key's lock
+	// meanwhile, and a holder that hangs must not hold this key for ever.
+	lctx, lcancel := context.WithTimeout(ctx, c.MountTimeout)
+	err := withMountsLock(lctx, stateDir, func() error { return h.prepareStaging(stagingDir) })
+	lcancel()
+	if err != nil {
 		return err
 	}
 	staging := filepath.Join(stagingDir, name)

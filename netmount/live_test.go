@@ -521,7 +521,7 @@ func childCgroupScoper(t *testing.T) *CgroupScoper {
 // emergencyCleanup kills every process below the cgroup dir (FUSE daemons, sshd, the fake
 // agent), removes the cgroups, and unmounts lazily what is mounted below tmp.
 func emergencyCleanup(cgroupDir, tmp string) error {
-	err := errors.Join(killCgroupTree(cgroupDir), removeV1Trees(filepath.Base(cgroupDir)))
+	err := endCgroupTree(cgroupDir)
 	infos, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(tmp))
 	for i := len(infos) - 1; i >= 0; i-- {
 		exec.Command("umount", "-l", infos[i].Mountpoint).Run()

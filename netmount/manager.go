@@ -196,8 +196,8 @@ func (e *entry) broadcast() {
 // mounts; it waits DefaultLockWait for an agent being replaced to go), prepares it (mounts/ a
 // shared mount of its own, state/ 0700), then adopts
 // what an earlier agent left: a state file with a live mount at its host path is taken as
-// mounted (checked with a bounded stat in the background; a dead FUSE mount is unmounted and
-// mounted again), a state file without a mount is mounted again in the background, and a
+// mounted (checked with a bounded stat in the background; a dead one is replaced in place,
+// see checkAdopted), a state file without a mount is mounted again in the background, and a
 // mount under mounts/ without a state file is left alone and logged.
 func NewManager(c Config) (*Manager, error) {
 	c = c.withDefaults()

@@ -22,7 +22,7 @@ const DefaultCgroupParent = "mountkeeper.slice"
 // of the agent's whole cgroup cannot catch it, nor the FUSE daemon it forks.
 //
 // On a hybrid host the helper also leaves the agent's cgroup v1 groups, at once after it
-// starts (scoper_v1.go): a supervisor that kills by a v1 cgroup would otherwise still kill the
+// starts, and what it forked meanwhile follows at Settle (scoper_v1.go): a supervisor that kills by a v1 cgroup would otherwise still kill the
 // FUSE daemon.
 type CgroupScoper struct {
 	Root   string // the cgroup2 mount point, e.g. /sys/fs/cgroup/unified

@@ -154,9 +154,15 @@ func testCgroupScoper(t *testing.T) *CgroupScoper {
 // removeCgroupTree kills every process below dir and removes its cgroups, deepest first, and
 // the groups of the same name in the cgroup v1 hierarchies.
 func removeCgroupTree(t *testing.T, dir string) {
-	if err := errors.Join(killCgroupTree(dir), removeV1Trees(filepath.Base(dir))); err != nil {
+	if err := endCgroupTree(dir); err != nil {
 		t.Error(err)
 	}
+}
+
+// endCgroupTree kills what runs below the cgroup2 dir and removes it, and its namesakes in
+// the v1 hierarchies.
+func endCgroupTree(dir string) error {
+	return errors.Join(killCgroupTree(dir), removeV1Trees(filepath.Base(dir)))
 }
 
 func killCgroupTree(dir string) error {

@@ -18,7 +18,8 @@ import (
 // its v1 groups on such a host; seen when the plugin's DaemonSet pod is deleted) takes the FUSE
 // daemon with it. So the helper also moves to a group of its own, <parent>/<unit>, in each v1
 // hierarchy, at once after it starts; then every process already in its cgroup2 group (a child
-// forked before the move) follows. A child forked later inherits the new groups.
+// forked before the move) follows. A child forked later inherits the new groups, except one
+// forked by a process listed but not yet moved: Settle, once the helper has exited, moves it.
 
 // Settle moves every process of the unit's cgroup2 group into the unit's v1 groups: run when
 // the helper exited, it catches what a process forked between leaveV1's reading of the group
