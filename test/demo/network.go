@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/netmount"
-	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
@@ -17,8 +17,9 @@ const sshfsClass = "mountkeeper-demo-sshfs"
 
 // networkFilesystem shows an sshfs class (sshd over loopback): two containers share one host
 // mount made in a cgroup scope of its own; killing the plugin's whole cgroup leaves the FUSE
-// daemon and the readers alone; the restarted plugin adopts the mount; the last container out
-// unmounts it after the grace period. The embedded default cannot know this sshd's port and
+// daemon and the readers alone; the restarted plugin adopts the mount; the FUSE daemon killed
+// (SIGKILL) is replaced under the running readers; the last container out unmounts it after
+// the grace period. The embedded default cannot know this sshd's port and
 // key, so this scenario restarts the plugin on a config of its own.
 func networkFilesystem(d *demo) error {
 	step("network filesystem: an sshfs class, sshd on 127.0.0.1")
@@ -30,9 +31,6 @@ func networkFilesystem(d *demo) error {
 	if err := os.WriteFile(filepath.Join(sshd.Export(), "motd"), []byte("served by sshd over loopback\n"), 0o644); err != nil {
 		return err
 	}
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshd.ClientOptions()}
-	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
-	defer harness.RemoveMountScope(spec.Key())
 	stateDir := filepath.Join(d.work, "state")
 	config := filepath.Join(d.work, "sshfs.yaml")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`stateDir: %s
@@ -41,10 +39,16 @@ probeInterval: 500ms
 runtimeClasses:
   %s:
     mounts:
-      - {type: %s, source: "%s", destination: /shared, propagation: HostToContainer, options: [%s]}
-`, stateDir, sshfsClass, spec.Type, spec.Source, strings.Join(spec.Options, ", "))), 0o644); err != nil {
+      - {type: fuse.sshfs, source: "root@127.0.0.1:%s", destination: /shared, propagation: HostToContainer, options: [%s]}
+`, stateDir, sshfsClass, sshd.Export(), strings.Join(sshd.ClientOptions(), ", "))), 0o644); err != nil {
 		return err
 	}
+	cfg, err := configs.Load(config)
+	if err != nil {
+		return err
+	}
+	spec := cfg.RuntimeClasses[sshfsClass].NetworkSpecs()[0] // as the plugin will mount it
+	defer harness.RemoveMountScope(spec.Key())
 	cg, err := harness.NewCgroup2(filepath.Base(d.work) + "-plugin")
 	if err != nil {
 		return err
@@ -97,12 +101,20 @@ runtimeClasses:
 	if pid == 0 {
 		return fmt.Errorf("no sshfs daemon for %s", sshd.Export())
 	}
-	countReads := func() (ok, failed int) {
-		out, _, _, _ := cri.Exec(d.ctx, ids[0], "sh", "-c", "echo $(grep -c ok /tmp/reads) $(grep -c FAIL /tmp/reads)")
-		fmt.Sscan(out, &ok, &failed)
-		return ok, failed
+	countReads := func() (ok, failed int, err error) {
+		out, _, _, err := cri.Exec(d.ctx, ids[0], "sh", "-c", "echo $(grep -c ok /tmp/reads) $(grep -c FAIL /tmp/reads)")
+		if err == nil {
+			_, err = fmt.Sscan(out, &ok, &failed)
+		}
+		if err != nil {
+			err = fmt.Errorf("count reader-1's reads: %w", err)
+		}
+		return ok, failed, err
 	}
-	okBefore, failedBefore := countReads()
+	okBefore, failedBefore, err := countReads()
+	if err != nil {
+		return err
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -117,7 +129,10 @@ runtimeClasses:
 		}
 	}
 	time.Sleep(time.Second) // a few more reads after the recovery
-	okAfter, failedAfter := countReads()
+	okAfter, failedAfter, err := countReads()
+	if err != nil {
+		return err
+	}
 	if recovered == 0 {
 		return fmt.Errorf("reader-1 still cannot read /shared/motd 15s after the daemon was killed")
 	}
