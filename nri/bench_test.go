@@ -25,14 +25,9 @@ func (noopPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Contain
 	return nil, nil, nil
 }
 
-// sharedSources makes a tmpfs, marks it shared, and creates the three class sources in it,
-// so the real host checks (stat, mount ID, mountinfo) run as on a node.
-func sharedSources(b *testing.B) string {
-	privatens.Require(b)
-	return mountSharedSources(b)
-}
-
-// mountSharedSources is sharedSources for a caller in a private mount namespace already.
+// mountSharedSources makes a tmpfs, marks it shared, and creates the three class sources in it,
+// so the real host checks (stat, mount ID, mountinfo) run as on a node. The caller is in a
+// private mount namespace already.
 func mountSharedSources(b testing.TB) string {
 	dir := shortDir(b)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
@@ -51,24 +46,22 @@ func mountSharedSources(b testing.TB) string {
 }
 
 // benchConfig is a class "bench" of three class mounts, one per propagation, on real shared
-// sources (sharedSources), with its state (the guard key) in the benchmark's temp dir.
-func benchConfig(b *testing.B) *configs.Config { return threeMountConfig(b, sharedSources(b)) }
+// sources (mountSharedSources), with its state (the guard key) in the benchmark's temp dir.
+func benchConfig(b *testing.B) *configs.Config {
+	privatens.Require(b)
+	return threeMountConfig(b, mountSharedSources(b))
+}
 
 // threeMountConfig is benchConfig's config on the sources in src (mountSharedSources).
-func threeMountConfig(b testing.TB, src string) *configs.Config {
-	cfg, err := configs.Parse([]byte(`runtimeClasses:
+func threeMountConfig(t testing.TB, src string) *configs.Config {
+	return mustConfig(t, `runtimeClasses:
   bench:
     allowBidirectionalForUnprivileged: true
     mounts:
-      - {source: ` + src + `/private, destination: /private, propagation: rprivate}
-      - {source: ` + src + `/slave, destination: /slave, propagation: rslave}
-      - {source: ` + src + `/shared, destination: /shared, propagation: rshared}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.StateDir = b.TempDir()
-	return cfg
+      - {source: `+src+`/private, destination: /private, propagation: rprivate}
+      - {source: `+src+`/slave, destination: /slave, propagation: rslave}
+      - {source: `+src+`/shared, destination: /shared, propagation: rshared}
+`)
 }
 
 // staticPlugin adds three fixed mounts without looking at anything: the least any plugin that

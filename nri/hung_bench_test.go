@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,14 +82,48 @@ func mountkeeperRuntime(b *testing.B, dir, cfgText string) (*testRuntime, *confi
 
 var benchCtrSeq atomic.Int64
 
-// createIn creates one container of handler in its own pod and returns the error.
-func createIn(rt *testRuntime, handler string) error {
+// numberedRequest is a CreateContainer request for a container of handler in a pod of its own,
+// numbered across the benchmarks of this process.
+func numberedRequest(handler string) *adaptation.CreateContainerRequest {
 	n := benchCtrSeq.Add(1)
 	req := createRequest(handler)
 	req.Pod.Id, req.Pod.Name = fmt.Sprintf("pod-%d", n), fmt.Sprintf("pod-%d", n)
 	req.Container.Id, req.Container.PodSandboxId = fmt.Sprintf("ctr-%d", n), req.Pod.Id
-	_, err := rt.CreateContainer(context.Background(), req)
+	return req
+}
+
+// createIn creates one container of handler in its own pod and returns the error.
+func createIn(rt *testRuntime, handler string) error {
+	_, err := rt.CreateContainer(context.Background(), numberedRequest(handler))
 	return err
+}
+
+// createRetrying creates the container of req as the kubelet would while its network mount is
+// not ready yet: a refusal is retried every 50ms, 100 times at most. It returns the answer and
+// how many times the container was refused.
+func createRetrying(b *testing.B, rt *testRuntime, req *adaptation.CreateContainerRequest) (*adaptation.CreateContainerResponse, int) {
+	b.Helper()
+	for refused := 0; ; refused++ {
+		rsp, err := rt.CreateContainer(context.Background(), req)
+		if err == nil {
+			return rsp, refused
+		}
+		if refused == 100 {
+			b.Fatalf("%s: %v", req.Pod.RuntimeHandler, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitStatus waits up to 20s until the manager's mounts are as ok says, else fails with
+// failure.
+func waitStatus(b *testing.B, manager func() *netmount.Manager, failure string, ok func([]netmount.MountStatus) bool) {
+	b.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ok(manager().Status()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal(failure)
+		}
+	}
 }
 
 // defaultBatch waits up to hungGap (not timed: so that the benchmark spans many retries of
@@ -186,8 +221,8 @@ func BenchmarkHungNetworkMount(b *testing.B) {
 	}
 	mu.Lock()
 	if refusals > 0 {
-		b.ReportMetric(float64(refusalSum.Milliseconds())/float64(refusals), "refusal-ms")
-		b.ReportMetric(float64(refusalMax.Milliseconds()), "refusal-max-ms")
+		b.ReportMetric(float64(refusalSum)/float64(time.Millisecond)/float64(refusals), "refusal-ms")
+		b.ReportMetric(float64(refusalMax)/float64(time.Millisecond), "refusal-max-ms")
 		b.Logf("later class containers: %d refused, mean %s, max %s as their client saw it (queueing for the node-wide lock included)",
 			refusals, (refusalSum / time.Duration(refusals)).Round(time.Microsecond), refusalMax.Round(time.Microsecond))
 	}
@@ -226,32 +261,19 @@ func BenchmarkNetworkFirstPod(b *testing.B) {
 
 	pod := func(handler string) func() time.Duration {
 		return func() time.Duration {
-			n := benchCtrSeq.Add(1)
-			req := createRequest(handler)
-			req.Pod.Id, req.Pod.Name = fmt.Sprintf("pod-%d", n), fmt.Sprintf("pod-%d", n)
-			req.Container.Id, req.Container.PodSandboxId = fmt.Sprintf("ctr-%d", n), req.Pod.Id
+			req := numberedRequest(handler)
 			start := time.Now()
 			if err := rt.RunPodSandbox(ctx, &adaptation.RunPodSandboxRequest{Pod: req.Pod}); err != nil {
 				b.Fatal(err)
 			}
-			var took time.Duration
-			for refused := 0; ; refused++ {
-				rsp, err := rt.CreateContainer(ctx, req)
-				if err == nil {
-					took = time.Since(start)
-					if len(rsp.GetAdjust().GetMounts()) != 1 {
-						b.Fatalf("%s: %d mounts", handler, len(rsp.GetAdjust().GetMounts()))
-					}
-					if refused > 0 {
-						b.Logf("%s: first pod refused %d times before its mount was ready", handler, refused)
-						b.ReportMetric(float64(refused), "first-refusals")
-					}
-					break
-				}
-				if refused == 100 {
-					b.Fatalf("%s: %v", handler, err)
-				}
-				time.Sleep(50 * time.Millisecond)
+			rsp, refused := createRetrying(b, rt, req)
+			took := time.Since(start)
+			if len(rsp.GetAdjust().GetMounts()) != 1 {
+				b.Fatalf("%s: %d mounts", handler, len(rsp.GetAdjust().GetMounts()))
+			}
+			if refused > 0 {
+				b.Logf("%s: first pod refused %d times before its mount was ready", handler, refused)
+				b.ReportMetric(float64(refused), "first-refusals")
 			}
 			if err := rt.RemoveContainer(ctx, &adaptation.RemoveContainerRequest{Pod: req.Pod, Container: req.Container}); err != nil {
 				b.Fatal(err)
@@ -264,20 +286,9 @@ func BenchmarkNetworkFirstPod(b *testing.B) {
 	firstPod := func() time.Duration {
 		took := ondemand()
 		// Not timed: the grace period (1ms) ends and the mount goes, for the next first pod.
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			gone := true
-			for _, st := range manager().Status() {
-				gone = gone && st.Key != key
-			}
-			if gone {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("the on-demand mount is still there 20s after its last container went")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitStatus(b, manager, "the on-demand mount is still there 20s after its last container went", func(sts []netmount.MountStatus) bool {
+			return !slices.ContainsFunc(sts, func(st netmount.MountStatus) bool { return st.Key == key })
+		})
 		return took
 	}
 	b.Run("on-demand-first-pod-vs-by-hand", func(b *testing.B) {
@@ -287,18 +298,9 @@ func BenchmarkNetworkFirstPod(b *testing.B) {
 	})
 	// The eager mount was started with the plugin: wait until it is there.
 	eagerKey := cfg.RuntimeClasses["eager"].NetworkSpecs()[0].Key()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ready := false
-		for _, st := range manager().Status() {
-			ready = ready || st.Key == eagerKey && st.State == "mounted"
-		}
-		if ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the eager class's mount is not ready 20s after the plugin started")
-		}
-	}
+	waitStatus(b, manager, "the eager class's mount is not ready 20s after the plugin started", func(sts []netmount.MountStatus) bool {
+		return slices.ContainsFunc(sts, func(st netmount.MountStatus) bool { return st.Key == eagerKey && st.State == "mounted" })
+	})
 	b.Run("eager-first-pod-vs-by-hand", func(b *testing.B) {
 		base, cand := benchratio.CompareTimed(b, pod("byhand"), pod("eager"))
 		b.Logf("first pod of an eager class (mounted when the plugin started): %s; a pod on the same export mounted by hand: %s (ratio %.3f)",

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -28,12 +27,9 @@ func BenchmarkMemory(b *testing.B) {
 	runPlugin(b, plugin, rt.socket)
 	rt.waitSynced(b)
 	ctx := context.Background()
-	n := 0
 	cycles := func(count int) {
 		for range count {
-			n++
-			req := createRequest("bench")
-			req.Container.Id = "ctr-" + strconv.Itoa(n)
+			req := numberedRequest("bench")
 			if _, err := rt.CreateContainer(ctx, req); err != nil {
 				b.Fatal(err)
 			}

@@ -2,19 +2,14 @@ package nri
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
-	"github.com/containerd/nri/pkg/api"
 	"github.com/moby/sys/mountinfo"
 
-	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netmount"
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/privatens"
@@ -34,48 +29,17 @@ func BenchmarkNetworkMount(b *testing.B) {
 		b.Fatal(err)
 	}
 	opts := "[" + strings.Join(sshd.ClientOptions(), ", ") + "]"
-	cfg, err := configs.Parse([]byte(`stateDir: ` + dir + `/state
-runtimeClasses:
+	rt, _, _ := mountkeeperRuntime(b, dir, `runtimeClasses:
   sshfs:
-    mounts: [{type: fuse.sshfs, source: "root@127.0.0.1:` + sshd.Export() + `", destination: /data, options: ` + opts + `}]
+    mounts: [{type: fuse.sshfs, source: "root@127.0.0.1:`+sshd.Export()+`", destination: /data, options: `+opts+`}]
   plain:
-    mounts: [{source: ` + dir + `/plain, destination: /data}]
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		for _, s := range cfg.RuntimeClasses["sshfs"].NetworkSpecs() {
-			harness.RemoveMountScope(s.Key())
-		}
-	})
-	var manager *netmount.Manager
-	newPlugin := func() *Plugin {
-		return NewPlugin(cfg, true, NewHostChecker(), quietLogger()).WithMounter(
-			func(c *configs.Config) (Mounter, error) {
-				m, err := netmount.NewManager(netmount.ConfigFrom(c, quietLogger()))
-				manager = m
-				return m, err
-			})
-	}
-	rt := startRuntime(b, filepath.Join(dir, "nri.sock"))
-	defer rt.Stop()
-	runPlugin(b, newPlugin(), rt.socket)
-	rt.waitSynced(b)
-	b.Cleanup(func() {
-		if manager != nil {
-			manager.Close()
-		}
-	})
+    mounts: [{source: `+dir+`/plain, destination: /data}]
+`)
 
 	ctx := context.Background()
-	seq := 0
 	create := func(handler string) func() {
 		return func() {
-			seq++
-			req := createRequest(handler)
-			req.Container.Id = fmt.Sprintf("ctr-%d", seq)
-			rsp, err := rt.CreateContainer(ctx, req)
+			rsp, err := rt.CreateContainer(ctx, numberedRequest(handler))
 			if err != nil || len(rsp.GetAdjust().GetMounts()) != 1 {
 				b.Fatalf("CreateContainer (%s): %d mounts, err %v", handler, len(rsp.GetAdjust().GetMounts()), err)
 			}
@@ -83,21 +47,11 @@ runtimeClasses:
 	}
 	// Container 1 mounts (it waits a third of the budget at most, and is retried as the
 	// kubelet would if the mount takes longer); it is not part of the comparison.
-	if err := rt.RunPodSandbox(ctx, &adaptation.RunPodSandboxRequest{Pod: &api.PodSandbox{Id: "pod", RuntimeHandler: "sshfs"}}); err != nil {
+	first := numberedRequest("sshfs")
+	if err := rt.RunPodSandbox(ctx, &adaptation.RunPodSandboxRequest{Pod: first.Pod}); err != nil {
 		b.Fatal(err)
 	}
-	for try := 1; ; try++ {
-		req := createRequest("sshfs")
-		req.Container.Id = "ctr-0"
-		_, err := rt.CreateContainer(ctx, req)
-		if err == nil {
-			break
-		}
-		if try == 100 {
-			b.Fatalf("the first sshfs container: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	createRetrying(b, rt, first)
 	benchratio.Compare(b, create("plain"), create("sshfs"))
 
 	// The host's own count, below the state dir, where the manager mounts.
