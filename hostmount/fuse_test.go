@@ -4,8 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,23 +62,13 @@ func TestCachedCheckAsksNoFUSEServer(t *testing.T) {
 // starts it).
 func sshfsDaemon(t *testing.T, mnt string) *os.Process {
 	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		args := strings.Split(string(b), "\x00")
-		if err != nil || len(args) == 0 || !strings.HasSuffix(args[0], "sshfs") || !slices.Contains(args, mnt) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil {
-			continue
-		}
-		proc, err := os.FindProcess(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return proc
+	pid := harness.ProcessPid("sshfs", mnt)
+	if pid == 0 {
+		t.Fatalf("no sshfs process serves %s", mnt)
 	}
-	t.Fatalf("no sshfs process serves %s", mnt)
-	return nil
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proc
 }
