@@ -327,9 +327,10 @@ func (p *Plugin) decide(ctx context.Context, e *classmount.Engine, req classmoun
 
 // cannotBlock says the decision for req holds at most one step that can wait on the host, the
 // host check, which bounds itself (hostmount.DefaultTimeout) below createBudget: no kubelet
-// subPath mount, no network filesystem in the class. Such a decision runs on the request's
-// goroutine; any other runs on one of its own under createBudget, so that the sum of its
-// bounded steps can never keep the runtime waiting past its plugin timeout.
+// subPath mount, no network filesystem in the class, and no idmap probe (the second bounded
+// step of a container with a user namespace given class mounts). Such a decision runs on the
+// request's goroutine; any other runs on one of its own under createBudget, so that the sum of
+// its bounded steps can never keep the runtime waiting past its plugin timeout.
 func (p *Plugin) cannotBlock(cfg *configs.Config, req classmount.Request) bool {
 	if hostmount.DefaultTimeout >= cfg.CreateBudget {
 		return false
