@@ -78,7 +78,8 @@ func checkKey(mounts []specmod.Mount) bounded.Key {
 	var call strings.Builder
 	for i, m := range mounts {
 		k.Paths[i] = m.Source
-		call.WriteString(m.String() + "\n")
+		m.Describe(&call)
+		call.WriteByte('\n')
 	}
 	k.Call = "hostmount " + call.String()
 	return k
