@@ -116,9 +116,10 @@ func TestCacheSeesEveryChange(t *testing.T) {
 	check("after the mount was made private", "is private")
 }
 
-// TestCacheSharesOneMountsAnswer: sources on one host mount share one statmount per cached
-// check, and each is still held to its own propagation: once the mount is a slave, the next
-// check passes the rslave source and refuses the rshared one.
+// TestCacheSharesOneMountsAnswer: sources on one host mount are held to the one answer their
+// cached check gets for that mount (propagationNow asks statmount once per mount and check;
+// the count is not observed here), each to its own propagation: once the mount is a slave, the
+// next check passes the rslave source and refuses the rshared one.
 func TestCacheSharesOneMountsAnswer(t *testing.T) {
 	if !privatens.Run(t) {
 		return
