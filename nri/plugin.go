@@ -164,9 +164,6 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 	next := copiesFor(cfg)
 	p.mu.Lock()
 	old := p.copies
-	if old != nil && next != nil && next.Dir == old.Dir {
-		next = old
-	}
 	p.cfg, p.net, p.copies = cfg, net, next
 	p.rebuildLocked()
 	p.mu.Unlock()
@@ -190,7 +187,7 @@ func copiesFor(cfg *configs.Config) *subpath.Copies {
 // where nothing removes them any more. The containers keep what they bound. It runs without
 // p.mu, which every CreateContainer takes.
 func (p *Plugin) sweepOldCopies(old, next *subpath.Copies) {
-	if old == nil || old == next {
+	if old == nil || next != nil && next.Dir == old.Dir {
 		return
 	}
 	if _, err := old.Sweep(nil); err != nil {
