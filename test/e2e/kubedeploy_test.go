@@ -91,21 +91,7 @@ func TestKubeDeploy(t *testing.T) {
 	n.sshd = startHelloSSHD(t, harness.WorkDir(t, "mk-kdsshd-"))
 	sshOpts := strings.Join(n.sshd.ClientOptions(), ", ")
 	config := strings.NewReplacer("DIR", n.dir, "KUBELET", n.kube.RootDir(), "EXPORT", n.sshd.Export(), "SSHOPTS", sshOpts).Replace(deployConfig)
-	parsed, err := configs.Parse([]byte(config))
-	if err != nil {
-		t.Fatalf("the test's config: %v", err)
-	}
-	t.Cleanup(func() {
-		// The FUSE daemon's scope outlives every pod by design: end it (the mount itself goes
-		// with the work directory).
-		for _, rc := range parsed.RuntimeClasses {
-			for _, s := range rc.NetworkSpecs() {
-				if err := harness.RemoveMountScope(s.Key()); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-			}
-		}
-	})
+	n.scopes.add(t, []byte(config))
 
 	var plugin string
 	t.Run("1 the shipped manifests install the plugin pod", func(t *testing.T) {

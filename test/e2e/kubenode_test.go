@@ -29,6 +29,7 @@ type kubeNode struct {
 	kube   *harness.KubeNode
 	api    *harness.KubeClient
 	plugin *harness.Plugin
+	scopes *scopeEnder // network mount scopes that end with the test
 }
 
 // kubeClassConfig is the plugin config of the kube tests: one class whose handler the
@@ -66,6 +67,9 @@ func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions
 		testenv.Skip(t, "no Kubernetes node: %s", why)
 	}
 	n := &kubeNode{t: t, ctx: ctx, dir: harness.WorkDir(t, "mk-e2e-")}
+	// Before containerd and kubelet start: the scopes end once they (and a plugin pod) are
+	// gone, and before the work directory is removed.
+	n.scopes = newScopeEnder(t)
 	var err error
 	if n.bin, err = harness.BuildMountkeeper(n.dir); err != nil {
 		t.Fatal(err)

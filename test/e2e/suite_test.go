@@ -32,7 +32,41 @@ type node struct {
 	config    string
 	cgroup    string              // cgroup2 dir the plugin runs in; "" for the test's own
 	byHandler map[string][]string // container IDs created, by runtime handler
-	scopes    []string            // network mount keys whose scopes end with the test
+	scopes    *scopeEnder         // network mount scopes that end with the test
+}
+
+// scopeEnder ends, when the test ends, the cgroup scopes of the network mounts of the configs
+// added to it: a FUSE daemon's scope outlives every container by design (the mount itself
+// goes with the work directory). Make it before starting what runs the plugin, so that its
+// cleanup runs after the plugin has stopped: a plugin still running would see the killed
+// daemon and heal the mount into the dying scope.
+type scopeEnder struct{ keys []string }
+
+func newScopeEnder(t *testing.T) *scopeEnder {
+	s := &scopeEnder{}
+	t.Cleanup(func() {
+		for _, key := range s.keys {
+			if err := harness.RemoveMountScope(key); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	return s
+}
+
+// add parses config, whose network mounts' scopes then end with the test, and returns it.
+func (s *scopeEnder) add(t *testing.T, config []byte) *configs.Config {
+	t.Helper()
+	cfg, err := configs.Parse(config)
+	if err != nil {
+		t.Fatalf("the test's config: %v", err)
+	}
+	for _, rc := range cfg.RuntimeClasses {
+		for _, spec := range rc.NetworkSpecs() {
+			s.keys = append(s.keys, spec.Key())
+		}
+	}
+	return cfg
 }
 
 // forEachRuntime runs f as a subtest per runtime (named after it): the NRI scenarios hold on
@@ -90,38 +124,20 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 			t.Errorf("cleanup %s: %v", kind, err)
 		}
 	})
-	// Registered before the plugin starts, so it runs after the plugin has stopped: a plugin
-	// still running would see the killed daemon and heal the mount into the dying scope.
-	t.Cleanup(func() {
-		for _, key := range n.scopes {
-			if err := harness.RemoveMountScope(key); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		}
-	})
+	n.scopes = newScopeEnder(t) // before the plugin starts: ends the scopes after it stopped
 	n.startPlugin()
 	return n
 }
 
 // endNetworkScopes parses the node's config and ends, when the test ends and after the
-// plugin has stopped, the scopes of every class's network mounts: a FUSE daemon's scope
-// outlives every container by design (the mount itself goes with the work directory).
+// plugin has stopped, the scopes of every class's network mounts (scopeEnder).
 func (n *node) endNetworkScopes() *configs.Config {
 	n.t.Helper()
 	data, err := os.ReadFile(n.config)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	cfg, err := configs.Parse(data)
-	if err != nil {
-		n.t.Fatalf("the test's config: %v", err)
-	}
-	for _, rc := range cfg.RuntimeClasses {
-		for _, s := range rc.NetworkSpecs() {
-			n.scopes = append(n.scopes, s.Key())
-		}
-	}
-	return cfg
+	return n.scopes.add(n.t, data)
 }
 
 // startPlugin starts `mountkeeper nri` on the node's config; it is stopped when the test ends.
