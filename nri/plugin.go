@@ -50,7 +50,8 @@ type Plugin struct {
 	newMounter func(*configs.Config) (Mounter, error)
 	net        Mounter // nil until a config has network mounts
 
-	copies *subpath.Copies // private copies of atomic-writer subPaths; nil with subPathRepair off
+	subPaths *subpath.Repairer // repairs stale subPath mounts, below cfg's kubelet root
+	copies   *subpath.Copies   // private copies of atomic-writer subPaths (made by subPaths); nil with subPathRepair off
 
 	metrics    *metrics.Metrics // nil counts nothing
 	configFrom string
@@ -88,7 +89,7 @@ func newHostChecker(in hostmount.Inspector) specmod.Host { return hostmount.NewC
 // NewPlugin returns a plugin serving cfg. pinned says cfg was chosen explicitly by the
 // operator and must win over a config the runtime passes at registration.
 func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.Logger) *Plugin {
-	p := &Plugin{cfg: cfg, pinned: pinned, host: host, log: log}
+	p := &Plugin{cfg: cfg, pinned: pinned, host: host, log: log, subPaths: subpath.NewRepairer(cfg.KubeletRoot)}
 	p.rebuildLocked()
 	return p
 }
@@ -161,10 +162,11 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 		}
 		net = m
 	}
-	next := copiesFor(cfg)
+	subPaths := subpath.NewRepairer(cfg.KubeletRoot)
+	next := copiesFor(cfg, subPaths)
 	p.mu.Lock()
 	old := p.copies
-	p.cfg, p.net, p.copies = cfg, net, next
+	p.cfg, p.net, p.subPaths, p.copies = cfg, net, subPaths, next
 	p.rebuildLocked()
 	p.mu.Unlock()
 	holdEager(net, cfg, held != nil)
@@ -173,13 +175,13 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 	return nil
 }
 
-// copiesFor is where cfg keeps the private copies of subPaths, made on demand: below
+// copiesFor is where cfg keeps the private copies of subPaths, made on demand by r: below
 // <stateDir>/subpath; nil with subPathRepair off.
-func copiesFor(cfg *configs.Config) *subpath.Copies {
+func copiesFor(cfg *configs.Config, r *subpath.Repairer) *subpath.Copies {
 	if !cfg.SubPathRepair {
 		return nil
 	}
-	return subpath.NewRepairer(cfg.KubeletRoot).Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
+	return r.Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
 }
 
 // sweepOldCopies removes the copies below old once next is in force instead: a config that
@@ -204,7 +206,7 @@ func (p *Plugin) subPathCopies() *subpath.Copies {
 // rebuildLocked builds the decision engine for the config in force with the plugin's side
 // effects. Callers hold p.mu for writing.
 func (p *Plugin) rebuildLocked() {
-	e := &classmount.Engine{Config: p.cfg, Host: p.host, SubPaths: subpath.NewRepairer(p.cfg.KubeletRoot), Idmap: p.idmap}
+	e := &classmount.Engine{Config: p.cfg, Host: p.host, SubPaths: p.subPaths, Idmap: p.idmap}
 	if e.Idmap == nil {
 		e.Idmap = idmap.Default
 	}
