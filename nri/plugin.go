@@ -237,7 +237,9 @@ func (p *Plugin) engine() *classmount.Engine {
 // a clearer message; this one catches their sum.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, _ []*api.ContainerUpdate, err error) {
 	start := time.Now()
-	defer func() { p.record(pod.GetRuntimeHandler(), err, time.Since(start)) }()
+	e := p.engine()
+	cfg := e.Config
+	defer func() { p.record(cfg, pod.GetRuntimeHandler(), err, time.Since(start)) }()
 	req := classmount.Request{
 		Handler: pod.GetRuntimeHandler(),
 		Container: classmount.Container{
@@ -251,8 +253,6 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	// Every line about the container carries it (namespace/pod/name); the refusal and the
 	// info line name its runtime class.
 	log := p.log.WithField("container", req.Container.String())
-	e := p.engine()
-	cfg := e.Config
 	var r decided
 	if p.cannotBlock(cfg, req) {
 		// Nothing in this decision can wait on the host: no goroutine, no timer; no network
@@ -476,13 +476,13 @@ func (p *Plugin) startGuard(cfg *configs.Config) {
 	}
 }
 
-// record counts one CreateContainer answer. The class label is a configured class or "none",
-// never a handler a pod made up.
-func (p *Plugin) record(handler string, err error, took time.Duration) {
+// record counts one CreateContainer answer, decided with cfg. The class label is a class of cfg
+// or "none", never a handler a pod made up.
+func (p *Plugin) record(cfg *configs.Config, handler string, err error, took time.Duration) {
 	if p.metrics == nil {
 		return
 	}
-	class, _, ok := p.config().Class(handler)
+	class, _, ok := cfg.Class(handler)
 	if !ok {
 		class = "none"
 	}
