@@ -94,15 +94,6 @@ func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.
 	return p
 }
 
-// withIdmap makes the plugin ask in instead of the kernel whether a mount can be idmapped.
-func (p *Plugin) withIdmap(in classmount.Idmapper) *Plugin {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.idmap = in
-	p.rebuildLocked()
-	return p
-}
-
 // Configure takes the config the runtime passes to a pre-registered plugin (the file in the
 // runtime's plugin_config_path), unless the operator pinned one, and subscribes to the events
 // the plugin handles.

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/idmap"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
@@ -22,6 +23,15 @@ func (k kernelSays) Check(source string) error {
 		return &idmap.NotSupportedError{Source: source, FSType: t, Err: unix.EINVAL}
 	}
 	return nil
+}
+
+// withIdmap makes the plugin ask in instead of the kernel whether a mount can be idmapped.
+func (p *Plugin) withIdmap(in classmount.Idmapper) *Plugin {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idmap = in
+	p.rebuildLocked()
+	return p
 }
 
 // TestCreateContainerUserNamespace: a container with a user namespace (a "user" entry in its
