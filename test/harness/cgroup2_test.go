@@ -3,6 +3,7 @@ package harness
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,5 +49,36 @@ func TestCgroupKill(t *testing.T) {
 	}
 	if _, err := os.Stat(cg.Dir); !os.IsNotExist(err) {
 		t.Errorf("the cgroup is still there: %v", err)
+	}
+}
+
+// TestRemoveCgroupIfEmpty: an empty cgroup is removed; one that holds a cgroup (another
+// kubelet's pods below /k8s.io) is left, and that is no error.
+func TestRemoveCgroupIfEmpty(t *testing.T) {
+	testenv.Require(t, "root")
+	root, err := Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "/mountkeeper-test-ifempty-" + strconv.Itoa(os.Getpid())
+	child := filepath.Join(root, name, "someone-elses")
+	if err := os.MkdirAll(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(child); os.Remove(filepath.Join(root, name)) })
+	if err := removeCgroupIfEmpty(name); err != nil {
+		t.Errorf("a cgroup holding another's: %v, want no error", err)
+	}
+	if _, err := os.Stat(child); err != nil {
+		t.Fatalf("the cgroup holding another's was removed: %v", err)
+	}
+	if err := os.Remove(child); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeCgroupIfEmpty(name); err != nil {
+		t.Errorf("an empty cgroup: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, name)); !os.IsNotExist(err) {
+		t.Errorf("the empty cgroup is still there: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -55,16 +56,19 @@ func defaultCgroupsExist() bool {
 	return false
 }
 
-// removeEmptyCgroup removes cgroup cg in every hierarchy where it exists; it fails, naming
-// it, where it still holds a cgroup (a container's that teardown did not remove).
-func removeEmptyCgroup(cg string) error {
+// removeCgroupIfEmpty removes cgroup cg in every hierarchy where it exists and is empty. Where
+// it still holds a cgroup or a process (rmdir: EBUSY, or ENOTEMPTY) it is left, and that is
+// no error: cg is containerd's /k8s.io, which every containerd of the machine shares, and the
+// pods there are another kubelet's; teardown has removed ours, or failed naming them.
+func removeCgroupIfEmpty(cg string) error {
 	hierarchies, err := cgroupHierarchies()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, h := range hierarchies {
-		if err := os.Remove(filepath.Join(h, cg)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err := os.Remove(filepath.Join(h, cg))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(h, cg), err))
 		}
 	}

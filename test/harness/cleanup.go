@@ -84,7 +84,7 @@ func (in *instance) close() error {
 	in.daemon = nil
 	err := closeInstance(d, in.cri, in.log, in.layout)
 	if in.ownsDefaultCgroups {
-		err = errors.Join(err, removeEmptyCgroup(defaultCgroupNamespace))
+		err = errors.Join(err, removeCgroupIfEmpty(defaultCgroupNamespace))
 	}
 	in.closed = !errors.Is(err, errTeardown)
 	return err

@@ -139,7 +139,9 @@ func StartKubeNode(ctx context.Context, c *Containerd, opts KubeOptions) (*KubeN
 		return nil, err
 	}
 	k := &KubeNode{opts: opts, ctrd: c, dir: dir, pki: kubePKI{dir: filepath.Join(dir, "pki")}}
+	c.mu.Lock() // Close reads it under the lock
 	c.ownsDefaultCgroups = c.ownsDefaultCgroups || !defaultCgroupsExist()
+	c.mu.Unlock()
 	if err := writeOwner(layout{dir: dir}); err != nil {
 		return k, errors.Join(err, k.Close())
 	}
@@ -434,7 +436,7 @@ func sweepStaleKube() {
 				_ = os.RemoveAll(dir)
 			}
 			// Its pods' cgroups were /k8s.io/<id>; its containerd's teardown removed those.
-			_ = removeEmptyCgroup(defaultCgroupNamespace)
+			_ = removeCgroupIfEmpty(defaultCgroupNamespace)
 		}
 	}
 }
