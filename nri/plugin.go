@@ -42,7 +42,7 @@ type Plugin struct {
 	cfg *configs.Config
 	// eng decides with cfg and the side effects below (net, copies, idmap); built again
 	// whenever one of them changes (rebuildLocked), not per container. Guarded by mu.
-	eng *classmount.Engine
+	eng *served
 	// pinned: the config was named on the command line, so one the runtime hands over in
 	// Configure (plugin_config_path) is not used.
 	pinned bool
@@ -207,11 +207,39 @@ func (p *Plugin) rebuildLocked() {
 	if p.copies != nil {
 		e.SubPathCopies = p.copies
 	}
-	p.eng = e
+	p.eng = serve(e)
+}
+
+// served is a decision engine with what cannotBlock needs to know of its config, worked out
+// once per engine instead of per container.
+type served struct {
+	*classmount.Engine
+	// hostBounded: the host check bounds itself (hostmount.DefaultTimeout) below createBudget.
+	hostBounded bool
+	classes     map[string]classFacts
+}
+
+// classFacts is what cannotBlock needs to know of a class.
+type classFacts struct {
+	mounts  bool // the class has mounts (to idmap in a container with a user namespace)
+	network bool // one of them is a network filesystem
+}
+
+func serve(e *classmount.Engine) *served {
+	s := &served{Engine: e, hostBounded: hostmount.DefaultTimeout < e.Config.CreateBudget,
+		classes: make(map[string]classFacts, len(e.Config.RuntimeClasses))}
+	for name, rc := range e.Config.RuntimeClasses {
+		f := classFacts{mounts: len(rc.Mounts) > 0}
+		for _, m := range rc.Mounts {
+			f.network = f.network || m.Network != nil
+		}
+		s.classes[name] = f
+	}
+	return s
 }
 
 // engine is the decision engine in force; its Config is the config in force.
-func (p *Plugin) engine() *classmount.Engine {
+func (p *Plugin) engine() *served {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.eng
@@ -245,12 +273,12 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	// info line name its runtime class.
 	log := p.log.WithField("container", req.Container.String())
 	var r decided
-	if p.cannotBlock(cfg, req) {
+	if e.cannotBlock(req) {
 		// Nothing in this decision can wait on the host: no goroutine, no timer; no network
 		// mount, so nothing waits on ctx.
-		r = p.decide(context.Background(), e, req)
+		r = p.decide(context.Background(), e.Engine, req)
 	} else {
-		r = p.decideAside(e, req)
+		r = p.decideAside(e.Engine, req)
 	}
 	r.d.LogRepairs(log)
 	p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
@@ -321,25 +349,18 @@ func (p *Plugin) decide(ctx context.Context, e *classmount.Engine, req classmoun
 // step of a container with a user namespace given class mounts). Such a decision runs on the
 // request's goroutine; any other runs on one of its own under createBudget, so that the sum of
 // its bounded steps can never keep the runtime waiting past its plugin timeout.
-func (p *Plugin) cannotBlock(cfg *configs.Config, req classmount.Request) bool {
-	if hostmount.DefaultTimeout >= cfg.CreateBudget {
+func (s *served) cannotBlock(req classmount.Request) bool {
+	if !s.hostBounded {
 		return false
 	}
 	for _, m := range req.Mounts {
-		if _, sub := subpath.ParseTarget(cfg.KubeletRoot, m.Source); sub {
+		if _, sub := subpath.ParseTarget(s.Config.KubeletRoot, m.Source); sub {
 			return false
 		}
 	}
-	_, rc, _ := cfg.Class(req.Handler)
-	if req.UserNamespace && len(rc.Mounts) > 0 {
-		return false // the idmap probe is a second bounded step
-	}
-	for _, m := range rc.Mounts {
-		if m.Network != nil {
-			return false
-		}
-	}
-	return true
+	c := s.classes[configs.ClassName(req.Handler)]
+	// With a user namespace, the idmap probe is a second bounded step.
+	return !c.network && !(req.UserNamespace && c.mounts)
 }
 
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
