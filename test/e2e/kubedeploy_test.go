@@ -53,6 +53,7 @@ type deployNode struct {
 	template  map[string]any              // the DaemonSet's pod template
 	pluginGen int                         // plugin pods created so far
 	sshd      *harness.SSHD
+	hook      string // the mountkeeper-hook binary the image holds
 }
 
 const deployNS = "mountkeeper"
@@ -110,7 +111,7 @@ func TestKubeDeploy(t *testing.T) {
 		}
 		// The guard hook is the lean binary the image holds beside mountkeeper.
 		installed, err := os.ReadFile(filepath.Join(n.dir, "hookbin", "mountkeeper-hook"))
-		built, berr := os.ReadFile(filepath.Join(n.dir, "mountkeeper-hook-static"))
+		built, berr := os.ReadFile(n.hook)
 		if err != nil || berr != nil || !bytes.Equal(installed, built) {
 			t.Errorf("the init container did not install mountkeeper-hook as the guard hook (read: %v, %v; %d bytes, want the %d of mountkeeper-hook)", err, berr, len(installed), len(built))
 		}
@@ -320,15 +321,16 @@ func (n *deployNode) installImage() {
 	t := n.t
 	t.Helper()
 	start := time.Now()
-	bin, hook, err := harness.BuildAgentBinaries(n.ctx, n.dir)
+	// The node's mountkeeper (BuildMountkeeper) and its hook, both static (no cgo).
+	var err error
+	if n.hook, err = harness.BuildHook(n.dir); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(n.bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hookData, err := os.ReadFile(hook)
+	hookData, err := os.ReadFile(n.hook)
 	if err != nil {
 		t.Fatal(err)
 	}

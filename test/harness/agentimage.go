@@ -6,9 +6,6 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 )
 
 // AgentImage is the name `make image` gives the mountkeeper image and deploy/ refers to.
@@ -21,28 +18,11 @@ const AgentBinaryPath = "/usr/local/bin/mountkeeper"
 // --install-hook` copies to the host as the guard hook.
 const AgentHookPath = "/usr/local/bin/mountkeeper-hook"
 
-// BuildAgentBinaries builds the image's two binaries into dir (from the module root), as
-// `make build` does (CGO_ENABLED=0: static, so the image needs no libc).
-func BuildAgentBinaries(ctx context.Context, dir string) (agent, hook string, err error) {
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(self), "..", "..")
-	var out [2]string
-	for i, name := range []string{"mountkeeper", "mountkeeper-hook"} {
-		out[i] = filepath.Join(dir, name+"-static")
-		cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.version=e2e", "-o", out[i], "./cmd/"+name)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("go build (static) ./cmd/%s: %w: %s", name, err, b)
-		}
-	}
-	return out[0], out[1], nil
-}
-
 // AgentImageArchive returns an OCI image-layout tarball (for `ctr images import` or `podman
 // load`) of one image, name, that holds nothing but binary at AgentBinaryPath, hook at
 // AgentHookPath, an empty /tmp and /etc/mountkeeper: no base image is pulled. Both must be
-// statically linked: there is no libc in the image.
+// statically linked, as BuildMountkeeper and BuildHook (and `make build`) build them: there
+// is no libc in the image.
 func AgentImageArchive(binary, hook []byte, name string) ([]byte, error) {
 	for _, b := range []struct {
 		path string

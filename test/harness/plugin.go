@@ -27,8 +27,8 @@ func BuildHook(dir string) (string, error) {
 	return build(dir, "MOUNTKEEPER_HOOK_BINARY", "mountkeeper-hook")
 }
 
-// build builds ./cmd/<name> as the Makefile does (no cgo) into dir, unless the environment
-// variable env names a binary built already.
+// build builds ./cmd/<name> as the Makefile does (no cgo: static, as the agent image needs)
+// into dir, unless the environment variable env names a binary built already.
 func build(dir, env, name string) (string, error) {
 	if p := os.Getenv(env); p != "" {
 		return p, nil
