@@ -73,6 +73,10 @@ func (in *instance) takeDaemon() *daemon {
 	return d
 }
 
+// Stop stops the daemon (containerd, crio) with SIGTERM, as a crash or an upgrade would;
+// Containerd.Start starts it again. Shims (conmon) and containers keep running.
+func (in *instance) Stop() error { return in.takeDaemon().stop(stopTimeout) }
+
 // close is Close of either runtime: closeInstance once, again only after a failed teardown.
 func (in *instance) close() error {
 	in.mu.Lock()
@@ -115,9 +119,7 @@ func closeInstance(d *daemon, cri *Client, log *logSink, l layout) error {
 	if cri != nil {
 		errs = append(errs, cri.close())
 	}
-	if log != nil {
-		log.detach()
-	}
+	log.detach()
 	// Once the directory is gone its name may be reused by another instance: never tear
 	// down again after that, even if the polite part above reported an error.
 	if err := teardown(l, children); err != nil {

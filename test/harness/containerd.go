@@ -137,16 +137,6 @@ func (c *Containerd) ConfigPath() string { return c.layout.config() }
 // CRI returns the instance's CRI client; it stays valid across Restart.
 func (c *Containerd) CRI() *Client { return c.cri }
 
-// Stop stops containerd with SIGTERM, as a crash or an upgrade would; Start starts it again.
-// Shims and containers keep running.
-func (c *Containerd) Stop() error {
-	d := c.takeDaemon()
-	if d == nil {
-		return nil
-	}
-	return d.stop(stopTimeout)
-}
-
 // Start starts containerd again after Stop and waits until CRI is ready.
 func (c *Containerd) Start(ctx context.Context) error { return c.startDaemon(ctx) }
 

@@ -170,8 +170,7 @@ func (c *CRIO) NRIPluginConfigPath() string {
 
 // Restart stops crio with SIGTERM and starts it again; conmon and the containers keep running.
 func (c *CRIO) Restart(ctx context.Context) error {
-	d := c.takeDaemon()
-	if err := d.stop(stopTimeout); err != nil {
+	if err := c.Stop(); err != nil {
 		return err
 	}
 	return c.startDaemon(ctx)
