@@ -34,7 +34,7 @@ runtimeClasses:
 //   - after SIGCONT the next class container, retried as kubelet would, runs and reads the
 //     export, from the same plugin process.
 func TestNetworkHungServer(t *testing.T) {
-	testenv.Require(t, "fuse")
+	testenv.Require(t, sshfsNeeds...)
 	forEachRuntime(t, testNetworkHungServer)
 }
 

@@ -67,8 +67,7 @@ const deployNS = "mountkeeper"
 // and --host-namespaces-pid at the test process: PID 1 of this machine is a sandbox process
 // whose namespaces cannot be opened, and the test's namespaces are the node's here.
 func TestKubeDeploy(t *testing.T) {
-	testenv.Require(t, "fuse")
-	testenv.Require(t, "sshfs")
+	testenv.Require(t, sshfsNeeds...)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	n := &deployNode{kubeNode: newKubeNodeWith(t, ctx, harness.KubeOptions{

@@ -41,7 +41,7 @@ runtimeClasses:
 // while other classes are served; an nfs class on a node without mount.nfs is refused naming
 // the helper and its packages; removing the last container unmounts after the grace period.
 func TestNetworkFilesystem(t *testing.T) {
-	testenv.Require(t, "fuse")
+	testenv.Require(t, sshfsNeeds...)
 	forEachRuntime(t, testNetworkFilesystem)
 }
 

@@ -69,9 +69,13 @@ func (s *scopeEnder) add(t *testing.T, config []byte) *configs.Config {
 	return cfg
 }
 
+// sshfsNeeds are what a test of an sshfs class needs: FUSE, the client, and the server that
+// harness.StartSSHD runs.
+var sshfsNeeds = []string{"fuse", "sshfs", "/usr/sbin/sshd"}
+
 // forEachRuntime runs f as a subtest per runtime (named after it): the NRI scenarios hold on
 // containerd and CRI-O alike. A runtime whose binaries are missing skips (fails under
-// MOUNTKEEPER_REQUIRE_ALL=1).
+// MOUNTKEEPER_REQUIRE_ALL=1) before f sets anything up (newNode would skip too, later).
 func forEachRuntime(t *testing.T, f func(t *testing.T, kind harness.RuntimeKind)) {
 	for _, kind := range harness.RuntimeKinds {
 		t.Run(string(kind), func(t *testing.T) {
@@ -89,9 +93,11 @@ func newNode(t *testing.T, kind harness.RuntimeKind, handlers []string, config s
 	return newNodeWith(t, kind, handlers, config, "")
 }
 
-// newNodeWith is newNode with the plugin started in the cgroup2 directory pluginCgroup.
+// newNodeWith is newNode with the plugin started in the cgroup2 directory pluginCgroup. It
+// skips (fails under MOUNTKEEPER_REQUIRE_ALL=1) without root or the runtime's binaries.
 func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, config, pluginCgroup string) *node {
 	t.Helper()
+	testenv.Require(t, append([]string{"root"}, kind.Binaries()...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	dir := harness.WorkDir(t, "mk-e2e-")

@@ -211,7 +211,7 @@ Restart=no
 // A control subtest first shows that the checks can fail: a service that mounts sshfs in its
 // own cgroup loses the FUSE daemon on `systemctl restart`.
 func TestSystemdRestart(t *testing.T) {
-	testenv.Require(t, "fuse")
+	testenv.Require(t, sshfsNeeds...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	work := harness.WorkDir(t, "mk-sd-")

@@ -107,7 +107,7 @@ func (n *node) mountinfoOf(id, dst string) string {
 // default_permissions by default). Bidirectional in a user-namespaced pod is refused naming
 // the user namespace, though the class allows it for unprivileged containers.
 func TestUserNamespace(t *testing.T) {
-	testenv.Require(t, "root", "fuse", "sshfs")
+	testenv.Require(t, append([]string{"root"}, sshfsNeeds...)...)
 	work := harness.WorkDir(t, "mk-uns-")
 	sshd, err := harness.StartSSHD(work)
 	if err != nil {
