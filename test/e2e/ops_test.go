@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,8 +25,8 @@ import (
 // swap and a SIGHUP each reload the config; an invalid config is refused, the old one stays in
 // force, and both `mountkeeper status` and the metrics show it.
 func TestOperations(t *testing.T) {
-	n := newNode(t, harness.KindContainerd, []string{"mk-ops-a", "mk-ops-b"}, "runtimeClasses:\n  mk-ops-a:\n    mounts: [{source: SRC/a, destination: /a}]\n")
-	n.plugin.Stop()
+	// The plugin is the test's own, on a ConfigMap-style directory and with --listen.
+	n := newNodeWithoutPlugin(t, harness.KindContainerd, []string{"mk-ops-a", "mk-ops-b"}, "", "")
 	for _, d := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(n.src(), d), 0o755); err != nil {
 			t.Fatal(err)
@@ -54,7 +55,11 @@ func TestOperations(t *testing.T) {
 	}
 	t.Cleanup(plugin.Stop)
 
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Dial: func(_, _ string) (netConn, error) { return dialUnix(sock) }}}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
 	get := func(path string) (int, string) {
 		resp, err := client.Get("http://mk" + path)
 		if err != nil {
@@ -66,13 +71,7 @@ func TestOperations(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		eventually(t, 20*time.Second, what, ok)
 	}
 	status := func() map[string]any {
 		t.Helper()
@@ -140,7 +139,3 @@ func TestOperations(t *testing.T) {
 		t.Error("the refused reload is not in the log")
 	}
 }
-
-type netConn = net.Conn
-
-func dialUnix(path string) (net.Conn, error) { return net.Dial("unix", path) }

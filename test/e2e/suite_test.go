@@ -97,6 +97,15 @@ func newNode(t *testing.T, kind harness.RuntimeKind, handlers []string, config s
 // skips (fails under MOUNTKEEPER_REQUIRE_ALL=1) without root or the runtime's binaries.
 func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, config, pluginCgroup string) *node {
 	t.Helper()
+	n := newNodeWithoutPlugin(t, kind, handlers, config, pluginCgroup)
+	n.startPlugin()
+	return n
+}
+
+// newNodeWithoutPlugin is newNodeWith up to the plugin, which the test starts itself
+// (startPlugin, or harness.StartPlugin with flags of its own).
+func newNodeWithoutPlugin(t *testing.T, kind harness.RuntimeKind, handlers []string, config, pluginCgroup string) *node {
+	t.Helper()
 	testenv.Require(t, append([]string{"root"}, kind.Binaries()...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -131,7 +140,6 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 		}
 	})
 	n.scopes = newScopeEnder(t) // before the plugin starts: ends the scopes after it stopped
-	n.startPlugin()
 	return n
 }
 
@@ -235,6 +243,16 @@ func (w testWriter) Write(p []byte) (int, error) {
 		w.t.Logf("%s: %s", w.prefix, line)
 	}
 	return len(p), nil
+}
+
+// eventually polls cond every 100ms until it holds, failing the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+	}
 }
 
 func lastBytes(b []byte, n int) []byte {

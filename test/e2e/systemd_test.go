@@ -286,7 +286,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemctl", "start", "mk-naive")
 		t.Cleanup(func() { sd.Run(context.Background(), "systemctl", "stop", "mk-naive") })
 		var daemon int
-		sdEventually(t, 20*time.Second, "the control service mounts sshfs", func() bool {
+		eventually(t, 20*time.Second, "the control service mounts sshfs", func() bool {
 			daemon = s.fuseDaemon("/tmp/naive")
 			return daemon != 0
 		})
@@ -357,7 +357,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemd-run", "--unit=mk-reader", "--quiet", "--working-directory="+hostPath, "--", "/bin/sh", "-c",
 			"while true; do if cat hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done")
 		defer s.run("systemctl", "stop", "mk-reader")
-		sdEventually(t, 10*time.Second, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
+		eventually(t, 10*time.Second, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
 		before, _ := s.reads()
 		oldMain, oldInvocation := s.mainPID(), s.invocation()
 		restarted := time.Now()
@@ -422,13 +422,13 @@ func TestSystemdRestart(t *testing.T) {
 			}
 		}
 		removed := time.Now()
-		sdEventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
+		eventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
 		took := time.Since(removed)
 		t.Logf("unmounted %s after the last container was removed (grace 3s)", took.Round(time.Millisecond))
 		if took < 3*time.Second {
 			t.Errorf("unmounted %s after the last container was removed, within the 3s grace period", took)
 		}
-		sdEventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
+		eventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
 			return !sdAlive(daemon) && !strings.Contains(s.run("systemctl", "list-units", "--all", "--type=scope", "--plain", "--no-legend", "--no-pager"), scope)
 		})
 	})
@@ -624,16 +624,6 @@ func (s *sdScenario) createContainer(cri *harness.Client, pod, name string) stri
 		}
 		s.t.Logf("create container %s: %v (retrying)", name, err)
 		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// sdEventually polls cond every 100ms until it holds, failing the test after timeout.
-func sdEventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
 	}
 }
 
