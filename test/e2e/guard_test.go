@@ -15,7 +15,6 @@ import (
 )
 
 const guardConfig = `
-stateDir: SRC/state
 runtimeClasses:
   mk-guard:
     mounts:

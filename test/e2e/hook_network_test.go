@@ -35,7 +35,7 @@ func TestHookSSHFS(t *testing.T) {
 			t.Fatalf("runc run %s with the hook: %v", id, err)
 		}
 		out, _, code, err := w.exec(id)(w.ctx, "cat", "/data/hello")
-		if err != nil || code != 0 || out != "hello over sshfs\n" {
+		if err != nil || code != 0 || out != helloSSHFS {
 			t.Errorf("%s reads %q (exit %d, %v)", id, out, code, err)
 		}
 	}
@@ -47,19 +47,13 @@ func TestHookSSHFS(t *testing.T) {
 	}
 }
 
-// sshfsClass starts an sshd whose export holds "hello", and writes a config with class
-// class mounting it over sshfs at /data. It returns the spec and its host path.
+// sshfsClass starts an sshd whose export holds "hello" (startHelloSSHD), and writes a
+// config with class class mounting it over sshfs at /data. It returns the spec and its host
+// path.
 func (w *hookWorld) sshfsClass(class string) (netspec.Spec, string) {
 	t := w.t
 	t.Helper()
-	sshd, err := harness.StartSSHD(w.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sshd.Stop)
-	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte("hello over sshfs\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	sshd := startHelloSSHD(t, w.dir)
 	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshd.ClientOptions()}
 	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
 	t.Cleanup(func() {
@@ -124,7 +118,7 @@ func TestHookSSHFSConcurrentStarts(t *testing.T) {
 			continue
 		}
 		out, _, code, err := w.exec(id)(w.ctx, "cat", "/data/hello")
-		if err != nil || code != 0 || out != "hello over sshfs\n" {
+		if err != nil || code != 0 || out != helloSSHFS {
 			t.Errorf("%s reads %q (exit %d, %v)", id, out, code, err)
 		}
 	}

@@ -15,7 +15,6 @@ import (
 )
 
 const hungConfig = `
-stateDir: SRC/state
 mountTimeout: 4s
 runtimeClasses:
   mk-hung:

@@ -154,10 +154,8 @@ func TestKubeUserNamespace(t *testing.T) {
 	mountinfo := func(id, dst string) string {
 		t.Helper()
 		out, _ := sh(id, "cat /proc/self/mountinfo")
-		for _, l := range strings.Split(out, "\n") {
-			if f := strings.Fields(l); len(f) > 5 && f[4] == dst {
-				return l
-			}
+		if l := mountinfoLine(out, dst); l != "" {
+			return l
 		}
 		t.Fatalf("no mount at %s in the container:\n%s", dst, out)
 		return ""

@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/netmount"
-	"github.com/mountkeeper/mountkeeper/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 const networkConfig = `
-stateDir: SRC/state
 unmountGrace: 2s
 createBudget: 1500ms
 runtimeClasses:
@@ -65,11 +63,8 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 	if err := os.MkdirAll(filepath.Join(n.src(), "plain"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(),
-		Options: sshd.ClientOptions()}
-	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
+	spec := *n.endNetworkScopes().RuntimeClasses["mk-sshfs"].Mounts[0].Network
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
-	n.endNetworkScopes()
 
 	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.25; done"}
 	a1 := n.mustRun("mk-sshfs", "a1", reader)

@@ -15,7 +15,6 @@ import (
 )
 
 const propagationConfig = `
-stateDir: SRC/state
 runtimeClasses:
   mk-e2e:
     mounts:

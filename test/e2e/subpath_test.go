@@ -16,7 +16,6 @@ import (
 
 const subPathConfig = `
 kubeletRoot: SRC/kubelet
-stateDir: SRC/state
 `
 
 // subPathMount is one subPath volume mount of the test container, as kubelet sets it up.

@@ -24,7 +24,6 @@ type node struct {
 	t         *testing.T
 	ctx       context.Context
 	dir       string // host side: sources, config
-	kind      harness.RuntimeKind
 	rt        harness.Runtime
 	ctrd      *harness.Containerd // rt when it is containerd (for containerd-only tests), else nil
 	plugin    *harness.Plugin
@@ -111,7 +110,7 @@ func newNodeWithoutPlugin(t *testing.T, kind harness.RuntimeKind, handlers []str
 	t.Cleanup(cancel)
 	dir := harness.WorkDir(t, "mk-e2e-")
 	var err error
-	n := &node{t: t, ctx: ctx, dir: dir, kind: kind, cgroup: pluginCgroup, byHandler: map[string][]string{}}
+	n := &node{t: t, ctx: ctx, dir: dir, cgroup: pluginCgroup, byHandler: map[string][]string{}}
 	if n.bin, err = harness.BuildMountkeeper(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 // kubelet does for hostUsers: false (harness.UsernsHostID: container 0 is host 200000).
 
 const usernsConfig = `
-stateDir: SRC/state
 unmountGrace: 1s
 runtimeClasses:
   mk-uns:
@@ -88,10 +87,8 @@ func (n *node) runUserns(handler, name string, userns bool, runAs *int64) (strin
 func (n *node) mountinfoOf(id, dst string) string {
 	n.t.Helper()
 	out, _ := n.sh(id, "cat /proc/self/mountinfo")
-	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) > 5 && f[4] == dst {
-			return l
-		}
+	if l := mountinfoLine(out, dst); l != "" {
+		return l
 	}
 	n.t.Fatalf("no mount at %s in the container:\n%s", dst, out)
 	return ""
