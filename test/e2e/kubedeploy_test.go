@@ -167,8 +167,9 @@ func TestKubeDeploy(t *testing.T) {
 
 		okBefore, failBefore := countLog(t, filepath.Join(reads, "log"))
 		n.deletePluginPod(t, plugin)
-		// On this hybrid host the daemon, and the ssh it forked, must have left the pod's
-		// cgroup v1 groups too (v1 above): runc kills a hostPID container's processes by them.
+		// On a hybrid host (v1 above lists the daemon's cgroup v1 groups; empty on a unified
+		// one) the daemon, and the ssh it forked, must have left the pod's v1 groups too:
+		// runc kills a hostPID container's processes by them.
 		if !alive(daemon) {
 			t.Fatalf("FUSE daemon %d died with the plugin pod (its v1 groups: %s)", daemon, v1)
 		}

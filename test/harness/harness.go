@@ -2,9 +2,11 @@
 // tests of mountkeeper.
 //
 // Every instance lives in its own short temporary directory under /tmp: containerd's root and
-// state, its sockets, runc's state, the shim sockets and the logs. Pods get a cgroup parent
-// named after that directory, so the instance can find and remove everything it created even
-// after a test failed half-way, and nothing touches a containerd that may run on the host.
+// state, its sockets, runc's state, the shim sockets and the logs. Pods made through the
+// harness's CRI client get a cgroup parent named after that directory; a kubelet's pods,
+// which have none, get /k8s.io/<id>, found from the tasks in the instance's state. So the
+// instance can find and remove everything it created even after a test failed half-way, and
+// nothing touches a containerd that may run on the host.
 package harness
 
 import (

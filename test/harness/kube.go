@@ -106,7 +106,8 @@ func (o KubeOptions) withDefaults() KubeOptions {
 // manager or CNI: pods must set nodeName and hostNetwork, and use imagePullPolicy Never with
 // BusyboxImage or PauseImage.
 //
-// Kubelet's pods run in the containerd instance's cgroup parent, so the instance's Close
+// Kubelet (cgroupsPerQOS off) sends its pods no cgroup parent, so containerd puts them in
+// /k8s.io/<id> (defaultCgroupNamespace); the instance's Close finds them from its state and
 // sweeps whatever KubeNode.Close could not remove politely. Close the KubeNode before the
 // Containerd (t.Cleanup runs in reverse order of registration).
 type KubeNode struct {
@@ -302,10 +303,6 @@ func (k *KubeNode) kubeletConfig(port int) map[string]any {
 		"authorization": map[string]any{"mode": "AlwaysAllow"},
 		"resolvConf":    "",
 		"podLogsDir":    k.PodLogsDir(),
-		// Unused with cgroupsPerQOS off (kubelet then sends pods no cgroup parent, and
-		// containerd puts them in /k8s.io/<id>: see defaultCgroupNamespace), kept so that a
-		// kubelet that did use it would still put them where Containerd.Close looks.
-		"cgroupRoot": k.ctrd.layout.cgroupParent(),
 		// Never garbage-collect the imported images (there is no registry to pull them back
 		// from) nor evict pods because the host's disk is fuller than kubelet likes.
 		"imageGCHighThresholdPercent": 100,
