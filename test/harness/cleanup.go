@@ -77,7 +77,7 @@ func (in *instance) takeDaemon() *daemon {
 // Containerd.Start starts it again. Shims (conmon) and containers keep running.
 func (in *instance) Stop() error { return in.takeDaemon().stop(stopTimeout) }
 
-// close is Close of either runtime: closeInstance once, again only after a failed teardown.
+// close is Close of either runtime: shutdown once, again only after a failed teardown.
 func (in *instance) close() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -86,7 +86,7 @@ func (in *instance) close() error {
 	}
 	d := in.daemon
 	in.daemon = nil
-	err := closeInstance(d, in.cri, in.log, in.layout)
+	err := in.shutdown(d)
 	if in.ownsDefaultCgroups {
 		err = errors.Join(err, removeCgroupIfEmpty(defaultCgroupNamespace))
 	}
@@ -97,18 +97,19 @@ func (in *instance) close() error {
 // errTeardown marks an error of teardown itself: the instance is not gone, Close may retry.
 var errTeardown = errors.New("teardown")
 
-// closeInstance is the Close of a runtime instance (containerd or CRI-O) whose daemon d is
-// stopped here: its pods through CRI while the daemon answers, the daemon, every process it
-// started (NRI plugins launched from plugin_path may live outside the instance's directory;
-// only their parent tells they belong to it), then teardown. An error of teardown wraps
+// shutdown is the Close of a runtime instance (containerd or CRI-O) whose daemon d, taken
+// from it under in.mu, is stopped here: its pods through CRI while the daemon answers, the
+// daemon, every process it started (NRI plugins launched from plugin_path may live outside
+// the instance's directory; only their parent tells they belong to it), then teardown (which
+// the sweep of a crashed instance calls alone, on its layout). An error of teardown wraps
 // errTeardown.
-func closeInstance(d *daemon, cri *Client, log *logSink, l layout) error {
+func (in *instance) shutdown(d *daemon) error {
 	var errs []error
 	var children []process
 	if d != nil && !d.exited() {
-		if cri != nil {
+		if in.cri != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), criCleanupTimeout)
-			errs = append(errs, cri.removeAllPods(ctx))
+			errs = append(errs, in.cri.removeAllPods(ctx))
 			cancel()
 		}
 		var err error
@@ -116,13 +117,13 @@ func closeInstance(d *daemon, cri *Client, log *logSink, l layout) error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, d.stop(stopTimeout))
-	if cri != nil {
-		errs = append(errs, cri.close())
+	if in.cri != nil {
+		errs = append(errs, in.cri.close())
 	}
-	log.detach()
+	in.log.detach()
 	// Once the directory is gone its name may be reused by another instance: never tear
 	// down again after that, even if the polite part above reported an error.
-	if err := teardown(l, children); err != nil {
+	if err := teardown(in.layout, children); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", errTeardown, err))
 	}
 	return errors.Join(errs...)
