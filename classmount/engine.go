@@ -9,9 +9,9 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/specmod"
-	"github.com/mountkeeper/mountkeeper/subpath"
 )
 
 // Stage says where the decided mounts will be made, which decides what must be checked.

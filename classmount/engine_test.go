@@ -12,9 +12,9 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
-	"github.com/mountkeeper/mountkeeper/subpath"
 )
 
 // fakeNetwork hands out /net/<source> as the host path of a network filesystem, or fails the

@@ -3,9 +3,9 @@ package classmount
 import (
 	"github.com/sirupsen/logrus"
 
-	"github.com/mountkeeper/mountkeeper/bounded"
-	"github.com/mountkeeper/mountkeeper/hostmount"
-	"github.com/mountkeeper/mountkeeper/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/bounded"
+	"github.com/mountkeeper/mountkeeper/internal/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 )

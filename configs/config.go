@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/mountkeeper/mountkeeper/classmount"
-	"github.com/mountkeeper/mountkeeper/guard"
+	"github.com/mountkeeper/mountkeeper/internal/guard"
 )
 
 // Guard is the createRuntime hook that `mountkeeper runtime configure` installs for each runtime

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mountkeeper/mountkeeper/guard"
+	"github.com/mountkeeper/mountkeeper/internal/guard"
 )
 
 func TestGuard(t *testing.T) {

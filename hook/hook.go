@@ -13,9 +13,9 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/idmap"
+	"github.com/mountkeeper/mountkeeper/internal/idmap"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/specmod"
-	"github.com/mountkeeper/mountkeeper/subpath"
 )
 
 // Options configure one hook invocation.

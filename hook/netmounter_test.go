@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netmount"
-	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 

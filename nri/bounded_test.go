@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/hostmount"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/mountkeeper/mountkeeper/metrics"
+	"github.com/mountkeeper/mountkeeper/internal/metrics"
 )
 
 // BenchmarkMemory runs create/remove cycles of class containers through NRI's runtime side and

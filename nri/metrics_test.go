@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/mountkeeper/mountkeeper/metrics"
+	"github.com/mountkeeper/mountkeeper/internal/metrics"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 

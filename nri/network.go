@@ -8,7 +8,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
 // Mounter mounts network filesystems on the host and shares them among containers

@@ -22,15 +22,15 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/mountkeeper/mountkeeper/bounded"
 	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/guard"
-	"github.com/mountkeeper/mountkeeper/hostmount"
-	"github.com/mountkeeper/mountkeeper/idmap"
-	"github.com/mountkeeper/mountkeeper/metrics"
+	"github.com/mountkeeper/mountkeeper/internal/bounded"
+	"github.com/mountkeeper/mountkeeper/internal/guard"
+	"github.com/mountkeeper/mountkeeper/internal/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/idmap"
+	"github.com/mountkeeper/mountkeeper/internal/metrics"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/specmod"
-	"github.com/mountkeeper/mountkeeper/subpath"
 )
 
 // Plugin is the NRI plugin. Its methods are the NRI stub's event handlers.

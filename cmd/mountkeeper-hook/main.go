@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
 )
 
 func main() {

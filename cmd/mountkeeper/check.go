@@ -6,7 +6,7 @@ import (
 	"io"
 	"net"
 
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
 )
 
 // runCheck prints, for every network filesystem mount of the config, one line per check with

@@ -19,12 +19,12 @@ import (
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/configwatch"
-	"github.com/mountkeeper/mountkeeper/hostmount"
-	"github.com/mountkeeper/mountkeeper/metrics"
-	"github.com/mountkeeper/mountkeeper/netmount"
-	"github.com/mountkeeper/mountkeeper/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/metrics"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+	"github.com/mountkeeper/mountkeeper/internal/ops"
 	"github.com/mountkeeper/mountkeeper/nri"
-	"github.com/mountkeeper/mountkeeper/ops"
 )
 
 // version is set at build time by the Makefile (git describe).

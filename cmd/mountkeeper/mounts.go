@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/mountkeeper/mountkeeper/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/nri"
 )
 

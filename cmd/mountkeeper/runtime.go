@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
-	"github.com/mountkeeper/mountkeeper/runtimeconfig"
+	"github.com/mountkeeper/mountkeeper/internal/runtimeconfig"
 )
 
 // runRuntime is `mountkeeper runtime configure`: it writes what containerd or CRI-O needs for

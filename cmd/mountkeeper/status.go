@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
+	"github.com/mountkeeper/mountkeeper/internal/ops"
 	"github.com/mountkeeper/mountkeeper/nri"
-	"github.com/mountkeeper/mountkeeper/ops"
 )
 
 // runStatus is `mountkeeper status`: what the running plugin reports on its --listen address.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mountkeeper/mountkeeper/mounttable"
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 

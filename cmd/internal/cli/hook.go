@@ -14,7 +14,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/hook"
-	"github.com/mountkeeper/mountkeeper/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/hostmount"
 )
 
 const hookUsage = `usage: %s <stage> [--config FILE] --runtime-class NAME

@@ -1,0 +1,389 @@
+package netmount
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+)
+
+// MaxHealBackoff caps the doubling delay between attempts to replace a dead mount: once the
+// server is back, a mount is replaced within this much (plus one mount) at most.
+const MaxHealBackoff = 5 * time.Second
+
+// healer is what a system needs for the Manager to probe its mounts and replace dead ones
+// under running containers; liveSystem has it. A system without it (the unit tests' fake)
+// leaves held mounts alone.
+type healer interface {
+	// daemonGone says, for a filesystem served by a daemon (FUSE), that the scope of unit has
+	// no process left: the daemon is gone. false when it cannot tell.
+	daemonGone(s netspec.Spec, unit string) bool
+	// replace puts the filesystem mounted at staging in the place of the dead mount at
+	// target, so that rslave and rshared copies of it see the new one (see replaceDead).
+	replace(target, staging string) error
+	// prepareStaging makes dir a private mount of its own, for new mounts to be moved away.
+	prepareStaging(dir string) error
+}
+
+// Use is one class mount that uses a network mount: for the log of a death (which running
+// containers get the new mount) and status.
+type Use struct {
+	Class       string
+	Propagation string // rprivate, rslave or rshared
+}
+
+// heal is what an entry knows about its deaths and recoveries. Guarded by Manager.mu.
+type heal struct {
+	probing      bool      // a probe is under way (or stuck)
+	deaths       int       // times it was found dead
+	recoveries   int       // times it was replaced
+	deadSince    time.Time // start of the current death
+	lastDeath    time.Time
+	lastRecovery time.Time
+	lastCause    error         // why it was last found dead
+	lastTook     time.Duration // the last recovery, from the death to the new mount
+}
+
+// MountStatus is one held network mount, as `mountkeeper status` shows it.
+type MountStatus struct {
+	Key      string   `json:"key"`
+	Spec     string   `json:"spec"` // redacted
+	HostPath string   `json:"hostPath"`
+	State    string   `json:"state"` // idle, mounting, checking, mounted, dead, recovering, unmounting
+	Users    int      `json:"users"`
+	Scope    string   `json:"scope"`
+	Classes  []string `json:"classes,omitempty"` // "class (propagation)"
+	// Attempt is the mount or recovery attempt under way or last made.
+	Attempt      int        `json:"attempt,omitempty"`
+	LastError    string     `json:"lastError,omitempty"`
+	Since        time.Time  `json:"since"` // mounted at, or start of the current phase
+	Deaths       int        `json:"deaths"`
+	Recoveries   int        `json:"recoveries"`
+	LastDeath    *time.Time `json:"lastDeath,omitempty"`
+	LastRecovery *time.Time `json:"lastRecovery,omitempty"`
+	// LastRecoverySeconds is how long the last recovery took, from the death found to the new
+	// mount in place.
+	LastRecoverySeconds float64 `json:"lastRecoverySeconds,omitempty"`
+}
+
+// Status is a snapshot of the mounts the Manager holds, sorted by key.
+func (m *Manager) Status() []MountStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]MountStatus, 0, len(m.entries))
+	for _, e := range m.entries {
+		st := MountStatus{
+			Key: e.key, Spec: e.spec.String(), HostPath: e.hostPath, State: e.phase.String(),
+			Users: len(e.users), Scope: m.scopeName(e.unit), Attempt: e.attempt,
+			Deaths: e.heal.deaths, Recoveries: e.heal.recoveries, Since: e.since,
+		}
+		for _, u := range m.cfg.Uses[e.key] {
+			st.Classes = append(st.Classes, u.Class+" ("+u.Propagation+")")
+		}
+		if e.phase == mounted {
+			st.Since = e.mountedAt
+		}
+		if e.lastErr != nil {
+			st.LastError = e.lastErr.Error()
+		}
+		if !e.heal.lastDeath.IsZero() {
+			t := e.heal.lastDeath
+			st.LastDeath = &t
+		}
+		if !e.heal.lastRecovery.IsZero() {
+			t := e.heal.lastRecovery
+			st.LastRecovery = &t
+			st.LastRecoverySeconds = e.heal.lastTook.Seconds()
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b MountStatus) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+func (m *Manager) scopeName(unit string) string {
+	switch sc := m.cfg.Scoper.(type) {
+	case *CgroupScoper:
+		return sc.Dir(unit)
+	case *SystemdScoper:
+		return "mountkeeper-" + unit + "-*.scope"
+	}
+	return unit
+}
+
+// startProber starts probing the held mounts every ProbeInterval, if the system can heal.
+func (m *Manager) startProber() {
+	if _, ok := m.sys.(healer); !ok || m.cfg.ProbeInterval <= 0 {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(m.cfg.ProbeInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-t.C:
+			}
+			m.mu.Lock()
+			for _, e := range m.entries {
+				if e.phase == mounted && !e.heal.probing && !m.closed {
+					e.heal.probing = true
+					m.wg.Add(1)
+					go m.probeHeld(e)
+				}
+			}
+			m.mu.Unlock()
+		}
+	}()
+}
+
+// probeHeld probes one mounted entry, bounded by ProbeTimeout (a stat of a dead server's
+// mount can hang: the stat is left behind, and while it hangs no other probe of the path
+// starts, see package bounded), and starts its recovery if it is dead.
+func (m *Manager) probeHeld(e *entry) {
+	defer m.wg.Done()
+	cause := m.health(e)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.heal.probing = false
+	if cause == nil || m.closed || e.phase != mounted || m.entries[e.key] != e {
+		return
+	}
+	m.deadLocked(e, cause)
+}
+
+// health is nil if e answers, or why it is dead: its daemon gone, an error (ENOTCONN), or
+// no answer within ProbeTimeout (see system.probe).
+func (m *Manager) health(e *entry) error {
+	h := m.sys.(healer)
+	if h.daemonGone(e.spec, e.unit) {
+		return fmt.Errorf("its daemon is gone (no process in scope %s)", m.scopeName(e.unit))
+	}
+	return m.sys.probe(e.hostPath)
+}
+
+// deadLocked marks e dead and starts replacing it.
+func (m *Manager) deadLocked(e *entry, cause error) {
+	now := time.Now()
+	e.phase, e.since, e.attempt, e.retryAt = dead, now, 0, time.Time{}
+	e.lastErr = fmt.Errorf("dead: %w", cause)
+	e.heal.deaths++
+	e.heal.deadSince, e.heal.lastDeath, e.heal.lastCause = now, now, cause
+	m.stopGraceLocked(e)
+	e.broadcast()
+	log := m.healLog(e)
+	log.WithError(cause).Error("netmount: the mount is dead: replacing it under the running containers")
+	for _, u := range m.affectedLocked(e) {
+		log.WithField("container", u.user).Warn("netmount: " + u.what)
+	}
+	m.wg.Add(1)
+	go m.healLoop(e)
+}
+
+type affected struct{ user, what string }
+
+// affectedLocked says, per container using e, whether it gets the new mount: only through an
+// rslave or rshared class mount (see Config.Uses); an rprivate one keeps the dead mount.
+func (m *Manager) affectedLocked(e *entry) []affected {
+	uses := m.cfg.Uses[e.key]
+	var private, healed []string
+	for _, u := range uses {
+		if u.Propagation == "rslave" || u.Propagation == "rshared" {
+			healed = append(healed, u.Class+" ("+u.Propagation+")")
+		} else {
+			private = append(private, u.Class+" ("+cmp.Or(u.Propagation, "rprivate")+")")
+		}
+	}
+	var what string
+	switch {
+	case len(uses) == 0:
+		what = "uses the dead mount: it gets the new mount if its class mount is rslave or rshared; an rprivate one keeps the dead mount until the container is restarted"
+	case len(private) == 0:
+		what = "uses the dead mount through " + strings.Join(healed, ", ") + ": it will see the new mount in place, without a restart (files it held open stay broken)"
+	case len(healed) == 0:
+		what = "uses the dead mount through " + strings.Join(private, ", ") + ": an rprivate class mount cannot be healed in place: restart the container to get the new mount"
+	default:
+		what = "uses the dead mount: through " + strings.Join(healed, ", ") + " it will see the new mount in place; through " +
+			strings.Join(private, ", ") + " it cannot be healed in place: restart it to get the new mount"
+	}
+	users := make([]string, 0, len(e.users))
+	for u := range e.users {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	out := make([]affected, len(users))
+	for i, u := range users {
+		out[i] = affected{u, what}
+	}
+	return out
+}
+
+// healLog is the log of e with its users (container IDs).
+func (m *Manager) healLog(e *entry) *logrus.Entry {
+	users := make([]string, 0, len(e.users))
+	for u := range e.users {
+		users = append(users, shortID(u))
+	}
+	slices.Sort(users)
+	return m.logFor(e).WithField("containers", strings.Join(users, ","))
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// healLoop replaces dead e until it is replaced or the Manager is closed, waiting
+// RetryBackoff (doubling, at most MaxHealBackoff) between attempts.
+func (m *Manager) healLoop(e *entry) {
+	m.retryLoop(e, retry{
+		maxBackoff: MaxHealBackoff,
+		begin:      func() { e.phase = recovering },
+		try:        func(attempt int) error { return m.healOnce(e, attempt) },
+		succeeded: func(attempt int) func() {
+			now := time.Now()
+			e.heal.recoveries++
+			e.heal.lastRecovery = now
+			e.heal.lastTook = now.Sub(e.heal.deadSince)
+			log := m.healLog(e).WithFields(logrus.Fields{"attempt": attempt, "took": e.heal.lastTook.Round(time.Millisecond)})
+			return func() { log.Info("netmount: recovered: the new mount is in place under the running containers") }
+		},
+		failed: func(attempt int, err error, retryIn time.Duration) func() {
+			e.lastErr = fmt.Errorf("recovering (dead: %v): %w", e.heal.lastCause, err)
+			log := m.healLog(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": retryIn})
+			return func() { log.Warn("netmount: recovery attempt failed: retrying") }
+		},
+	})
+}
+
+// healOnce makes one attempt to replace dead e: what is left of its daemon is killed, the
+// filesystem is mounted again in e's scope at a staging path, probed, and put in place of
+// the dead mount (see replaceDead).
+func (m *Manager) healOnce(e *entry, attempt int) error {
+	unlock, err := m.prepareMount(e)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	mounted, err := m.sys.isMounted(e.hostPath)
+	if err != nil {
+		return err
+	}
+	if mounted && m.health(e) == nil {
+		return nil // a hook (EnsureMounted) replaced it meanwhile
+	}
+	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, filepath.Dir(m.stateDir), e.hostPath,
+		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {
+		return err
+	}
+	return m.saveState(e)
+}
+
+// daemonGone implements healer: a FUSE filesystem (fuse.*, glusterfs) whose cgroup scope
+// (CgroupScoper) exists and has no process. A systemd scope's name is not known here: false.
+func (l *liveSystem) daemonGone(s netspec.Spec, unit string) bool {
+	if !strings.HasPrefix(s.Type, "fuse.") && s.Type != "fuse" && s.Type != "glusterfs" {
+		return false
+	}
+	sc, ok := l.scoper.(*CgroupScoper)
+	if !ok {
+		return false
+	}
+	procs, err := os.ReadFile(filepath.Join(sc.Dir(unit), "cgroup.procs"))
+	return err == nil && len(strings.TrimSpace(string(procs))) == 0
+}
+
+func (l *liveSystem) replace(target, staging string) error { return replaceDead(target, staging) }
+
+func (l *liveSystem) prepareStaging(dir string) error { return makePrivateDir(dir) }
+
+// ensureReplaced is a hook's replacement of the dead mount of s at hostPath (EnsureMounted):
+// the same as the Manager's, once, under the key's lock the caller holds.
+func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, stateDir, hostPath string) error {
+	if err := sys.preflight(s); err != nil {
+		return err
+	}
+	return replaceInPlace(ctx, sys, c, s, stateDir, hostPath, s.Key()+".hook"+strconv.Itoa(os.Getpid()), true)
+}
+
+// replaceInPlace ends what is left of the dead mount's daemon (a hung one, its server gone,
+// would keep the scope; nothing of it is needed), mounts s again in its scope at a staging
+// path below stateDir named name, within c's timeouts, checks that the new mount answers (a dead mount is never traded for another: a server
+// that accepts mounts but does not serve yet, a GlusterFS volume whose bricks are down), and
+// puts it in place: on top of the dead mount at hostPath (h.replace: it then reaches the
+// containers' rslave and rshared copies), or simply there when nothing is mounted. What it
+// mounted and did not use is unmounted and its scope ended. The plugin's heal (healOnce) and
+// the hooks' (ensureReplaced) both replace this way.
+func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, stateDir, hostPath, name string, mounted bool) error {
+	h := sys.(healer)
+	unit := unitFor(s.Key())
+	killErr := sys.killScope(unit)
+	stagingDir := filepath.Join(stateDir, "staging")
+	// The wait for the lock is bounded like the mount itself: the caller holds the key's lock
+	// meanwhile, and a holder that hangs must not hold this key for ever.
+	lctx, lcancel := context.WithTimeout(ctx, c.MountTimeout)
+	err := withMountsLock(lctx, stateDir, func() error { return h.prepareStaging(stagingDir) })
+	lcancel()
+	if err != nil {
+		return err
+	}
+	staging := filepath.Join(stagingDir, name)
+	if err := os.Mkdir(staging, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	defer os.Remove(staging)
+	cmdSpec, err := writeSecretFile(filepath.Join(stateDir, "secrets"), s)
+	if err != nil {
+		return err
+	}
+	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
+	defer cancel()
+	if err := sys.mount(mctx, cmdSpec, unit, staging, c.MountTimeout); err != nil {
+		if ok, ierr := sys.isMounted(staging); ierr == nil && !ok {
+			sys.killScope(unit)
+		}
+		if killErr != nil {
+			err = fmt.Errorf("%w (what was left of the dead mount's daemon could not be ended: %v)", err, killErr)
+		}
+		return redactError(s, err)
+	}
+	discard := func(cause error) error {
+		// Not m.ctx: an agent shutting down still unmounts what it mounted and will not use.
+		uctx, cancel := context.WithTimeout(context.Background(), c.UnmountTimeout)
+		defer cancel()
+		if err := sys.unmount(uctx, staging, true); err != nil {
+			cause = fmt.Errorf("%w; and the unused new mount could not be unmounted: %v", cause, err)
+		}
+		sys.killScope(unit)
+		return cause
+	}
+	if perr := sys.probe(staging); perr != nil {
+		return discard(errors.New("the new mount does not answer either"))
+	}
+	if !mounted {
+		if err := unix.MoveMount(unix.AT_FDCWD, staging, unix.AT_FDCWD, hostPath, 0); err != nil {
+			return discard(fmt.Errorf("move the new mount to %s: %w", hostPath, err))
+		}
+		return nil
+	}
+	if err := h.replace(hostPath, staging); err != nil {
+		return discard(err)
+	}
+	return nil
+}

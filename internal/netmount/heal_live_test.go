@@ -1,0 +1,160 @@
+package netmount
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+)
+
+// TestSSHFSHeal: a held sshfs mount whose FUSE daemon is killed (SIGKILL) is found dead by
+// the probe and replaced: an rslave bind of it made before (a container's class mount) reads
+// the export again without being made anew, five times in a row, with one mount at the host
+// path each time; then with the server down, it recovers once the server is back.
+func TestSSHFSHeal(t *testing.T) {
+	tmp, sc, ok := inPrivateNamespace(t)
+	if !ok {
+		return
+	}
+	keys := filepath.Join(tmp, "keys")
+	export := filepath.Join(tmp, "export")
+	ctrs := filepath.Join(tmp, "ctrs")
+	for _, d := range []string{keys, export, ctrs} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const content = "healed\n"
+	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
+	pub, _ := os.ReadFile(filepath.Join(keys, "user.pub"))
+	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	startSSHD(t, sc, keys, port)
+	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
+		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
+		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
+	}}
+	m, err := NewManager(Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second,
+		RetryBackoff: 100 * time.Millisecond, Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec},
+		ProbeInterval: 200 * time.Millisecond, Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	path, err := acquireEventually(t, m, 15*time.Second, spec, "ctr-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := makePrivateDir(ctrs); err != nil {
+		t.Fatal(err)
+	}
+	// A container's class mount: an rbind of the host path, made rslave.
+	ctr := filepath.Join(ctrs, "a")
+	os.Mkdir(ctr, 0o755)
+	if err := unix.Mount(path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	reads := func(p string) bool {
+		done := make(chan bool, 1)
+		go func() {
+			b, err := os.ReadFile(filepath.Join(p, "hello"))
+			done <- err == nil && string(b) == content
+		}()
+		select {
+		case ok := <-done:
+			return ok
+		case <-time.After(2 * time.Second):
+			return false
+		}
+	}
+	waitReads := func(what string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for !reads(ctr) {
+			if time.Since(start) > within {
+				t.Fatalf("%s: the container's bind does not read the export %s later; status %+v", what, within, m.Status())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	if !reads(ctr) {
+		t.Fatal("the container's bind does not read the export")
+	}
+	for i := 1; i <= 5; i++ {
+		var daemons []int
+		for _, pid := range cgroupProcs(t, sc.Dir("mount-"+spec.Key())) {
+			if comm(pid) != "ssh" { // sshfs, named mount.fuse.sshfs when mount(8) ran it
+				daemons = append(daemons, pid)
+			}
+		}
+		if len(daemons) != 1 {
+			t.Fatalf("kill %d: FUSE daemons %v, want one", i, daemons)
+		}
+		syscall.Kill(daemons[0], syscall.SIGKILL)
+		took := waitReads("kill "+strconv.Itoa(i), 15*time.Second)
+		t.Logf("kill %d: the container reads again after %s", i, took.Round(time.Millisecond))
+		if n := len(mountsAt(t, path)); n != 1 {
+			t.Errorf("kill %d: %d mounts at the host path, want 1", i, n)
+		}
+		eventually(t, "status mounted", func() bool { return m.Status()[0].State == "mounted" })
+		if st := m.Status()[0]; st.Deaths != i || st.Recoveries != i || st.Users != 1 {
+			t.Errorf("kill %d: status %+v", i, st)
+		}
+	}
+	if n := len(mountsAt(t, path)); n != 1 {
+		t.Errorf("%d mounts at the host path after 5 kills, want 1", n)
+	}
+	staged, _ := os.ReadDir(filepath.Join(tmp, "state", "staging"))
+	if len(staged) != 0 {
+		t.Errorf("staging directory not empty: %v", staged)
+	}
+	if n := len(mountsAt(t, ctr)); n > 6 {
+		t.Errorf("%d mounts at the container's destination after 5 kills", n)
+	}
+
+	t.Run("server down for a while", func(t *testing.T) {
+		sshdCg := filepath.Join(sc.Root, sc.Parent, "sshd-"+strconv.Itoa(port))
+		os.WriteFile(filepath.Join(sshdCg, "cgroup.kill"), []byte("1"), 0o644)
+		eventually(t, "the mount found dead", func() bool { return m.Status()[0].Deaths == 6 })
+		time.Sleep(3 * time.Second)
+		if reads(ctr) {
+			t.Error("the container reads while the server is down")
+		}
+		if st := m.Status()[0]; st.State != "recovering" && st.State != "dead" {
+			t.Errorf("status while the server is down: %+v", st)
+		}
+		for range 100 {
+			if os.Remove(sshdCg) == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		startSSHD(t, sc, keys, port)
+		took := waitReads("server back", 15*time.Second)
+		t.Logf("the container reads again %s after the server is back; status %+v", took.Round(time.Millisecond), m.Status()[0])
+		if n := len(mountsAt(t, path)); n != 1 {
+			t.Errorf("%d mounts at the host path, want 1", n)
+		}
+		if !strings.Contains(m.Status()[0].State, "mounted") {
+			t.Errorf("status %+v", m.Status()[0])
+		}
+	})
+	unix.Unmount(ctr, unix.MNT_DETACH)
+}

@@ -1,0 +1,158 @@
+package subpath
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
+)
+
+// TestLiveInNamespace checks Live's answers against real mounts: statmount and the mountinfo
+// fallback agree (deleted roots included), and a bind attached below a shared mount, which
+// comes out shared, is made private.
+func TestLiveInNamespace(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	k := newKubelet(t) // its root is a shared bind mount of itself
+	sec := k.volume(secret, "sec", true)
+	ts := k.writeAtomic(sec, map[string]entry{"token": file("t1"), "dir/x": file("x1")})
+	fileTarget := k.bind(sec, "sec", "app", 0, "token")
+	dirTarget := k.bind(sec, "sec", "app", 1, "dir")
+	k.writeAtomic(sec, map[string]entry{"token": file("t2"), "dir/x": file("x2")})
+
+	open := func(p string) *Node {
+		t.Helper()
+		n, err := Live{}.Open(nil, p, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+
+	t.Run("Mount", func(t *testing.T) {
+		var kstat unix.Stat_t
+		must(t, unix.Stat(k.root, &kstat))
+		tests := []struct {
+			path, root, point string
+			shared            bool
+		}{
+			{path: fileTarget.Path, root: "/" + ts + "/token//deleted", point: fileTarget.Path, shared: true},
+			{path: dirTarget.Path, root: "/" + ts + "/dir//deleted", point: dirTarget.Path, shared: true},
+			{path: sec, root: "/", point: sec, shared: true},
+			{path: filepath.Join(k.pod(), "volumes"), root: k.root, point: k.root, shared: true},
+		}
+		for _, tt := range tests {
+			n := open(tt.path)
+			if !n.UniqueMountID {
+				t.Log("the kernel has no unique mount IDs (Linux < 6.8): only the mountinfo fallback is checked")
+			}
+			got, err := Live{}.Mount(n)
+			if err != nil {
+				t.Fatalf("Mount(%s): %v", tt.path, err)
+			}
+			if got.Root != tt.root || got.Point != tt.point || got.Shared != tt.shared || got.Slave {
+				t.Errorf("Mount(%s) = %+v; want root %s, point %s, shared %v", tt.path, got, tt.root, tt.point, tt.shared)
+			}
+			fallback, err := mounttable.MountinfoOf(n.fd)
+			if err != nil {
+				t.Fatalf("MountinfoOf(%s): %v", tt.path, err)
+			}
+			fallback.ID = got.ID // mountinfo has the reusable ID, statmount the unique one
+			if fallback != got {
+				t.Errorf("%s: statmount says %+v, mountinfo says %+v", tt.path, got, fallback)
+			}
+		}
+		if got, err := (Live{}).Mount(open(sec)); err != nil || got.Major != unix.Major(open(sec).Dev) || got.Minor != unix.Minor(open(sec).Dev) {
+			t.Errorf("Mount(%s) device %d:%d (%v), want the tmpfs' %d:%d", sec, got.Major, got.Minor, err, unix.Major(open(sec).Dev), unix.Minor(open(sec).Dev))
+		}
+	})
+
+	t.Run("Stat", func(t *testing.T) {
+		for _, tt := range []struct {
+			path              string
+			nlink0, mountRoot bool
+			dir               bool
+		}{
+			{path: fileTarget.Path, nlink0: true, mountRoot: true},
+			{path: dirTarget.Path, nlink0: true, mountRoot: true, dir: true},
+			{path: filepath.Join(sec, "..data"), nlink0: false},
+		} {
+			i, err := Live{}.Stat(tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (i.Nlink == 0) != tt.nlink0 || i.MountRoot != tt.mountRoot || !i.MountRootKnown || i.IsDir() != tt.dir {
+				t.Errorf("Stat(%s) = %+v; want nlink 0 %v, mount root %v, dir %v", tt.path, i, tt.nlink0, tt.mountRoot, tt.dir)
+			}
+		}
+		if _, err := (Live{}).Stat(filepath.Join(sec, "missing")); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "missing") {
+			t.Errorf("Stat of a missing path: %v", err)
+		}
+	})
+
+	t.Run("Attach propagates as a bind does; MakePrivate", func(t *testing.T) {
+		src := filepath.Join(k.root, "src")
+		must(t, os.WriteFile(src, []byte("s"), 0o644))
+		plain, viaAttach := filepath.Join(k.root, "plain"), filepath.Join(k.root, "attached")
+		for _, p := range []string{plain, viaAttach} {
+			must(t, os.WriteFile(p, nil, 0o644))
+		}
+		root, err := Live{}.Mount(open(k.root))
+		must(t, err)
+		// A bind with mount(2) of a file on the shared kubelet root: a peer of the root.
+		must(t, unix.Mount(src, plain, "", unix.MS_BIND, ""))
+		if m, err := (Live{}).Mount(open(plain)); err != nil || !m.Shared {
+			t.Fatalf("a plain bind below the shared root is %s (%v); this test expects shared", m.Propagation(), err)
+		}
+		tree, err := Live{}.Clone(open(src))
+		must(t, err)
+		defer tree.Close()
+		m, err := Live{}.Attach(tree, open(viaAttach), false)
+		must(t, err)
+		if !m.Shared || m.Point != viaAttach || m.Root != filepath.Join(root.Root, "src") {
+			t.Errorf("Attach = %+v (%s), want a shared mount of %s on %s, as mount(2) makes", m, m.Propagation(), src, viaAttach)
+		}
+		if b, _ := os.ReadFile(viaAttach); string(b) != "s" {
+			t.Errorf("%s reads %q after Attach, want s", viaAttach, b)
+		}
+		must(t, Live{}.MakePrivate(tree))
+		if got := propagation(t, viaAttach); got != "private" {
+			t.Errorf("after MakePrivate the bind on %s is %s", viaAttach, got)
+		}
+		if got := propagation(t, k.root); got != "shared" {
+			t.Errorf("MakePrivate of a bind changed the kubelet root to %s", got)
+		}
+	})
+
+	t.Run("Path and Names", func(t *testing.T) {
+		n := open(filepath.Join(sec, "..data"))
+		if p, err := (Live{}).Path(n); err != nil || p != filepath.Join(sec, "..data") {
+			t.Errorf("Path(..data opened O_NOFOLLOW) = %q, %v", p, err)
+		}
+		d, err := Live{}.Open(nil, sec, unix.OpenHow{Flags: unix.O_DIRECTORY})
+		must(t, err)
+		defer d.Close()
+		names, err := Live{}.Names(d)
+		must(t, err)
+		if got := strings.Join(slices.Sorted(slices.Values(names)), " "); !strings.Contains(got, "..data") || !strings.Contains(got, "token") {
+			t.Errorf("Names(%s) = %s", sec, got)
+		}
+	})
+
+	t.Run("Detach refuses a node that is no mount root", func(t *testing.T) {
+		if err := (Live{}).Detach(open(filepath.Join(sec, "token"))); err == nil || !strings.Contains(err.Error(), "not the root of a mount") {
+			t.Errorf("Detach of a plain file: %v", err)
+		}
+	})
+}
