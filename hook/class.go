@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 )
 
 // RuntimeHandlerAnnotation is where CRI-O writes the CRI runtime handler into a spec
@@ -64,11 +64,11 @@ var nameAnnotations = [][3]string{
 
 // containerOf identifies a container for messages from the names a CRI runtime annotated the
 // spec with, and its runtime ID (precreate has none).
-func containerOf(id string, annotations map[string]string) classmount.Container {
+func containerOf(id string, annotations map[string]string) engine.Container {
 	for _, keys := range nameAnnotations {
 		if ctr := annotations[keys[2]]; ctr != "" {
-			return classmount.Container{Namespace: annotations[keys[0]], Pod: annotations[keys[1]], Name: ctr, ID: id}
+			return engine.Container{Namespace: annotations[keys[0]], Pod: annotations[keys[1]], Name: ctr, ID: id}
 		}
 	}
-	return classmount.Container{ID: id}
+	return engine.Container{ID: id}
 }

@@ -1,12 +1,12 @@
 // Package hook runs mountkeeper as an OCI runtime hook, for hosts without NRI: plain runc, a
 // containerd runtime handler whose base_runtime_spec carries the hook, CRI-O or podman with
 // hooks.d. It makes the same decision and the same checks as the NRI plugin, through the same
-// engine (classmount.Engine), from the same config.
+// engine (engine.Engine), from the same config.
 //
 // # Stages
 //
 //   - precreate (podman's hooks.d extension stage): the proposed config.json comes on stdin and
-//     the adjusted one goes to stdout, through classmount.Engine.Render, the code path of
+//     the adjusted one goes to stdout, through engine.Engine.Render, the code path of
 //     `mountkeeper render` (Engine.Decide, as the NRI plugin). Fields mountkeeper does not
 //     know survive the round trip. This is the only hook stage where a change to the spec
 //     itself (and so subPath repair) is possible.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 )
 
@@ -26,10 +26,10 @@ func Guard(stdin io.Reader, handler, stateDir string) error {
 	ctr := containerOf(state.ID, state.Annotations)
 	key, err := guard.LoadKey(stateDir)
 	if err != nil {
-		return classmount.Refuse(handler, ctr, fmt.Errorf("mountkeeper has not handled any container on this node yet (%w), so this one would start without its class mounts: check that the mountkeeper NRI plugin runs and is connected to the runtime (systemctl status mountkeeper, or the mountkeeper DaemonSet pod); the container is retried once it is", err))
+		return engine.Refuse(handler, ctr, fmt.Errorf("mountkeeper has not handled any container on this node yet (%w), so this one would start without its class mounts: check that the mountkeeper NRI plugin runs and is connected to the runtime (systemctl status mountkeeper, or the mountkeeper DaemonSet pod); the container is retried once it is", err))
 	}
 	if !guard.Valid(key, state.ID, state.Annotations[guard.Annotation]) {
-		return classmount.Refuse(handler, ctr, errors.New("the mountkeeper NRI plugin did not handle this container (was it down or not yet connected when the container was created?), so it would start without its class mounts: check that the plugin runs and is connected to the runtime (systemctl status mountkeeper, or the mountkeeper DaemonSet pod); kubelet retries the container, and once the plugin is back the retry gets its mounts"))
+		return engine.Refuse(handler, ctr, errors.New("the mountkeeper NRI plugin did not handle this container (was it down or not yet connected when the container was created?), so it would start without its class mounts: check that the plugin runs and is connected to the runtime (systemctl status mountkeeper, or the mountkeeper DaemonSet pod); kubelet retries the container, and once the plugin is back the retry gets its mounts"))
 	}
 	return nil
 }

@@ -11,8 +11,8 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/idmap"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/specmod"
@@ -32,7 +32,7 @@ type Options struct {
 	Host specmod.Host
 	// Network prepares the host side of network filesystem mounts (ManagerNetwork). Nil: a
 	// class with a network mount fails.
-	Network classmount.Network
+	Network engine.Network
 	// Mounter makes the mounts in the container (prestart, createRuntime). Nil: the real one,
 	// NamespaceMounter.
 	Mounter Mounter
@@ -40,7 +40,7 @@ type Options struct {
 	// namespace. Nil (production): in prestart and createRuntime, an idmap.Prober with the
 	// container's own user namespace; in precreate, where no container process exists yet,
 	// idmap.Default (a placeholder's).
-	Idmap classmount.Idmapper
+	Idmap engine.Idmapper
 }
 
 // Mounter makes class mounts inside a container's mount namespace, all or nothing.
@@ -82,8 +82,8 @@ func Run(stage Stage, opts Options, stdin io.Reader, stdout io.Writer) error {
 // engine is the decision engine with the hook's side effects. Only precreate repairs subPath
 // binds: by prestart and createRuntime the runtime has made them already. userns is the
 // container's user namespace, nil in precreate or for a container without one of its own.
-func (opts Options) engine(stage Stage, userns *os.File) *classmount.Engine {
-	e := &classmount.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: opts.idmapper(userns)}
+func (opts Options) engine(stage Stage, userns *os.File) *engine.Engine {
+	e := &engine.Engine{Config: opts.Config, Host: opts.Host, Network: opts.Network, Idmap: opts.idmapper(userns)}
 	if stage == Precreate {
 		e.SubPaths = subpath.NewRepairer(opts.Config.KubeletRoot)
 	}
@@ -94,7 +94,7 @@ func (opts Options) engine(stage Stage, userns *os.File) *classmount.Engine {
 // (prestart, createRuntime), else, with none (precreate: no container process exists yet),
 // idmap.Default, which probes with a placeholder's. The engine asks it only for a container
 // with a user namespace.
-func (opts Options) idmapper(userns *os.File) classmount.Idmapper {
+func (opts Options) idmapper(userns *os.File) engine.Idmapper {
 	switch {
 	case opts.Idmap != nil:
 		return opts.Idmap
@@ -120,10 +120,10 @@ func precreate(opts Options, stdin io.Reader, stdout io.Writer) error {
 	ctr := containerOf("", meta.Annotations)
 	sel, err := SelectClass(opts.RuntimeClass, opts.TrustRuntimeHandlerAnnotation, meta.Annotations)
 	if err != nil {
-		return classmount.RefuseUnclassified(ctr, err)
+		return engine.RefuseUnclassified(ctr, err)
 	}
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
-		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
+		return engine.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
 	out, _, err := opts.engine(Precreate, nil).Render(context.Background(), sel.Handler, ctr, doc)
 	if err != nil {
@@ -155,12 +155,12 @@ func mountStage(opts Options, stdin io.Reader) error {
 	ctr := containerOf(state.ID, spec.Annotations)
 	sel, err := SelectClass(opts.RuntimeClass, opts.TrustRuntimeHandlerAnnotation, state.Annotations, spec.Annotations)
 	if err != nil {
-		return classmount.RefuseUnclassified(ctr, err)
+		return engine.RefuseUnclassified(ctr, err)
 	}
 	if _, _, ok := opts.Config.Class(sel.Handler); !ok {
-		return classmount.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
+		return engine.Refuse(sel.Handler, ctr, unknownClass(opts.Config, sel))
 	}
-	req := classmount.Request{Handler: sel.Handler, Container: ctr, Mounts: spec.Mounts, Stage: classmount.InContainer, Privileged: classmount.PrivilegedSpec(spec), UserNamespace: classmount.UserNamespaceSpec(spec)}
+	req := engine.Request{Handler: sel.Handler, Container: ctr, Mounts: spec.Mounts, Stage: engine.InContainer, Privileged: engine.PrivilegedSpec(spec), UserNamespace: engine.UserNamespaceSpec(spec)}
 	if spec.Linux != nil {
 		req.RootfsPropagation = spec.Linux.RootfsPropagation
 		req.MountNamespace = hasMountNamespace(spec.Linux.Namespaces)
@@ -170,7 +170,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 	var userns *os.File
 	if req.UserNamespace {
 		if userns, err = openNamespace(state.Pid, userNamespace); err != nil {
-			return classmount.Refuse(sel.Handler, ctr, err)
+			return engine.Refuse(sel.Handler, ctr, err)
 		}
 		defer userns.Close()
 	}
@@ -183,7 +183,7 @@ func mountStage(opts Options, stdin io.Reader) error {
 		mounter = NamespaceMounter{}
 	}
 	if err := mounter.MountInContainer(Request{Pid: state.Pid, Rootfs: rootfsPath(state.Bundle, spec), Mounts: d.Mounts, UserNS: userns}); err != nil {
-		return classmount.Refuse(sel.Handler, ctr, err)
+		return engine.Refuse(sel.Handler, ctr, err)
 	}
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
@@ -118,7 +118,7 @@ func TestRunMountStage(t *testing.T) {
 		trust   bool // --trust-runtime-handler-annotation
 		stdin   string
 		host    *specmodtest.Host
-		network classmount.Network
+		network engine.Network
 		mntErr  error
 		want    *Request // nil: the mounter must not be called
 		err     string

@@ -11,8 +11,8 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 )
 
 func TestParseStage(t *testing.T) {
@@ -277,7 +277,7 @@ func TestParseSpecKeepsWhatTheMountStagesRead(t *testing.T) {
 	if !reflect.DeepEqual(got.Linux.Namespaces, full.Linux.Namespaces) || got.Linux.RootfsPropagation != "rslave" {
 		t.Errorf("linux %+v, want the namespaces and rootfsPropagation of %+v", got.Linux, full.Linux)
 	}
-	if !classmount.PrivilegedSpec(got) || classmount.UserNamespaceSpec(got) {
-		t.Errorf("privileged %v, user namespace %v: want true, false", classmount.PrivilegedSpec(got), classmount.UserNamespaceSpec(got))
+	if !engine.PrivilegedSpec(got) || engine.UserNamespaceSpec(got) {
+		t.Errorf("privileged %v, user namespace %v: want true, false", engine.PrivilegedSpec(got), engine.UserNamespaceSpec(got))
 	}
 }

@@ -1,5 +1,5 @@
 // Package nri runs mountkeeper as a containerd / CRI-O NRI plugin: a front end of the decision
-// engine (classmount). At CreateContainer it hands the container to the engine and answers with
+// engine (internal/engine). At CreateContainer it hands the container to the engine and answers with
 // a container adjustment that adds the class mounts, or with the engine's refusal, which fails
 // the container. It also drives the network mounts' lifecycle (RunPodSandbox, RemoveContainer,
 // Synchronize) and the connection to the runtime (run.go).
@@ -22,9 +22,9 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/hostmount"
 	"github.com/mountkeeper/mountkeeper/internal/idmap"
@@ -66,7 +66,7 @@ type Plugin struct {
 
 	// idmap asks the kernel whether a class mount can be idmapped, for containers with a user
 	// namespace; nil: idmap.Default. Set by tests through withIdmap.
-	idmap classmount.Idmapper
+	idmap engine.Idmapper
 }
 
 // NewHostChecker is the host side the plugin checks through: the live host, each check bounded
@@ -197,7 +197,7 @@ func (p *Plugin) subPathCopies() *subpath.Copies {
 // rebuildLocked builds the decision engine for the config in force with the plugin's side
 // effects. Callers hold p.mu for writing.
 func (p *Plugin) rebuildLocked() {
-	e := &classmount.Engine{Config: p.cfg, Host: p.host, SubPaths: p.subPaths, Idmap: p.idmap}
+	e := &engine.Engine{Config: p.cfg, Host: p.host, SubPaths: p.subPaths, Idmap: p.idmap}
 	if e.Idmap == nil {
 		e.Idmap = idmap.Default
 	}
@@ -213,7 +213,7 @@ func (p *Plugin) rebuildLocked() {
 // served is a decision engine with what cannotBlock needs to know of its config, worked out
 // once per engine instead of per container.
 type served struct {
-	*classmount.Engine
+	*engine.Engine
 	// hostBounded: the host check bounds itself (hostmount.DefaultTimeout) below createBudget.
 	hostBounded bool
 	classes     map[string]classFacts
@@ -225,7 +225,7 @@ type classFacts struct {
 	network bool // one of them is a network filesystem
 }
 
-func serve(e *classmount.Engine) *served {
+func serve(e *engine.Engine) *served {
 	s := &served{Engine: e, hostBounded: hostmount.DefaultTimeout < e.Config.CreateBudget,
 		classes: make(map[string]classFacts, len(e.Config.RuntimeClasses))}
 	for name, rc := range e.Config.RuntimeClasses {
@@ -246,7 +246,7 @@ func (p *Plugin) engine() *served {
 }
 
 // CreateContainer repairs the container's stale subPath mounts, then adds the class mounts of
-// the pod's runtime class (classmount decides). A pod of no configured class gets no class
+// the pod's runtime class (the engine decides). A pod of no configured class gets no class
 // mounts; a class mount that cannot be made exactly as asked fails the container, since a
 // container whose volume is silently missing writes its data into its rootfs and loses it.
 //
@@ -259,15 +259,15 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	e := p.engine()
 	cfg := e.Config
 	defer func() { p.record(cfg, pod.GetRuntimeHandler(), err, time.Since(start)) }()
-	req := classmount.Request{
+	req := engine.Request{
 		Handler: pod.GetRuntimeHandler(),
-		Container: classmount.Container{
+		Container: engine.Container{
 			Namespace: pod.GetNamespace(), Pod: pod.GetName(), Name: ctr.GetName(), ID: ctr.GetId(),
 		},
 		Mounts: ociMounts(ctr.GetMounts()),
 	}
 	userns := hasUserNamespace(ctr)
-	req.Privileged = classmount.PrivilegedMounts(req.Mounts, userns)
+	req.Privileged = engine.PrivilegedMounts(req.Mounts, userns)
 	req.UserNamespace = userns
 	// Every line about the container carries it (namespace/pod/name); the refusal and the
 	// info line name its runtime class.
@@ -286,8 +286,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		var pe *bounded.PanicError
 		if errors.As(r.err, &pe) {
 			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
-			if _, refused := r.err.(*classmount.Error); !refused {
-				r.err = classmount.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
+			if _, refused := r.err.(*engine.Error); !refused {
+				r.err = engine.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
 			}
 		}
 		log.Error(r.err)
@@ -304,7 +304,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // createBudget; past it the container is refused, and whatever the late decision claims is
 // released (the container will not be created). Its own function: the goroutine's closure
 // would otherwise move every request to the heap, those decided inline too.
-func (p *Plugin) decideAside(e *classmount.Engine, req classmount.Request) decided {
+func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) decided {
 	budget := e.Config.CreateBudget
 	done := make(chan decided, 1)
 	go func() {
@@ -319,20 +319,20 @@ func (p *Plugin) decideAside(e *classmount.Engine, req classmount.Request) decid
 		return r
 	case <-timer.C:
 		go func() { <-done; p.release(req.Container.ID) }()
-		return decided{err: classmount.Refuse(req.Handler, req.Container, classmount.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
+		return decided{err: engine.Refuse(req.Handler, req.Container, engine.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
 	}
 }
 
 // decided is a decision or the refusal.
 type decided struct {
-	d   classmount.Decision
+	d   engine.Decision
 	err error
 }
 
 // decide runs engine e, ctx bounding its wait for network mounts (acquireBudget); a panic
 // refuses the container instead of ending the plugin (a runtime without its plugin creates
 // containers without their mounts).
-func (p *Plugin) decide(ctx context.Context, e *classmount.Engine, req classmount.Request) (r decided) {
+func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Request) (r decided) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.release(req.Container.ID)
@@ -349,7 +349,7 @@ func (p *Plugin) decide(ctx context.Context, e *classmount.Engine, req classmoun
 // step of a container with a user namespace given class mounts). Such a decision runs on the
 // request's goroutine; any other runs on one of its own under createBudget, so that the sum of
 // its bounded steps can never keep the runtime waiting past its plugin timeout.
-func (s *served) cannotBlock(req classmount.Request) bool {
+func (s *served) cannotBlock(req engine.Request) bool {
 	if !s.hostBounded {
 		return false
 	}
@@ -365,7 +365,7 @@ func (s *served) cannotBlock(req classmount.Request) bool {
 
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
 // copy is replaced by the same mount from the copy, then the class mounts are added.
-func adjustment(log *logrus.Entry, d classmount.Decision, mounts []*api.Mount, userns bool) *api.ContainerAdjustment {
+func adjustment(log *logrus.Entry, d engine.Decision, mounts []*api.Mount, userns bool) *api.ContainerAdjustment {
 	if !d.Configured && len(d.Copies) == 0 {
 		log.Debugf("no runtime class %q in the config: container left unchanged", d.Class)
 		return nil
@@ -395,7 +395,7 @@ func adjustment(log *logrus.Entry, d classmount.Decision, mounts []*api.Mount, u
 // addedMessage is the info line of a container given class mounts: how many, of which class,
 // each as specmod.Mount.String. It names no network filesystem's spec (netspec keeps its
 // credentials out of logs): a network mount appears by its host path.
-func addedMessage(d classmount.Decision) string {
+func addedMessage(d engine.Decision) string {
 	var b strings.Builder
 	n := 64 + len(d.Class)
 	for _, m := range d.Mounts {
@@ -498,7 +498,7 @@ func (p *Plugin) record(cfg *configs.Config, handler string, err error, took tim
 	if !ok {
 		class = "none"
 	}
-	var refusal *classmount.Error
+	var refusal *engine.Error
 	switch {
 	case errors.As(err, &refusal):
 		p.metrics.Decision(class, metrics.Refused, refusal.Reason, took)

@@ -9,7 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/idmap"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
@@ -26,7 +26,7 @@ func (k kernelSays) Check(source string) error {
 }
 
 // withIdmap makes the plugin ask in instead of the kernel whether a mount can be idmapped.
-func (p *Plugin) withIdmap(in classmount.Idmapper) *Plugin {
+func (p *Plugin) withIdmap(in engine.Idmapper) *Plugin {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.idmap = in

@@ -15,10 +15,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/configwatch"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/hostmount"
 	"github.com/mountkeeper/mountkeeper/internal/metrics"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
@@ -224,15 +224,15 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	// A dry run: network filesystems are shown where they would be mounted, and the host check
 	// says whether they are mounted there now; subPath binds are left alone.
-	engine := &classmount.Engine{Config: cfg, Host: hostmount.NewChecker(hostmount.Live{}), Network: dryRunNetwork{cfg.StateDir}}
-	out, d, err := engine.Render(context.Background(), *class, classmount.Container{Name: *container}, doc)
+	eng := &engine.Engine{Config: cfg, Host: hostmount.NewChecker(hostmount.Live{}), Network: dryRunNetwork{cfg.StateDir}}
+	out, d, err := eng.Render(context.Background(), *class, engine.Container{Name: *container}, doc)
 	switch {
 	case err != nil:
 		return err
 	case !d.Configured:
 		// Unlike the plugin, which leaves pods of unknown handlers alone, render fails: whoever
 		// asks for a render of a class expects that class to exist.
-		return classmount.Refuse(*class, classmount.Container{Name: *container},
+		return engine.Refuse(*class, engine.Container{Name: *container},
 			fmt.Errorf("no runtime class %q in the config (it has: %s)", d.Class, strings.Join(cfg.ClassNames(), ", ")))
 	}
 	_, err = stdout.Write(append(out, '\n'))

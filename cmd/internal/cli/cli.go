@@ -11,8 +11,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 )
 
 // ErrUsage is returned after a usage message was printed: exit status 2.
@@ -28,7 +28,7 @@ func ExitStatus(err error, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, ErrUsage):
 		return 2
-	case errors.As(err, new(*classmount.Error)):
+	case errors.As(err, new(*engine.Error)):
 		fmt.Fprintln(stderr, err)
 		return 1
 	}

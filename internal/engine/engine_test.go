@@ -1,4 +1,4 @@
-package classmount_test
+package engine_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
@@ -81,7 +81,7 @@ const (
 )
 
 var (
-	ctr = classmount.Container{Namespace: "ns", Pod: "pod", Name: "app", ID: "ctr-1"}
+	ctr = engine.Container{Namespace: "ns", Pod: "pod", Name: "app", ID: "ctr-1"}
 	// kubelet's mounts of a container with a subPath: only the first is a subPath bind target.
 	kubeletMounts = []oci.Mount{
 		{Source: subPathTarget, Destination: "/etc/app.conf"},
@@ -98,7 +98,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		req       classmount.Request // Container defaults to ctr
+		req       engine.Request // Container defaults to ctr
 		hostFail  map[string]string
 		netFail   map[string]string
 		noNetwork bool
@@ -113,67 +113,67 @@ func TestDecide(t *testing.T) {
 		wantRepaired   []string
 	}{{
 		name: "unknown class: no mounts, no error",
-		req:  classmount.Request{Handler: "kata"},
+		req:  engine.Request{Handler: "kata"},
 	}, {
 		name:           "configured class: mounts in config order",
-		req:            classmount.Request{Handler: "plain", Mounts: kubeletMounts},
+		req:            engine.Request{Handler: "plain", Mounts: kubeletMounts},
 		wantConfigured: true,
 		wantMounts:     []string{"/srv/bc -> /b/c (rslave)", "/srv/a -> /a (rprivate)", "/srv/b -> /b (rprivate, ro)"},
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
 		name:           "network class: the host path stands in for the source",
-		req:            classmount.Request{Handler: "net"},
+		req:            engine.Request{Handler: "net"},
 		wantConfigured: true,
 		wantMounts:     []string{"/net/filer/export -> /data (rslave)", "/srv/n -> /a (rprivate)"},
 		wantAsked:      []string{"/net/filer/export", "/srv/n"},
 	}, {
 		name:           "host check fails: one line, network claim released",
-		req:            classmount.Request{Handler: "net"},
+		req:            engine.Request{Handler: "net"},
 		hostFail:       map[string]string{"/srv/n": "source /srv/n does not exist on the host"},
 		wantConfigured: true,
 		wantErr:        netPrefix + "mount /srv/n -> /a (rprivate): source /srv/n does not exist on the host",
 		wantAsked:      []string{"/net/filer/export", "/srv/n"},
 	}, {
 		name:           "every host failure, joined on one line",
-		req:            classmount.Request{Handler: "plain"},
+		req:            engine.Request{Handler: "plain"},
 		hostFail:       map[string]string{"/srv/a": "missing", "/srv/bc": "private"},
 		wantConfigured: true,
 		wantErr:        prefix + "mount /srv/bc -> /b/c (rslave): private; mount /srv/a -> /a (rprivate): missing",
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
 		name:           "network mount fails",
-		req:            classmount.Request{Handler: "net"},
+		req:            engine.Request{Handler: "net"},
 		netFail:        map[string]string{"filer:/export": "not ready: last error: connection refused"},
 		wantConfigured: true,
 		wantErr:        netPrefix + "mount nfs filer:/export -> /data: not ready: last error: connection refused",
 	}, {
 		name:           "network class without a Network",
-		req:            classmount.Request{Handler: "net"},
+		req:            engine.Request{Handler: "net"},
 		noNetwork:      true,
 		wantConfigured: true,
 		wantErr:        netPrefix + "mount nfs filer:/export -> /data: network filesystems are not supported here",
 	}, {
 		name:           "in container without a mount namespace",
-		req:            classmount.Request{Handler: "plain", Stage: classmount.InContainer},
+		req:            engine.Request{Handler: "plain", Stage: engine.InContainer},
 		wantConfigured: true,
 		wantErrHas:     "the container has no mount namespace of its own",
 	}, {
 		name: "in container: a spec mount below a class mount would be hidden",
-		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+		req: engine.Request{Handler: "plain", Stage: engine.InContainer, MountNamespace: true,
 			Mounts: []oci.Mount{{Source: "/vol", Destination: "/a/sub"}}},
 		wantConfigured: true,
 		wantErrHas:     "mount /srv/a -> /a (rprivate): the container already has a mount below it, at /a/sub",
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
 		name: "in container: a spec mount below a class mount, spelled unclean, would be hidden",
-		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+		req: engine.Request{Handler: "plain", Stage: engine.InContainer, MountNamespace: true,
 			Mounts: []oci.Mount{{Source: "/vol", Destination: "a//sub/."}}},
 		wantConfigured: true,
 		wantErrHas:     "mount /srv/a -> /a (rprivate): the container already has a mount below it, at a//sub/.",
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
 		name: "in container: a spec mount at a class destination, spelled unclean, collides",
-		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+		req: engine.Request{Handler: "plain", Stage: engine.InContainer, MountNamespace: true,
 			Mounts: []oci.Mount{{Source: "/vol", Destination: "//a/"}}},
 		wantConfigured: true,
 		wantErrHas:     `mount /srv/a -> /a (rprivate): the container already has a mount at //a/ (source "/vol")`,
@@ -182,7 +182,7 @@ func TestDecide(t *testing.T) {
 		// Kubernetes gives Bidirectional to privileged containers only: a mount an
 		// unprivileged container makes (root in its own user namespace) would reach the host.
 		name:           "rshared for an unprivileged container: refused, naming the mount, the reason and the fix",
-		req:            classmount.Request{Handler: "bidi"},
+		req:            engine.Request{Handler: "bidi"},
 		wantConfigured: true,
 		wantErr: `mountkeeper: runtime class "bidi", container ns/pod/app: mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is for privileged containers only, as in Kubernetes, ` +
 			`and this container is not privileged: a mount it made below /bidi would appear on the host; run the container privileged, use rslave (HostToContainer), ` +
@@ -190,53 +190,53 @@ func TestDecide(t *testing.T) {
 		wantAsked: []string{"/srv/bidi-slave"},
 	}, {
 		name:           "rshared for a privileged container",
-		req:            classmount.Request{Handler: "bidi", Privileged: true},
+		req:            engine.Request{Handler: "bidi", Privileged: true},
 		wantConfigured: true,
 		wantMounts:     []string{"/srv/bidi -> /bidi (rshared)", "/srv/bidi-slave -> /bidi-slave (rslave)"},
 		wantAsked:      []string{"/srv/bidi", "/srv/bidi-slave"},
 	}, {
 		name:           "rshared for an unprivileged container of a class that allows it",
-		req:            classmount.Request{Handler: "bidi-open"},
+		req:            engine.Request{Handler: "bidi-open"},
 		wantConfigured: true,
 		wantMounts:     []string{"/srv/bidi-open -> /bidi (rshared)"},
 		wantAsked:      []string{"/srv/bidi-open"},
 	}, {
 		name: "in container: runbindable rootfs cuts rslave",
-		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+		req: engine.Request{Handler: "plain", Stage: engine.InContainer, MountNamespace: true,
 			RootfsPropagation: "runbindable"},
 		wantConfigured: true,
 		wantErrHas:     `mount /srv/bc -> /b/c (rslave): linux.rootfsPropagation is "runbindable"`,
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
 		name: "in container: parents first",
-		req: classmount.Request{Handler: "plain", Stage: classmount.InContainer, MountNamespace: true,
+		req: engine.Request{Handler: "plain", Stage: engine.InContainer, MountNamespace: true,
 			RootfsPropagation: "rslave"},
 		wantConfigured: true,
 		wantMounts:     []string{"/srv/a -> /a (rprivate)", "/srv/b -> /b (rprivate, ro)", "/srv/bc -> /b/c (rslave)"},
 		wantAsked:      []string{"/srv/bc", "/srv/a", "/srv/b"},
 	}, {
 		name:         "before create: only kubelet subPath targets are repaired, whatever the class",
-		req:          classmount.Request{Handler: "kata", Mounts: kubeletMounts},
+		req:          engine.Request{Handler: "kata", Mounts: kubeletMounts},
 		subPaths:     true,
 		wantRepaired: []string{subPathTarget},
 	}, {
 		name:     "a repair error refuses even an unknown class",
-		req:      classmount.Request{Handler: "kata", Mounts: kubeletMounts},
+		req:      engine.Request{Handler: "kata", Mounts: kubeletMounts},
 		subPaths: true, subErr: errors.New("repair subPath mount: permission denied"),
 		wantErr: `mountkeeper: runtime class "kata", container ns/pod/app: repair subPath mount: permission denied`,
 	}, {
 		name:     "in container: no repair",
-		req:      classmount.Request{Handler: "kata", Mounts: kubeletMounts, Stage: classmount.InContainer},
+		req:      engine.Request{Handler: "kata", Mounts: kubeletMounts, Stage: engine.InContainer},
 		subPaths: true,
 	}, {
 		name: "no SubPaths: no repair",
-		req:  classmount.Request{Handler: "kata", Mounts: kubeletMounts},
+		req:  engine.Request{Handler: "kata", Mounts: kubeletMounts},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			host := &specmodtest.Host{Fail: tc.hostFail}
 			net := &fakeNetwork{fail: tc.netFail}
 			sub := &fakeSubPaths{err: tc.subErr}
-			e := &classmount.Engine{Config: cfg, Host: host}
+			e := &engine.Engine{Config: cfg, Host: host}
 			if !tc.noNetwork {
 				e.Network = net
 			}
@@ -244,7 +244,7 @@ func TestDecide(t *testing.T) {
 				e.SubPaths = sub
 			}
 			req := tc.req
-			if req.Container == (classmount.Container{}) {
+			if req.Container == (engine.Container{}) {
 				req.Container = ctr
 			}
 
@@ -261,9 +261,9 @@ func TestDecide(t *testing.T) {
 			case err == nil:
 				t.Fatalf("Decide succeeded with %v, want an error", d.Mounts)
 			default:
-				var refusal *classmount.Error
+				var refusal *engine.Error
 				if !errors.As(err, &refusal) {
-					t.Errorf("error %T is not a *classmount.Error", err)
+					t.Errorf("error %T is not a *engine.Error", err)
 				}
 				msg := err.Error()
 				if strings.Contains(msg, "\n") {
@@ -316,32 +316,32 @@ func TestDecide(t *testing.T) {
 }
 
 func TestRefuseKeepsARefusal(t *testing.T) {
-	first := classmount.Refuse("plain", ctr, errors.New("source missing"))
-	if got := classmount.Refuse("other", classmount.Container{Name: "x"}, first); got != first {
+	first := engine.Refuse("plain", ctr, errors.New("source missing"))
+	if got := engine.Refuse("other", engine.Container{Name: "x"}, first); got != first {
 		t.Errorf("Refuse(refusal) = %v, want it unchanged: %v", got, first)
 	}
 	wrapped := fmt.Errorf("render: %w", first)
-	if got := classmount.Refuse("other", ctr, wrapped); got != wrapped {
+	if got := engine.Refuse("other", ctr, wrapped); got != wrapped {
 		t.Errorf("Refuse(wrapped refusal) = %v, want it unchanged", got)
 	}
 	if got, want := first.Error(), prefix+"source missing"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
-	if got := classmount.Refuse("", ctr, errors.New("x")).Error(); !strings.HasPrefix(got, `mountkeeper: runtime class "default", `) {
+	if got := engine.Refuse("", ctr, errors.New("x")).Error(); !strings.HasPrefix(got, `mountkeeper: runtime class "default", `) {
 		t.Errorf("the default handler's refusal = %q", got)
 	}
 }
 
 func TestContainerString(t *testing.T) {
 	for _, tc := range []struct {
-		c    classmount.Container
+		c    engine.Container
 		want string
 	}{
-		{classmount.Container{Namespace: "ns", Pod: "pod", Name: "app", ID: "abc"}, "ns/pod/app"},
-		{classmount.Container{Name: "app", ID: "abc"}, "app"},
-		{classmount.Container{Namespace: "ns", Pod: "pod", ID: "abc"}, "ns/pod/abc"},
-		{classmount.Container{ID: "abc"}, "abc"},
-		{classmount.Container{}, "(unnamed)"},
+		{engine.Container{Namespace: "ns", Pod: "pod", Name: "app", ID: "abc"}, "ns/pod/app"},
+		{engine.Container{Name: "app", ID: "abc"}, "app"},
+		{engine.Container{Namespace: "ns", Pod: "pod", ID: "abc"}, "ns/pod/abc"},
+		{engine.Container{ID: "abc"}, "abc"},
+		{engine.Container{}, "(unnamed)"},
 	} {
 		if got := tc.c.String(); got != tc.want {
 			t.Errorf("%#v.String() = %q, want %q", tc.c, got, tc.want)
@@ -366,7 +366,7 @@ func TestPrivileged(t *testing.T) {
 		{name: "no process", spec: oci.Spec{}},
 		{name: "CAP_SYS_ADMIN in a user namespace", spec: oci.Spec{Process: all, Linux: &oci.Linux{Namespaces: userns}}},
 	} {
-		if got := classmount.PrivilegedSpec(&tt.spec); got != tt.want {
+		if got := engine.PrivilegedSpec(&tt.spec); got != tt.want {
 			t.Errorf("%s: PrivilegedSpec = %v, want %v", tt.name, got, tt.want)
 		}
 	}
@@ -384,7 +384,7 @@ func TestPrivileged(t *testing.T) {
 		{name: "no sysfs", mounts: sysfs()[:1]},
 		{name: "sysfs rw in a user namespace", mounts: sysfs("rw"), userns: true},
 	} {
-		if got := classmount.PrivilegedMounts(tt.mounts, tt.userns); got != tt.want {
+		if got := engine.PrivilegedMounts(tt.mounts, tt.userns); got != tt.want {
 			t.Errorf("%s: PrivilegedMounts = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package classmount_test
+package engine_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/classmount"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/idmap"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
@@ -57,51 +57,51 @@ func TestDecideUserNamespace(t *testing.T) {
 	fuseHost := "/net/root@h/x" // fakeNetwork.s host path of root@h:/x
 	for _, tc := range []struct {
 		name       string
-		req        classmount.Request
+		req        engine.Request
 		wantMounts []string
 		wantOCI    [][]string // options of each mount as the runtime gets them
 		wantErr    string     // the whole refusal
 		wantAsked  []string   // sources the kernel was asked about
 	}{{
 		name:       "user namespace: bind mounts idmapped",
-		req:        classmount.Request{Handler: "uns", UserNamespace: true},
+		req:        engine.Request{Handler: "uns", UserNamespace: true},
 		wantMounts: []string{"/srv/priv -> /priv (rprivate, idmap)", "/srv/slave -> /slave (rslave, ro, idmap)"},
 		wantOCI:    [][]string{{"rbind", "rprivate", "idmap"}, {"rbind", "rslave", "ro", "idmap"}},
 		wantAsked:  []string{"/srv/priv", "/srv/slave"},
 	}, {
 		name:       "no user namespace: unchanged, the kernel not asked",
-		req:        classmount.Request{Handler: "uns"},
+		req:        engine.Request{Handler: "uns"},
 		wantMounts: []string{"/srv/priv -> /priv (rprivate)", "/srv/slave -> /slave (rslave, ro)"},
 		wantOCI:    [][]string{{"rbind", "rprivate"}, {"rbind", "rslave", "ro"}},
 	}, {
 		name:      "a filesystem that cannot be idmapped: refused, naming the mount, the filesystem and the fix",
-		req:       classmount.Request{Handler: "fuse", UserNamespace: true},
+		req:       engine.Request{Handler: "fuse", UserNamespace: true},
 		wantErr:   `mountkeeper: runtime class "fuse", container ns/pod/app: mount /net/root@h/x -> /ssh (rslave): fuse.sshfs root@h:/x -o allow_other,default_permissions: its fuse.sshfs filesystem cannot be idmapped (the kernel answers EINVAL to MOUNT_ATTR_IDMAP), and the container has a user namespace (hostUsers: false), in which every file would show as owned by 65534 (nobody) and access be checked by host uids: run the pod with hostUsers: true, or set allowWithoutIdmap: true on this mount (runtime class "fuse", mount 1) to pass it un-idmapped`,
 		wantAsked: []string{fuseHost},
 	}, {
 		name:       "allowWithoutIdmap: passed un-idmapped, the other mount idmapped",
-		req:        classmount.Request{Handler: "fuse-ok", UserNamespace: true},
+		req:        engine.Request{Handler: "fuse-ok", UserNamespace: true},
 		wantMounts: []string{"/net/root@h/x -> /ssh (rslave)", "/srv/p2 -> /p2 (rprivate, idmap)"},
 		wantOCI:    [][]string{{"rbind", "rslave"}, {"rbind", "rprivate", "idmap"}},
 		wantAsked:  []string{fuseHost, "/srv/p2"},
 	}, {
 		name:       "no user namespace: a FUSE mount passes, the kernel not asked",
-		req:        classmount.Request{Handler: "fuse"},
+		req:        engine.Request{Handler: "fuse"},
 		wantMounts: []string{"/net/root@h/x -> /ssh (rslave)"},
 		wantOCI:    [][]string{{"rbind", "rslave"}},
 	}, {
 		name:    "rshared in a user namespace: refused naming it, whatever the class allows",
-		req:     classmount.Request{Handler: "bidi", UserNamespace: true},
+		req:     engine.Request{Handler: "bidi", UserNamespace: true},
 		wantErr: `mountkeeper: runtime class "bidi", container ns/pod/app: mount /srv/bidi -> /bidi (rshared): rshared (Bidirectional) is refused for a container with a user namespace (hostUsers: false), whatever allowBidirectionalForUnprivileged says: its mounts would propagate to the host from a namespace the host does not control; use rslave (HostToContainer), or run the pod with hostUsers: true`,
 	}, {
 		name:       "rshared without a user namespace: the class's opt-in holds",
-		req:        classmount.Request{Handler: "bidi"},
+		req:        engine.Request{Handler: "bidi"},
 		wantMounts: []string{"/srv/bidi -> /bidi (rshared)"},
 		wantOCI:    [][]string{{"rbind", "rshared"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			im := &fakeIdmap{fs: map[string]string{fuseHost: "fuse.sshfs"}}
-			e := &classmount.Engine{Config: cfg, Host: &specmodtest.Host{}, Network: &fakeNetwork{}, Idmap: im}
+			e := &engine.Engine{Config: cfg, Host: &specmodtest.Host{}, Network: &fakeNetwork{}, Idmap: im}
 			tc.req.Container = ctr
 			d, err := e.Decide(context.Background(), tc.req)
 			if tc.wantErr != "" {

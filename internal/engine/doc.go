@@ -1,4 +1,4 @@
-// Package classmount is mountkeeper's one decision engine. Given the config, a container's
+// Package engine is mountkeeper's one decision engine. Given the config, a container's
 // runtime handler, its identity and the mounts the runtime gives it, Engine.Decide returns what
 // mountkeeper does to that container (its runtime class, the class mounts checked against the
 // container and the host, the subPath repairs made, the network mounts claimed) or one error.
@@ -17,4 +17,4 @@
 // asked for), specmod (the edits and their rules), hostmount (the host side), subpath (stale
 // kubelet subPath binds), netspec (network filesystem specs). Side effects reach it only
 // through its fields (Host, Network, SubPaths), so front ends and tests choose them.
-package classmount
+package engine

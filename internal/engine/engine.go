@@ -1,4 +1,4 @@
-package classmount
+package engine
 
 import (
 	"context"
