@@ -31,7 +31,7 @@ import (
 // directory of the config named by --config is opened first and the config handed over as
 // /proc/self/fd/N/<name>: its path is a path in the container (a ConfigMap), not on the host.
 // The directory, not the file: kubelet updates a ConfigMap volume by swapping its ..data
-// symlink, and the reload watches the directory (configwatch) through that descriptor.
+// symlink, and the reload watches the directory (configs/watch) through that descriptor.
 const hostNamespacesFlag = "--" + hostNamespacesName
 
 // hostNamespacesName and hostNamespacesPIDName are the flags' names without the dashes.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/configwatch"
+	"github.com/mountkeeper/mountkeeper/configs/watch"
 	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/hostmount"
 	"github.com/mountkeeper/mountkeeper/internal/metrics"
@@ -200,7 +200,7 @@ func reloadOnChange(ctx context.Context, plugin *nri.Plugin, path string, log *l
 			}
 		}
 	}()
-	if err := configwatch.Watch(ctx, path, reload); err != nil {
+	if err := watch.Watch(ctx, path, reload); err != nil {
 		log.WithField("config", path).Warnf("cannot watch the config for changes (SIGHUP still reloads): %v", err)
 		<-ctx.Done()
 	}

@@ -1,8 +1,8 @@
-// Package configwatch tells when a config file changed, including the way kubelet updates a
+// Package watch tells when a config file changed, including the way kubelet updates a
 // ConfigMap volume: its atomic writer swaps a "..data" symlink in the file's directory, so the
 // file's own name sees no event and a watch on the file alone misses the update. It watches the
 // directory and compares the file's content, so an event that changed nothing is no change.
-package configwatch
+package watch
 
 import (
 	"bytes"

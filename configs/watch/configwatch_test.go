@@ -1,4 +1,4 @@
-package configwatch
+package watch
 
 import (
 	"context"
