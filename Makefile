@@ -22,7 +22,7 @@ PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshar
 all: build
 
 # No cgo: the binaries are static and start faster (about 1 ms less per hook). mountkeeper-hook
-# is the hook alone, which starts in about a third of the time (README, Speed).
+# is the hook alone, which starts in about a third of the time (docs/benchmarks.md).
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
 	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
