@@ -12,10 +12,14 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/reexec"
 )
 
 func main() {
 	_ = netmount.MarkInheritedCloseOnExec() // inherited descriptors must not reach mount helpers
+	if reexec.Init() {                      // idmap's placeholder, which the hook links
+		return
+	}
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "hook" {
 		args = args[1:]

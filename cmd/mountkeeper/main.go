@@ -20,10 +20,12 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs/watch"
 	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/hostns"
 	"github.com/mountkeeper/mountkeeper/internal/metrics"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/internal/ops"
+	"github.com/mountkeeper/mountkeeper/internal/reexec"
 	"github.com/mountkeeper/mountkeeper/nri"
 )
 
@@ -43,8 +45,21 @@ commands:
   version   print the version
 `
 
+// nriInHostNamespaces is the reexec entry hostns.Enter starts in the host's namespaces: the
+// nri command again, which may not enter a second time.
+const nriInHostNamespaces = "mountkeeper-nri-in-host-namespaces"
+
+func init() {
+	reexec.Register(nriInHostNamespaces, func() {
+		os.Exit(cli.ExitStatus(runNRI(os.Args[1:], os.Stderr, true), os.Stderr))
+	})
+}
+
 func main() {
 	_ = netmount.MarkInheritedCloseOnExec() // inherited descriptors must not reach mount helpers
+	if reexec.Init() {
+		return
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
@@ -61,7 +76,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "nri":
-		err = runNRI(args[1:], stderr)
+		err = runNRI(args[1:], stderr, false)
 	case "render":
 		err = runRender(args[1:], stdin, stdout, stderr)
 	case "validate":
@@ -98,10 +113,11 @@ func parseConfigOnly(name string, args []string, stderr io.Writer) (*configs.Con
 	return loadConfig()
 }
 
-func runNRI(args []string, stderr io.Writer) error {
+// runNRI runs the plugin; inHost says this process is the one hostns.Enter started.
+func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	fs := cli.NewFlags("mountkeeper nri", stderr)
-	enter := fs.Bool(hostNamespacesName, false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
-	hostPID := fs.String(hostNamespacesPIDName, "1", "with --host-namespaces: whose namespaces to enter")
+	enter := fs.Bool(hostns.Flag, false, "enter the mount and cgroup namespaces of PID 1 first (a DaemonSet pod with hostPID: true, privileged)")
+	hostPID := fs.String(hostns.PIDFlag, "1", "with --host-namespaces: whose namespaces to enter")
 	configPath, loadConfig := cli.ConfigFlag(fs)
 	socket := fs.String("socket", "", "NRI socket (default: the NRI default, /var/run/nri/nri.sock)")
 	name := fs.String("name", "", "plugin name (default mountkeeper)")
@@ -112,18 +128,21 @@ func runNRI(args []string, stderr io.Writer) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
+	if *enter && inHost {
+		return fmt.Errorf("--%s: already re-executed in the host's namespaces", hostns.Flag)
+	}
 	if *enter {
 		// The same command again, from the host's namespaces, without the flags that led here
-		// (--config is handed over by enterHostNamespaces).
+		// (--config is handed over by hostns.Enter).
 		var rest []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case hostNamespacesName, hostNamespacesPIDName, "config":
+			case hostns.Flag, hostns.PIDFlag, "config":
 			default:
 				rest = append(rest, "--"+f.Name+"="+f.Value.String())
 			}
 		})
-		return enterHostNamespaces(rest, *hostPID, *configPath)
+		return hostns.Enter(nriInHostNamespaces, rest, *hostPID, *configPath)
 	}
 	log, err := cli.NewLogger(*level, *format, stderr)
 	if err != nil {

@@ -3,17 +3,22 @@ package idmap
 import (
 	"io"
 	"os"
+
+	"github.com/mountkeeper/mountkeeper/internal/reexec"
 )
 
-// holdUserNSEnv, when set, makes a process of any binary that links this package the
-// placeholder NewUserNS starts in a user namespace of its own: package init waits for stdin
-// to close and exits, before any package that imports this one initialises and before main.
-const holdUserNSEnv = "_MOUNTKEEPER_HOLD_USERNS"
+// userNSPlaceholder is the reexec entry NewUserNS starts in a user namespace of its own: it
+// holds the namespace until its stdin closes, then says placeholderDone and exits, so that
+// NewUserNS knows the entry ran and not the binary's main. A binary that links this package
+// dispatches to it from main (reexec.Init).
+const (
+	userNSPlaceholder = "mountkeeper-userns-placeholder"
+	placeholderDone   = "held\n"
+)
 
 func init() {
-	if os.Getenv(holdUserNSEnv) == "" {
-		return
-	}
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	os.Exit(0)
+	reexec.Register(userNSPlaceholder, func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		_, _ = os.Stdout.WriteString(placeholderDone)
+	})
 }

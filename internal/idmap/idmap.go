@@ -15,7 +15,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/hostmount"
+	"github.com/mountkeeper/mountkeeper/internal/reexec"
 )
 
 // NotSupportedError says the filesystem at Source cannot be idmapped.
@@ -140,7 +141,7 @@ func (p *Prober) userNS() (*os.File, error) {
 
 // NewUserNS returns a descriptor of a new user namespace (root mapped to host uid and gid
 // 65534 and nothing else), held by nothing else: it lives as long as the descriptor. It
-// starts this binary as a placeholder (holder.go).
+// starts this binary as a placeholder (holder.go), so main must dispatch with reexec.Init.
 func NewUserNS() (*os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -148,25 +149,29 @@ func NewUserNS() (*os.File, error) {
 	}
 	defer r.Close()
 	defer w.Close()
-	cmd := &exec.Cmd{
-		Path:  "/proc/self/exe",
-		Args:  []string{"mountkeeper-userns"},
-		Env:   []string{holdUserNSEnv + "=1"},
-		Stdin: r,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
-			Pdeathsig:   syscall.SIGKILL,
-		},
+	var said strings.Builder
+	cmd := reexec.Command(userNSPlaceholder)
+	cmd.Env = []string{}
+	cmd.Stdin = r
+	cmd.Stdout = &said
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start a process in a new user namespace (to ask the kernel whether a filesystem can be idmapped): %w", err)
 	}
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
 	w.Close() // the placeholder exits
-	if werr := cmd.Wait(); err == nil && werr != nil {
+	switch werr := cmd.Wait(); {
+	case err != nil:
+	case werr != nil:
 		err = fmt.Errorf("the user namespace placeholder failed: %w", werr)
+	case said.String() != placeholderDone:
+		// Something else ran: this binary's main does not dispatch to reexec entries.
+		err = fmt.Errorf("the user namespace placeholder did not run (is reexec.Init called first in main or TestMain?)")
 	}
 	if err != nil {
 		if ns != nil {

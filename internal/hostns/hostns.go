@@ -1,20 +1,5 @@
-package main
-
-import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"slices"
-	"strconv"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/mountkeeper/mountkeeper/configs"
-)
-
-// hostNamespacesFlag makes `mountkeeper nri` run in the host's mount and cgroup namespaces
-// when it is started in a container (a DaemonSet pod with hostPID: true and privileged):
+// Package hostns moves `mountkeeper nri` into the host's mount and cgroup namespaces when it is
+// started in a container (a DaemonSet pod with hostPID: true and privileged):
 //   - the mount namespace, so that it sees the host's paths and mount table (class sources,
 //     the kubelet root, the NRI socket, its state dir), checks propagation against the host's
 //     mounts, and mounts network filesystems and subPath repairs where the host and kubelet
@@ -27,31 +12,43 @@ import (
 // The image has no nsenter (it holds only mountkeeper and mountkeeper-hook), so the binary
 // enters them itself: Go runs many threads that share one fs_struct, and setns(CLONE_NEWNS)
 // refuses such a thread, so one locked thread unshares CLONE_FS, enters both namespaces of PID 1 and
-// re-executes this binary from there (execve keeps the calling thread's namespaces). The
+// re-executes this binary from there (execve keeps the calling thread's namespaces), as a
+// reexec entry that the caller registered, which runs the command again and may not enter
+// twice. The
 // directory of the config named by --config is opened first and the config handed over as
 // /proc/self/fd/N/<name>: its path is a path in the container (a ConfigMap), not on the host.
 // The directory, not the file: kubelet updates a ConfigMap volume by swapping its ..data
 // symlink, and the reload watches the directory (configs/watch) through that descriptor.
-const hostNamespacesFlag = "--" + hostNamespacesName
+package hostns
 
-// hostNamespacesName and hostNamespacesPIDName are the flags' names without the dashes.
-const (
-	hostNamespacesName    = "host-namespaces"
-	hostNamespacesPIDName = hostNamespacesName + "-pid"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/reexec"
 )
 
-// hostNamespacesEnv marks the re-executed process, which must not enter again.
-const hostNamespacesEnv = "_MOUNTKEEPER_IN_HOST_NAMESPACES"
+// Flag and PIDFlag are the names of the flags that ask for Enter.
+const (
+	Flag    = "host-namespaces"
+	PIDFlag = Flag + "-pid"
+)
 
-// enterHostNamespaces re-executes `mountkeeper nri args...` (args without the flag) in the
-// mount and cgroup namespaces of pid (1: the host's init, seen with hostPID). It returns
-// only on failure.
-func enterHostNamespaces(args []string, pid, configPath string) error {
+// flagText names the flag in errors.
+const flagText = "--" + Flag
+
+// Enter re-executes this binary as the reexec entry named entry, with args (without the flags
+// that led here) and the config at configPath handed over, in the mount and cgroup namespaces
+// of pid (1: the host's init, seen with hostPID). It returns only on failure.
+func Enter(entry string, args []string, pid, configPath string) error {
 	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
-		return fmt.Errorf("--host-namespaces-pid %q: not a process ID", pid)
-	}
-	if os.Getenv(hostNamespacesEnv) != "" {
-		return fmt.Errorf("%s: already re-executed in the host's namespaces", hostNamespacesFlag)
+		return fmt.Errorf("--%s %q: not a process ID", PIDFlag, pid)
 	}
 	_, err := os.Stat(configPath)
 	var configDir *os.File
@@ -62,23 +59,23 @@ func enterHostNamespaces(args []string, pid, configPath string) error {
 	case err == nil:
 		// Go opens files close-on-exec; this one must survive the exec.
 		if _, err := unix.FcntlInt(configDir.Fd(), unix.F_SETFD, 0); err != nil {
-			return fmt.Errorf("%s: keep %s open across exec: %w", hostNamespacesFlag, filepath.Dir(configPath), err)
+			return fmt.Errorf("%s: keep %s open across exec: %w", flagText, filepath.Dir(configPath), err)
 		}
 		args = append(args, "--config", "/proc/self/fd/"+strconv.Itoa(int(configDir.Fd()))+"/"+filepath.Base(configPath))
 	case os.IsNotExist(err) && configPath == configs.DefaultPath:
 		// No file at the default path in the container: the re-executed process looks on the
 		// host, then falls back to the embedded default, as without the flag.
 	default:
-		return fmt.Errorf("%s: %w", hostNamespacesFlag, err)
+		return fmt.Errorf("%s: %w", flagText, err)
 	}
-	self, err := os.Open("/proc/self/exe")
+	self, err := os.Open(reexec.Self)
 	if err != nil {
-		return fmt.Errorf("%s: open this binary: %w", hostNamespacesFlag, err)
+		return fmt.Errorf("%s: open this binary: %w", flagText, err)
 	}
 	// The thread that enters the namespaces execs; it must not run anything else meanwhile.
 	runtime.LockOSThread()
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("%s: unshare(CLONE_FS): %w", hostNamespacesFlag, err)
+		return fmt.Errorf("%s: unshare(CLONE_FS): %w", flagText, err)
 	}
 	for _, ns := range []struct {
 		name string
@@ -87,21 +84,20 @@ func enterHostNamespaces(args []string, pid, configPath string) error {
 		path := "/proc/" + pid + "/ns/" + ns.name
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("%s: open %s (is the pod hostPID?): %w", hostNamespacesFlag, path, err)
+			return fmt.Errorf("%s: open %s (is the pod hostPID?): %w", flagText, path, err)
 		}
 		err = unix.Setns(fd, ns.typ)
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("%s: enter the %s namespace of PID %s (is the container privileged?): %w", hostNamespacesFlag, ns.name, pid, err)
+			return fmt.Errorf("%s: enter the %s namespace of PID %s (is the container privileged?): %w", flagText, ns.name, pid, err)
 		}
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return fmt.Errorf("%s: chdir /: %w", hostNamespacesFlag, err)
+		return fmt.Errorf("%s: chdir /: %w", flagText, err)
 	}
-	env := append(slices.Clone(os.Environ()), hostNamespacesEnv+"=1")
 	// The binary lies in the container's root, which the host's namespace does not show:
 	// exec it through the descriptor opened before the switch.
-	argv := append([]string{os.Args[0], "nri"}, args...)
-	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), argv, env)
-	return fmt.Errorf("%s: re-execute: %w", hostNamespacesFlag, err)
+	argv := append([]string{entry}, args...)
+	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), argv, os.Environ())
+	return fmt.Errorf("%s: re-execute: %w", flagText, err)
 }
