@@ -108,9 +108,14 @@ func runNRI(args []string, stderr io.Writer) error {
 	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
-	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: host:port or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
+	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: a loopback 127.0.0.1:PORT or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
+	}
+	if *listen != "" {
+		if err := ops.CheckLocal(*listen); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
 	}
 	if *enter {
 		// The same command again, from the host's namespaces, without the flags that led here
