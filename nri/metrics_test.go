@@ -3,8 +3,11 @@ package nri
 import (
 	"context"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	dto "github.com/prometheus/client_model/go"
@@ -19,7 +22,7 @@ import (
 // Prometheus does: scraped over HTTP and parsed with Prometheus' own text parser.
 func TestMetricsAfterDecisions(t *testing.T) {
 	host := &specmodtest.Host{Fail: map[string]string{}}
-	m := metrics.New()
+	m := metrics.New("test")
 	p := NewPlugin(mustConfig(t, testConfig), true, host, quietLogger()).WithMetrics(m)
 	create := func(handler, id string) error {
 		_, _, err := p.CreateContainer(context.Background(),
@@ -104,4 +107,72 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestReconnectsCountReconnections: while the runtime is away the plugin tries again and
+// again; mountkeeper_runtime_reconnects_total counts the one reconnection, not the attempts,
+// and mountkeeper_runtime_connected follows the connection.
+func TestReconnectsCountReconnections(t *testing.T) {
+	socket := filepath.Join(shortDir(t), "nri.sock")
+	rt := startRuntime(t, socket)
+	defer func() { rt.Stop() }()
+	m := metrics.New("test")
+	p := NewPlugin(mustConfig(t, testConfig), true, &specmodtest.Host{}, quietLogger()).WithMetrics(m)
+	attempts := &countingDialer{}
+	cs := runPlugin(t, p, socket)
+	cs.countFailures(attempts)
+	rt.waitSynced(t)
+	if got := scrape(t, m, "mountkeeper_runtime_connected", nil); got != 1 {
+		t.Errorf("connected = %v while connected, want 1", got)
+	}
+	if got := scrape(t, m, "mountkeeper_runtime_reconnects_total", nil); got != 0 {
+		t.Errorf("reconnects = %v after the first connection, want 0", got)
+	}
+
+	rt.Stop()
+	cs.cut()
+	// The runtime stays away until the plugin has failed to connect a few times.
+	for deadline := time.Now().Add(30 * time.Second); attempts.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin tried %d times in 30s", attempts.failed.Load())
+		}
+	}
+	if got := scrape(t, m, "mountkeeper_runtime_connected", nil); got != 0 {
+		t.Errorf("connected = %v while the runtime is away, want 0", got)
+	}
+	rt = startRuntime(t, socket)
+	rt.waitSynced(t)
+	if got := scrape(t, m, "mountkeeper_runtime_reconnects_total", nil); got != 1 {
+		t.Errorf("reconnects = %v after one reconnection (and %d failed attempts), want 1", got, attempts.failed.Load())
+	}
+	if got := scrape(t, m, "mountkeeper_runtime_connected", nil); got != 1 {
+		t.Errorf("connected = %v after the reconnection, want 1", got)
+	}
+}
+
+// countingDialer counts the plugin's failed connection attempts.
+type countingDialer struct{ failed atomic.Int64 }
+
+// scrape reads one sample of m over HTTP with Prometheus' own parser: the counter's or
+// gauge's value, -1 when there is no such sample.
+func scrape(t *testing.T, m *metrics.Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	if err != nil {
+		t.Fatalf("the scrape is not Prometheus text: %v", err)
+	}
+	for _, metric := range families[name].GetMetric() {
+		if matches(metric, labels) {
+			switch {
+			case metric.Counter != nil:
+				return metric.GetCounter().GetValue()
+			case metric.Gauge != nil:
+				return metric.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

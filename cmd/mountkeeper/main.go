@@ -140,16 +140,17 @@ func runNRI(args []string, stderr io.Writer) error {
 	}
 	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
 	pinned := flagSet(fs, "config")
-	m := metrics.New()
+	m := metrics.New(version)
 	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
 			mgr, err := netmount.NewManager(netmount.ConfigFrom(cfg, log))
 			if err != nil {
 				return nil, err
 			}
-			m.Register(metrics.NetworkMounts(mgr.Status))
+			m.Register(metrics.NetworkMounts(mgr.Status, mgr.Totals))
 			return managerMounter{mgr}, nil
 		}).WithMetrics(m).WithConfigSource(from)
+	m.Register(metrics.GuardRefusals(plugin.StateDir, func(err error) { log.Warnf("metrics: guard refusals: %v", err) }))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *listen != "" {
