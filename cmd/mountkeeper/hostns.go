@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -44,9 +45,11 @@ const (
 const hostNamespacesEnv = "_MOUNTKEEPER_IN_HOST_NAMESPACES"
 
 // enterHostNamespaces re-executes `mountkeeper nri args...` (args without the flag) in the
-// mount and cgroup namespaces of pid (1: the host's init, seen with hostPID). It returns
+// mount and cgroup namespaces of pid (1: the host's init, seen with hostPID), handing over
+// files (flag name -> a path in the container: the ServiceAccount token, the CA, the TLS
+// certificate) as /proc/self/fd/N/<name> through their directories, as the config. It returns
 // only on failure.
-func enterHostNamespaces(args []string, pid, configPath string) error {
+func enterHostNamespaces(args []string, pid, configPath string, files map[string]string) error {
 	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
 		return fmt.Errorf("--host-namespaces-pid %q: not a process ID", pid)
 	}
@@ -70,6 +73,23 @@ func enterHostNamespaces(args []string, pid, configPath string) error {
 		// host, then falls back to the embedded default, as without the flag.
 	default:
 		return fmt.Errorf("%s: %w", hostNamespacesFlag, err)
+	}
+	// Through the directory, not the file: kubelet updates a projected ServiceAccount token
+	// and a Secret volume by swapping their ..data symlink.
+	dirs := map[string]*os.File{}
+	for _, flagName := range slices.Sorted(maps.Keys(files)) {
+		path := files[flagName]
+		dir, ok := dirs[filepath.Dir(path)]
+		if !ok {
+			if dir, err = os.Open(filepath.Dir(path)); err != nil {
+				return fmt.Errorf("%s: --%s: %w", hostNamespacesFlag, flagName, err)
+			}
+			if _, err := unix.FcntlInt(dir.Fd(), unix.F_SETFD, 0); err != nil {
+				return fmt.Errorf("%s: keep %s open across exec: %w", hostNamespacesFlag, filepath.Dir(path), err)
+			}
+			dirs[filepath.Dir(path)] = dir
+		}
+		args = append(args, "--"+flagName, "/proc/self/fd/"+strconv.Itoa(int(dir.Fd()))+"/"+filepath.Base(path))
 	}
 	self, err := os.Open("/proc/self/exe")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -109,6 +110,7 @@ func runNRI(args []string, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
 	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: a loopback 127.0.0.1:PORT or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
+	node := addMetricsFlags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -119,16 +121,18 @@ func runNRI(args []string, stderr io.Writer) error {
 	}
 	if *enter {
 		// The same command again, from the host's namespaces, without the flags that led here
-		// (--config is handed over by enterHostNamespaces).
+		// (--config and the files of the node listener are handed over by enterHostNamespaces).
+		files := node.containerFiles()
 		var rest []string
 		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case hostNamespacesName, hostNamespacesPIDName, "config":
+			_, handedOver := files[f.Name]
+			switch {
+			case f.Name == hostNamespacesName, f.Name == hostNamespacesPIDName, f.Name == "config", handedOver:
 			default:
 				rest = append(rest, "--"+f.Name+"="+f.Value.String())
 			}
 		})
-		return enterHostNamespaces(rest, *hostPID, *configPath)
+		return enterHostNamespaces(rest, *hostPID, *configPath, files)
 	}
 	log, err := cli.NewLogger(*level, *format, stderr)
 	if err != nil {
@@ -154,7 +158,11 @@ func runNRI(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *listen != "" {
-		go serveOps(ctx, *listen, ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}, log)
+		h := ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}
+		go serveOps(ctx, *listen, func(l net.Listener) error { return ops.Serve(ctx, l, h) }, log)
+	}
+	if err := node.start(ctx, m.Handler(), log); err != nil {
+		return err
 	}
 	if _, err := os.Stat(from); err == nil {
 		go reloadOnChange(ctx, plugin, from, log)
@@ -162,14 +170,14 @@ func runNRI(args []string, stderr io.Writer) error {
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
 }
 
-// serveOps serves the operator endpoints on address until ctx ends. A listener that cannot be
-// opened (the port still held by a predecessor that is going away) is retried every 2s: the
-// plugin keeps serving the runtime meanwhile, since without it containers lose their mounts.
-func serveOps(ctx context.Context, address string, h ops.Handlers, log *logrus.Logger) {
+// serveOps serves on address with serve until ctx ends. A listener that cannot be opened (the
+// port still held by a predecessor that is going away) is retried every 2s: the plugin keeps
+// serving the runtime meanwhile, since without it containers lose their mounts.
+func serveOps(ctx context.Context, address string, serve func(net.Listener) error, log *logrus.Logger) {
 	for {
 		l, err := ops.Listen(address)
 		if err == nil {
-			if err := ops.Serve(ctx, l, h); err != nil {
+			if err := serve(l); err != nil {
 				log.Errorf("serving %s: %v", address, err)
 			}
 			return
