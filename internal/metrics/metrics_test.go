@@ -161,22 +161,10 @@ func TestDocsListEveryLabelValue(t *testing.T) {
 			rows[name[1]] = cells[3]
 		}
 	}
-	m := New("test")
-	m.Register(NetworkMounts(func() []netmount.MountStatus { return nil }, func() netmount.Totals { return netmount.Totals{} }))
-	dir := t.TempDir()
-	if err := guard.RecordRefusal(dir, "c", guard.ReasonNoKey); err != nil {
-		t.Fatal(err)
-	}
-	m.Register(GuardRefusals(func() string { return dir }, func(error) {}))
-	m.Decision("c", Added, "", 0)
-	m.Reload(true)
-	exported := map[string]bool{}
-	for name := range scrapeAll(t, m) {
-		if strings.HasPrefix(name, "mountkeeper_") {
-			exported[name] = true
-			if _, ok := rows[name]; !ok {
-				t.Errorf("%s is exported but not in docs/metrics.md", name)
-			}
+	exported := exportedNames(t)
+	for name := range exported {
+		if _, ok := rows[name]; !ok {
+			t.Errorf("%s is exported but not in docs/metrics.md", name)
 		}
 	}
 	for name := range rows {
