@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,49 +10,13 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/mountkeeper/mountkeeper/internal/guard"
+	"github.com/mountkeeper/mountkeeper/internal/metrics/metricstest"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 )
 
 // scrapeAll reads m over HTTP with Prometheus' own text parser.
-func scrapeAll(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
-	if err != nil {
-		t.Fatalf("the scrape is not Prometheus text: %v", err)
-	}
-	return families
-}
-
-// value is the sample of family name whose labels include labels: a counter's or gauge's
-// value; -1 when there is none.
-func value(families map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	for _, metric := range families[name].GetMetric() {
-		ok := true
-		for k, v := range labels {
-			found := false
-			for _, l := range metric.GetLabel() {
-				found = found || l.GetName() == k && l.GetValue() == v
-			}
-			ok = ok && found
-		}
-		if !ok {
-			continue
-		}
-		if metric.Counter != nil {
-			return metric.GetCounter().GetValue()
-		}
-		return metric.GetGauge().GetValue()
-	}
-	return -1
-}
+func scrapeAll(t *testing.T, m *Metrics) metricstest.Scrape { return metricstest.Get(t, m.Handler()) }
 
 // fakeManager stands for a netmount.Manager: the mounts it holds now and its totals.
 type fakeManager struct {
@@ -78,11 +41,11 @@ func TestNetworkCountersDoNotDropOnRelease(t *testing.T) {
 	mgr.held = nil // released and unmounted: the Manager's totals stay
 	after := scrapeAll(t, m)
 	for _, name := range []string{"mountkeeper_network_mount_deaths_total", "mountkeeper_network_mount_recoveries_total"} {
-		if b, a := value(before, name, nil), value(after, name, nil); b != 2 || a != b {
+		if b, a := before.Value(name, nil), after.Value(name, nil); b != 2 || a != b {
 			t.Errorf("%s: %v before the release, %v after, want 2 both times", name, b, a)
 		}
 	}
-	if got := value(after, "mountkeeper_network_mounts", map[string]string{"state": "mounted"}); got != 0 {
+	if got := after.Value("mountkeeper_network_mounts", map[string]string{"state": "mounted"}); got != 0 {
 		t.Errorf("mounted mounts after the release = %v, want 0", got)
 	}
 }
@@ -104,7 +67,7 @@ func TestGuardRefusalsAreScraped(t *testing.T) {
 		class, reason string
 		want          float64
 	}{{"mk-net", guard.ReasonNotHandled, 2}, {"default", guard.ReasonNoKey, 1}, {"mk-net", guard.ReasonNoKey, -1}} {
-		if got := value(f, "mountkeeper_guard_refusals_total", map[string]string{"class": c.class, "reason": c.reason}); got != c.want {
+		if got := f.Value("mountkeeper_guard_refusals_total", map[string]string{"class": c.class, "reason": c.reason}); got != c.want {
 			t.Errorf("guard refusals {%s, %s} = %v, want %v", c.class, c.reason, got, c.want)
 		}
 	}
@@ -114,7 +77,7 @@ func TestGuardRefusalsAreScraped(t *testing.T) {
 	// No record yet (the guard never refused): no sample and no failure.
 	m = New("test")
 	m.Register(GuardRefusals(func() string { return filepath.Join(dir, "none") }, func(err error) { failures = append(failures, err) }))
-	if got := value(scrapeAll(t, m), "mountkeeper_guard_refusals_total", nil); got != -1 || len(failures) != 0 {
+	if got := scrapeAll(t, m).Value("mountkeeper_guard_refusals_total", nil); got != -1 || len(failures) != 0 {
 		t.Errorf("without a record: %v, failures %v", got, failures)
 	}
 }
@@ -125,20 +88,20 @@ func TestBuildInfoAndReloadTime(t *testing.T) {
 	start := time.Now()
 	m := New("v1.2.3-4-gabcdef")
 	f := scrapeAll(t, m)
-	if got := value(f, "mountkeeper_build_info", map[string]string{"version": "v1.2.3-4-gabcdef", "goversion": runtime.Version()}); got != 1 {
+	if got := f.Value("mountkeeper_build_info", map[string]string{"version": "v1.2.3-4-gabcdef", "goversion": runtime.Version()}); got != 1 {
 		t.Errorf("build_info = %v, want 1 with the version", got)
 	}
-	at := value(f, "mountkeeper_config_last_reload_success_timestamp_seconds", nil)
+	at := f.Value("mountkeeper_config_last_reload_success_timestamp_seconds", nil)
 	if at < float64(start.Unix()) {
 		t.Errorf("last reload success at %v, before the start %v", at, start.Unix())
 	}
 	m.configAt.Set(1000) // as if it were long ago
 	m.Reload(false)
-	if got := value(scrapeAll(t, m), "mountkeeper_config_last_reload_success_timestamp_seconds", nil); got != 1000 {
+	if got := scrapeAll(t, m).Value("mountkeeper_config_last_reload_success_timestamp_seconds", nil); got != 1000 {
 		t.Errorf("a rejected reload moved the success time to %v", got)
 	}
 	m.Reload(true)
-	if got := value(scrapeAll(t, m), "mountkeeper_config_last_reload_success_timestamp_seconds", nil); got < float64(start.Unix()) {
+	if got := scrapeAll(t, m).Value("mountkeeper_config_last_reload_success_timestamp_seconds", nil); got < float64(start.Unix()) {
 		t.Errorf("an applied reload left the success time at %v", got)
 	}
 }
