@@ -162,7 +162,9 @@ func runNRI(args []string, stderr io.Writer) error {
 		go serveOps(ctx, *listen, func(l net.Listener) error { return ops.Serve(ctx, l, h) }, log)
 	}
 	if err := node.start(ctx, m.Handler(), log); err != nil {
-		return err
+		// Only the node listener is off: containers must not lose their mounts because the
+		// metrics cannot be served (a cluster Prometheus sees the target down).
+		log.Errorf("the node listener for metrics is off: %v", err)
 	}
 	if _, err := os.Stat(from); err == nil {
 		go reloadOnChange(ctx, plugin, from, log)

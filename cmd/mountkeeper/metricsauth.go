@@ -48,7 +48,7 @@ func (f *metricsFlags) containerFiles() map[string]string {
 }
 
 // start checks the flags and serves /metrics (h) on the node listener until ctx ends; an error
-// means the flags or files are wrong, and the agent should not start.
+// means the flags or files are wrong, and nothing is served there.
 func (f *metricsFlags) start(ctx context.Context, h http.Handler, log *logrus.Logger) error {
 	if *f.listen == "" {
 		return nil
