@@ -47,4 +47,18 @@ func TestGuard(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
 		}
 	}
+	// Every refusal is counted in the state dir, where the agent reads it (metrics).
+	counts, err := guard.ReadRefusals(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[guard.Refusal]uint64{{Class: "mk", Reason: guard.ReasonNoKey}: 1, {Class: "mk", Reason: guard.ReasonNotHandled}: 3}
+	if len(counts) != len(want) {
+		t.Errorf("recorded refusals %v, want %v", counts, want)
+	}
+	for r, n := range want {
+		if counts[r] != n {
+			t.Errorf("recorded refusals %v, want %v", counts, want)
+		}
+	}
 }

@@ -2,16 +2,16 @@ package nri
 
 import (
 	"context"
-	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/mountkeeper/mountkeeper/internal/metrics"
+	"github.com/mountkeeper/mountkeeper/internal/metrics/metricstest"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 
@@ -19,7 +19,7 @@ import (
 // Prometheus does: scraped over HTTP and parsed with Prometheus' own text parser.
 func TestMetricsAfterDecisions(t *testing.T) {
 	host := &specmodtest.Host{Fail: map[string]string{}}
-	m := metrics.New()
+	m := metrics.New("test")
 	p := NewPlugin(mustConfig(t, testConfig), true, host, quietLogger()).WithMetrics(m)
 	create := func(handler, id string) error {
 		_, _, err := p.CreateContainer(context.Background(),
@@ -43,29 +43,7 @@ func TestMetricsAfterDecisions(t *testing.T) {
 		t.Fatal("an invalid config was applied")
 	}
 
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
-	if err != nil {
-		t.Fatalf("the scrape is not Prometheus text: %v", err)
-	}
-	value := func(name string, labels map[string]string) float64 {
-		t.Helper()
-		for _, metric := range families[name].GetMetric() {
-			if matches(metric, labels) {
-				switch {
-				case metric.Counter != nil:
-					return metric.GetCounter().GetValue()
-				case metric.Gauge != nil:
-					return metric.GetGauge().GetValue()
-				case metric.Histogram != nil:
-					return float64(metric.GetHistogram().GetSampleCount())
-				}
-			}
-		}
-		return -1
-	}
+	scrape := metricstest.Get(t, m.Handler())
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -79,29 +57,71 @@ func TestMetricsAfterDecisions(t *testing.T) {
 		{"mountkeeper_config_reloads_total", map[string]string{"result": "rejected"}, 1},
 		{"mountkeeper_config_last_reload_success", nil, 0},
 	} {
-		if got := value(c.name, c.labels); got != c.want {
+		if got := scrape.Value(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	if strings.Contains(rec.Body.String(), "made-up") {
-		t.Error("a handler no class has reached a label: cardinality is not bounded")
+	for name, family := range scrape {
+		for _, metric := range family.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetValue() == "made-up" {
+					t.Errorf("%s: a handler no class has reached a label: cardinality is not bounded", name)
+				}
+			}
+		}
 	}
 	if st := p.Status(); st.LastReload == nil || st.LastReload.Applied || !strings.Contains(st.LastReload.Error, "relative") || len(st.Classes) != 2 {
 		t.Errorf("status after a refused reload: %+v, want the refusal and the old classes", st)
 	}
 }
 
-func matches(m *dto.Metric, labels map[string]string) bool {
-	for k, v := range labels {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == k && l.GetValue() == v {
-				found = true
-			}
-		}
-		if !found {
-			return false
+// TestReconnectsCountReconnections: while the runtime is away the plugin tries again and
+// again; mountkeeper_runtime_reconnects_total counts the one reconnection, not the attempts,
+// and mountkeeper_runtime_connected follows the connection.
+func TestReconnectsCountReconnections(t *testing.T) {
+	socket := filepath.Join(shortDir(t), "nri.sock")
+	rt := startRuntime(t, socket)
+	defer func() { rt.Stop() }()
+	m := metrics.New("test")
+	p := NewPlugin(mustConfig(t, testConfig), true, &specmodtest.Host{}, quietLogger()).WithMetrics(m)
+	attempts := &countingDialer{}
+	cs := runPlugin(t, p, socket)
+	cs.countFailures(attempts)
+	rt.waitSynced(t)
+	if got := scrape(t, m, "mountkeeper_runtime_connected", nil); got != 1 {
+		t.Errorf("connected = %v while connected, want 1", got)
+	}
+	if got := scrape(t, m, "mountkeeper_runtime_reconnects_total", nil); got != 0 {
+		t.Errorf("reconnects = %v after the first connection, want 0", got)
+	}
+
+	rt.Stop()
+	cs.cut()
+	// The runtime stays away until the plugin has failed to connect a few times.
+	for deadline := time.Now().Add(30 * time.Second); attempts.failed.Load() < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin tried %d times in 30s", attempts.failed.Load())
 		}
 	}
-	return true
+	if got := scrape(t, m, "mountkeeper_runtime_connected", nil); got != 0 {
+		t.Errorf("connected = %v while the runtime is away, want 0", got)
+	}
+	rt = startRuntime(t, socket)
+	rt.waitSynced(t)
+	if got := scrape(t, m, "mountkeeper_runtime_reconnects_total", nil); got != 1 {
+		t.Errorf("reconnects = %v after one reconnection (and %d failed attempts), want 1", got, attempts.failed.Load())
+	}
+	if got := scrape(t, m, "mountkeeper_runtime_connected", nil); got != 1 {
+		t.Errorf("connected = %v after the reconnection, want 1", got)
+	}
+}
+
+// countingDialer counts the plugin's failed connection attempts.
+type countingDialer struct{ failed atomic.Int64 }
+
+// scrape reads one sample of m over HTTP: the counter's or gauge's value, -1 when there is
+// no such sample.
+func scrape(t *testing.T, m *metrics.Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	return metricstest.Get(t, m.Handler()).Value(name, labels)
 }

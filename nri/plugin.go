@@ -59,6 +59,8 @@ type Plugin struct {
 	reloadMu   sync.Mutex    // one ReloadConfig at a time
 	applyMu    sync.Mutex    // one apply at a time
 	connected  atomic.Bool   // registered with the runtime (readiness)
+	// everConnected: a registration came before, so the next one is a reconnection.
+	everConnected atomic.Bool
 
 	guardMu     sync.Mutex
 	guard       *guard.Signer // signs with the node's guard key (guardFor)
@@ -100,6 +102,7 @@ func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.
 func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
 	p.log.Infof("connected to %s %s", runtime, version)
 	p.connected.Store(true)
+	p.metrics.Connected(true, p.everConnected.Swap(true))
 	var cfg *configs.Config // nil: the config in force
 	if strings.TrimSpace(config) != "" {
 		if p.pinned {
@@ -287,7 +290,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		if errors.As(r.err, &pe) {
 			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
 			if _, refused := r.err.(*engine.Error); !refused {
-				r.err = engine.Refuse(req.Handler, req.Container, fmt.Errorf("%w: refused rather than created without its mounts", r.err))
+				r.err = engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonPanic, fmt.Errorf("%w: refused rather than created without its mounts", r.err)))
 			}
 		}
 		log.Error(r.err)
@@ -319,7 +322,7 @@ func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) decided {
 		return r
 	case <-timer.C:
 		go func() { <-done; p.release(req.Container.ID) }()
-		return decided{err: engine.Refuse(req.Handler, req.Container, engine.WithReason("budget", fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
+		return decided{err: engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonBudget, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
 	}
 }
 
@@ -503,7 +506,7 @@ func (p *Plugin) record(cfg *configs.Config, handler string, err error, took tim
 	case errors.As(err, &refusal):
 		p.metrics.Decision(class, metrics.Refused, refusal.Reason, took)
 	case err != nil:
-		p.metrics.Decision(class, metrics.Refused, "other", took)
+		p.metrics.Decision(class, metrics.Refused, metrics.ReasonOther, took)
 	case ok:
 		p.metrics.Decision(class, metrics.Added, "", took)
 	default:

@@ -52,6 +52,7 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 		started := time.Now()
 		err = s.Run(ctx)
 		p.connected.Store(false)
+		p.metrics.Connected(false, false)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -62,7 +63,6 @@ func Run(ctx context.Context, p *Plugin, o RunOptions) error {
 			backoff.reset()
 		}
 		wait := backoff.next()
-		p.metrics.Reconnect()
 		o.Log.Warnf("NRI connection on %s ended (%v): reconnecting in %s", cmp.Or(o.SocketPath, api.DefaultSocketPath), describe(err), wait)
 		select {
 		case <-ctx.Done():

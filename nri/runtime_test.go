@@ -86,18 +86,30 @@ func (rt *testRuntime) waitSynced(t testing.TB) {
 // conns keeps the plugin's connections so a test can cut them as a dying runtime does:
 // adaptation.Stop leaves external plugins connected (a real runtime's exit closes them).
 type conns struct {
-	mu  sync.Mutex
-	all []net.Conn
+	mu      sync.Mutex
+	all     []net.Conn
+	counter *countingDialer // counts failed dials when set
 }
 
 func (c *conns) dial(socket string) (net.Conn, error) {
 	conn, err := net.Dial("unix", socket)
+	c.mu.Lock()
+	if err != nil && c.counter != nil {
+		c.counter.failed.Add(1)
+	}
+	c.mu.Unlock()
 	if err == nil {
 		c.mu.Lock()
 		c.all = append(c.all, conn)
 		c.mu.Unlock()
 	}
 	return conn, err
+}
+
+func (c *conns) countFailures(d *countingDialer) {
+	c.mu.Lock()
+	c.counter = d
+	c.mu.Unlock()
 }
 
 func (c *conns) cut() {

@@ -91,3 +91,6 @@ func (p *Plugin) WithConfigSource(from string) *Plugin {
 	p.configFrom = from
 	return p
 }
+
+// StateDir is the state dir of the config in force (the guard's refusals are recorded there).
+func (p *Plugin) StateDir() string { return p.config().StateDir }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -124,25 +125,33 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	index := fs.String("index", "", "plugin index NN, orders plugins (default 10)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	format := fs.String("log-format", "text", "log format: text or json")
-	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: host:port or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
+	listen := fs.String("listen", "", "serve /metrics, /healthz, /readyz and /status here: a loopback 127.0.0.1:PORT or unix:/path (default: off; the shipped unit and DaemonSet use "+ops.DefaultAddress+")")
+	node := addMetricsFlags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *enter && inHost {
 		return fmt.Errorf("--%s: already re-executed in the host's namespaces", hostns.Flag)
 	}
+	if *listen != "" {
+		if err := ops.CheckLocal(*listen); err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+	}
 	if *enter {
 		// The same command again, from the host's namespaces, without the flags that led here
-		// (--config is handed over by hostns.Enter).
+		// (--config and the files of the node listener are handed over by hostns.Enter).
+		files := node.containerFiles()
 		var rest []string
 		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case hostns.Flag, hostns.PIDFlag, "config":
+			_, handedOver := files[f.Name]
+			switch {
+			case f.Name == hostns.Flag, f.Name == hostns.PIDFlag, f.Name == "config", handedOver:
 			default:
 				rest = append(rest, "--"+f.Name+"="+f.Value.String())
 			}
 		})
-		return hostns.Enter(nriInHostNamespaces, rest, *hostPID, *configPath)
+		return hostns.Enter(nriInHostNamespaces, rest, *hostPID, *configPath, files)
 	}
 	log, err := cli.NewLogger(*level, *format, stderr)
 	if err != nil {
@@ -154,20 +163,27 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	}
 	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
 	pinned := flagSet(fs, "config")
-	m := metrics.New()
+	m := metrics.New(version)
 	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
 			mgr, err := netmount.NewManager(netmount.ConfigFrom(cfg, log))
 			if err != nil {
 				return nil, err
 			}
-			m.Register(metrics.NetworkMounts(mgr.Status))
+			m.Register(metrics.NetworkMounts(mgr.Status, mgr.Totals))
 			return managerMounter{mgr}, nil
 		}).WithMetrics(m).WithConfigSource(from)
+	m.Register(metrics.GuardRefusals(plugin.StateDir, func(err error) { log.Warnf("metrics: guard refusals: %v", err) }))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *listen != "" {
-		go serveOps(ctx, *listen, ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}, log)
+		h := ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}
+		go serveOps(ctx, *listen, func(l net.Listener) error { return ops.Serve(ctx, l, h) }, log)
+	}
+	if err := node.start(ctx, m.Handler(), log); err != nil {
+		// Only the node listener is off: containers must not lose their mounts because the
+		// metrics cannot be served (a cluster Prometheus sees the target down).
+		log.Errorf("the node listener for metrics is off: %v", err)
 	}
 	if _, err := os.Stat(from); err == nil {
 		go reloadOnChange(ctx, plugin, from, log)
@@ -175,14 +191,14 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
 }
 
-// serveOps serves the operator endpoints on address until ctx ends. A listener that cannot be
-// opened (the port still held by a predecessor that is going away) is retried every 2s: the
-// plugin keeps serving the runtime meanwhile, since without it containers lose their mounts.
-func serveOps(ctx context.Context, address string, h ops.Handlers, log *logrus.Logger) {
+// serveOps serves on address with serve until ctx ends. A listener that cannot be opened (the
+// port still held by a predecessor that is going away) is retried every 2s: the plugin keeps
+// serving the runtime meanwhile, since without it containers lose their mounts.
+func serveOps(ctx context.Context, address string, serve func(net.Listener) error, log *logrus.Logger) {
 	for {
 		l, err := ops.Listen(address)
 		if err == nil {
-			if err := ops.Serve(ctx, l, h); err != nil {
+			if err := serve(l); err != nil {
 				log.Errorf("serving %s: %v", address, err)
 			}
 			return

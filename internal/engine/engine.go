@@ -141,7 +141,7 @@ func (e *Engine) decide(ctx context.Context, r *Request) (Decision, error) {
 		var err error
 		d.Copies, d.Repairs, err = e.fixSubPaths(r.Container.ID, r.Mounts)
 		if err != nil {
-			return d, Refuse(r.Handler, r.Container, WithReason("subpath", err))
+			return d, Refuse(r.Handler, r.Container, WithReason(ReasonSubPath, err))
 		}
 	}
 	if !ok {
@@ -175,7 +175,7 @@ func (e *Engine) classMounts(ctx context.Context, class string, rc configs.Runti
 			err = specmod.ValidateSource(src) // the rest of the mount was validated at load
 		}
 		if err != nil {
-			return nil, WithReason("network", fmt.Errorf("mount %s -> %s: %w", m.Network, m.Destination, err))
+			return nil, WithReason(ReasonNetwork, fmt.Errorf("mount %s -> %s: %w", m.Network, m.Destination, err))
 		}
 		mounts[i].Source = src
 	}

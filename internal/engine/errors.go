@@ -53,7 +53,7 @@ func Refuse(handler string, c Container, cause error) error {
 	if errors.As(cause, &e) {
 		return cause
 	}
-	reason := "mount"
+	reason := ReasonMount
 	var r *reasoned
 	if errors.As(cause, &r) {
 		reason = r.reason
@@ -70,9 +70,22 @@ type reasoned struct {
 func (r *reasoned) Error() string { return r.err.Error() }
 func (r *reasoned) Unwrap() error { return r.err }
 
-// WithReason tags cause with the refusal category reason (a short snake_case word: a metric
-// label value, so from a small fixed set).
+// WithReason tags cause with the refusal category reason, one of Reasons (a metric label value,
+// so from a small fixed set; TestReasonsAreConstants checks every call names one).
 func WithReason(reason string, cause error) error { return &reasoned{reason: reason, err: cause} }
+
+// Refusal categories (Error.Reason): the reason label of
+// mountkeeper_create_container_decisions_total, each documented in docs/metrics.md.
+const (
+	ReasonMount   = "mount"   // a class mount does not fit the container or the host (the default)
+	ReasonNetwork = "network" // a network filesystem could not be mounted on the host
+	ReasonSubPath = "subpath" // a stale or unsafe subPath could not be repaired or copied
+	ReasonBudget  = "budget"  // no answer within createBudget
+	ReasonPanic   = "panic"   // a bug: the decision panicked, and the container was refused
+)
+
+// Reasons lists every refusal category.
+var Reasons = []string{ReasonMount, ReasonNetwork, ReasonSubPath, ReasonBudget, ReasonPanic}
 
 // RefuseUnclassified is the refusal of container c before its runtime class is known (a hook
 // that cannot tell which class the container has).

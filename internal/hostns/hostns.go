@@ -23,9 +23,11 @@ package hostns
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -44,9 +46,11 @@ const (
 const flagText = "--" + Flag
 
 // Enter re-executes this binary as the reexec entry named entry, with args (without the flags
-// that led here) and the config at configPath handed over, in the mount and cgroup namespaces
-// of pid (1: the host's init, seen with hostPID). It returns only on failure.
-func Enter(entry string, args []string, pid, configPath string) error {
+// that led here) in the mount and cgroup namespaces of pid (1: the host's init, seen with
+// hostPID). The config at configPath and files (flag name -> a path in the container: the
+// ServiceAccount token, the CA, the TLS certificate) are handed over as /proc/self/fd/N/<name>
+// through their directories. It returns only on failure.
+func Enter(entry string, args []string, pid, configPath string, files map[string]string) error {
 	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
 		return fmt.Errorf("--%s %q: not a process ID", PIDFlag, pid)
 	}
@@ -67,6 +71,23 @@ func Enter(entry string, args []string, pid, configPath string) error {
 		// host, then falls back to the embedded default, as without the flag.
 	default:
 		return fmt.Errorf("%s: %w", flagText, err)
+	}
+	// Through the directory, not the file: kubelet updates a projected ServiceAccount token
+	// and a Secret volume by swapping their ..data symlink.
+	dirs := map[string]*os.File{}
+	for _, flagName := range slices.Sorted(maps.Keys(files)) {
+		path := files[flagName]
+		dir, ok := dirs[filepath.Dir(path)]
+		if !ok {
+			if dir, err = os.Open(filepath.Dir(path)); err != nil {
+				return fmt.Errorf("%s: --%s: %w", flagText, flagName, err)
+			}
+			if _, err := unix.FcntlInt(dir.Fd(), unix.F_SETFD, 0); err != nil {
+				return fmt.Errorf("%s: keep %s open across exec: %w", flagText, filepath.Dir(path), err)
+			}
+			dirs[filepath.Dir(path)] = dir
+		}
+		args = append(args, "--"+flagName, "/proc/self/fd/"+strconv.Itoa(int(dir.Fd()))+"/"+filepath.Base(path))
 	}
 	self, err := os.Open(reexec.Self)
 	if err != nil {

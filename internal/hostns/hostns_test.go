@@ -33,7 +33,7 @@ type report struct {
 func init() {
 	reexec.Register(entering, func() {
 		// argv: pid config
-		err := hostns.Enter(entered, []string{"--log-level=debug"}, os.Args[1], os.Args[2])
+		err := hostns.Enter(entered, []string{"--log-level=debug"}, os.Args[1], os.Args[2], nil)
 		os.Stderr.WriteString("Enter returned: " + err.Error())
 		os.Exit(3)
 	})
@@ -95,7 +95,7 @@ func TestEnterRunsTheEntryInTheNamespacesOfPID(t *testing.T) {
 
 func TestEnterRefusesABadPID(t *testing.T) {
 	for _, pid := range []string{"", "0", "-1", "x"} {
-		err := hostns.Enter(entered, nil, pid, "/nonexistent")
+		err := hostns.Enter(entered, nil, pid, "/nonexistent", nil)
 		if err == nil || !strings.Contains(err.Error(), "not a process ID") {
 			t.Errorf("Enter with pid %q: %v, want 'not a process ID'", pid, err)
 		}

@@ -1,16 +1,20 @@
 // Package metrics is what mountkeeper tells Prometheus: one registry per process, named as
 // Prometheus' conventions ask (mountkeeper_ prefix, _total counters, _seconds histograms, base
 // units). Labels are bounded sets, never container or pod names: a runtime class (configured
-// classes plus "none"), an outcome, a reason category, a mount state.
+// classes plus "none"), an outcome, a reason category, a mount state. Every label value is
+// documented in docs/metrics.md; TestDocsListEveryLabelValue keeps the two in step (Enums).
 package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 )
 
 // Outcomes of a CreateContainer decision.
@@ -19,6 +23,28 @@ const (
 	Refused = "refused"  // the container was refused; reason says why
 	NoClass = "no_class" // the pod's handler has no class: left unchanged
 )
+
+// ReasonOther is the reason of a refused decision whose error is not one of mountkeeper's
+// refusals (engine.Error): a bug, which should never be counted.
+const ReasonOther = "other"
+
+// Reload results.
+const (
+	Applied  = "applied"
+	Rejected = "rejected"
+)
+
+// Enums are the values of every label that takes a fixed set of them, by metric and label
+// (the class label takes the configured classes, "default" and "none", so it is not here).
+var Enums = map[string]map[string][]string{
+	"mountkeeper_create_container_decisions_total": {
+		"outcome": {Added, Refused, NoClass},
+		"reason":  append(append([]string{""}, engine.Reasons...), ReasonOther),
+	},
+	"mountkeeper_config_reloads_total": {"result": {Applied, Rejected}},
+	"mountkeeper_network_mounts":       {"state": netmountStates()},
+	"mountkeeper_guard_refusals_total": {"reason": guardReasons()},
+}
 
 // Metrics holds mountkeeper's collectors.
 type Metrics struct {
@@ -29,12 +55,16 @@ type Metrics struct {
 	subPathCopies  prometheus.Counter
 	subPathRepairs prometheus.Counter
 	reconnects     prometheus.Counter
+	connected      prometheus.Gauge
 	reloads        *prometheus.CounterVec
 	configOK       prometheus.Gauge
+	configAt       prometheus.Gauge
 }
 
 // New registers mountkeeper's collectors, Go's and the process's on a registry of its own.
-func New() *Metrics {
+// version is the binary's (build_info); the config in force at start-up counts as the first
+// successful load.
+func New(version string) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mountkeeper_create_container_decisions_total",
@@ -55,7 +85,11 @@ func New() *Metrics {
 	})
 	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "mountkeeper_runtime_reconnects_total",
-		Help: "Times the NRI connection to the runtime ended and the plugin reconnected.",
+		Help: "Times the plugin registered with the runtime again after its NRI connection had ended (failed attempts in between are not counted).",
+	})
+	m.connected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "mountkeeper_runtime_connected",
+		Help: "1 while the plugin is registered with the runtime over NRI, 0 otherwise (containers of a class are then refused by the guard, or created without their mounts where no guard is installed).",
 	})
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mountkeeper_config_reloads_total",
@@ -66,12 +100,23 @@ func New() *Metrics {
 		Help: "1 if the last config reload was applied (or none was tried), 0 if it was rejected and the previous config stays in force.",
 	})
 	m.configOK.Set(1)
-	m.reg.MustRegister(m.decisions, m.decisionTime, m.subPathCopies, m.subPathRepairs, m.reconnects, m.reloads, m.configOK,
+	m.configAt = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "mountkeeper_config_last_reload_success_timestamp_seconds",
+		Help: "Unix time of the last config load that was applied (the load at start-up included).",
+	})
+	m.configAt.SetToCurrentTime()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mountkeeper_build_info",
+		Help: "Always 1; the labels say which mountkeeper runs: version (git describe) and goversion.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	m.reg.MustRegister(m.decisions, m.decisionTime, m.subPathCopies, m.subPathRepairs, m.reconnects, m.connected,
+		m.reloads, m.configOK, m.configAt, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// Register adds a collector made elsewhere (NetworkMounts, with the plugin's netmount Manager).
+// Register adds a collector made elsewhere (NetworkMounts, GuardRefusals).
 func (m *Metrics) Register(c prometheus.Collector) { m.reg.MustRegister(c) }
 
 // Handler serves the registry in Prometheus' text format.
@@ -98,9 +143,18 @@ func (m *Metrics) SubPath(copies, repairs int) {
 	m.subPathRepairs.Add(float64(repairs))
 }
 
-// Reconnect counts a reconnection to the runtime.
-func (m *Metrics) Reconnect() {
-	if m != nil {
+// Connected records that the plugin registered with the runtime (true) or lost its
+// connection (false). reconnected says the registration follows an earlier one that ended.
+func (m *Metrics) Connected(up, reconnected bool) {
+	if m == nil {
+		return
+	}
+	if up {
+		m.connected.Set(1)
+	} else {
+		m.connected.Set(0)
+	}
+	if up && reconnected {
 		m.reconnects.Inc()
 	}
 }
@@ -110,10 +164,13 @@ func (m *Metrics) Reload(applied bool) {
 	if m == nil {
 		return
 	}
-	result, ok := "applied", 1.0
+	result, ok := Applied, 1.0
 	if !applied {
-		result, ok = "rejected", 0
+		result, ok = Rejected, 0
 	}
 	m.reloads.WithLabelValues(result).Inc()
 	m.configOK.Set(ok)
+	if applied {
+		m.configAt.SetToCurrentTime()
+	}
 }

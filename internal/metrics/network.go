@@ -6,23 +6,27 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 )
 
-// NetworkMounts reports a netmount.Manager's mounts at scrape time, from its Status: how many
-// are in each state, and how many deaths and recoveries there were (over the mounts held
-// now). It lives here, not in netmount, so that the hook binary, which mounts through
-// netmount, does not link Prometheus (its package init costs every hook's start-up).
-func NetworkMounts(status func() []netmount.MountStatus) prometheus.Collector {
-	return collector{status}
+// NetworkMounts reports a netmount.Manager's mounts at scrape time: how many are in each state
+// (from its Status), and how many deaths and recoveries there were (from its Totals, which
+// count released mounts too, so these counters never go down while the agent runs). It lives
+// here, not in netmount, so that the hook binary, which mounts through netmount, does not link
+// Prometheus (its package init costs every hook's start-up).
+func NetworkMounts(status func() []netmount.MountStatus, totals func() netmount.Totals) prometheus.Collector {
+	return collector{status, totals}
 }
 
-type collector struct{ status func() []netmount.MountStatus }
+type collector struct {
+	status func() []netmount.MountStatus
+	totals func() netmount.Totals
+}
 
 var (
 	mountsDesc = prometheus.NewDesc("mountkeeper_network_mounts",
-		"Network filesystem mounts held on the host, by state (mounted, dead, recovering, ...).", []string{"state"}, nil)
+		"Network filesystem mounts held on the host, by state (idle, mounting, checking, mounted, unmounting, dead, recovering).", []string{"state"}, nil)
 	deathsDesc = prometheus.NewDesc("mountkeeper_network_mount_deaths_total",
-		"Times a held network mount was found dead (daemon gone, ENOTCONN, no answer), over the mounts held now.", nil, nil)
+		"Times a held network mount was found dead (daemon gone, ENOTCONN, no answer).", nil, nil)
 	recoveriesDesc = prometheus.NewDesc("mountkeeper_network_mount_recoveries_total",
-		"Times a dead network mount was replaced under the running containers, over the mounts held now.", nil, nil)
+		"Times a dead network mount was replaced under the running containers.", nil, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
@@ -33,15 +37,15 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	count := make(map[string]int, len(netmount.States))
-	var deaths, recoveries int
 	for _, st := range c.status() {
 		count[st.State]++
-		deaths += st.Deaths
-		recoveries += st.Recoveries
 	}
 	for _, s := range netmount.States {
 		ch <- prometheus.MustNewConstMetric(mountsDesc, prometheus.GaugeValue, float64(count[s]), s)
 	}
-	ch <- prometheus.MustNewConstMetric(deathsDesc, prometheus.CounterValue, float64(deaths))
-	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(recoveries))
+	t := c.totals()
+	ch <- prometheus.MustNewConstMetric(deathsDesc, prometheus.CounterValue, float64(t.Deaths))
+	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(t.Recoveries))
 }
+
+func netmountStates() []string { return netmount.States }

@@ -77,6 +77,17 @@ type MountStatus struct {
 	LastRecoverySeconds float64 `json:"lastRecoverySeconds,omitempty"`
 }
 
+// Totals count the deaths and recoveries of every mount a Manager held since it started:
+// unlike the sums over Status, they do not drop when a mount is released.
+type Totals struct{ Deaths, Recoveries int }
+
+// Totals returns the Manager's deaths and recoveries so far.
+func (m *Manager) Totals() Totals {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.totals
+}
+
 // Status is a snapshot of the mounts the Manager holds, sorted by key.
 func (m *Manager) Status() []MountStatus {
 	m.mu.Lock()
@@ -182,6 +193,7 @@ func (m *Manager) deadLocked(e *entry, cause error) {
 	e.phase, e.since, e.attempt, e.retryAt = dead, now, 0, time.Time{}
 	e.lastErr = fmt.Errorf("dead: %w", cause)
 	e.heal.deaths++
+	m.totals.Deaths++
 	e.heal.deadSince, e.heal.lastDeath, e.heal.lastCause = now, now, cause
 	m.stopGraceLocked(e)
 	e.broadcast()
@@ -259,6 +271,7 @@ func (m *Manager) healLoop(e *entry) {
 		succeeded: func(attempt int) func() {
 			now := time.Now()
 			e.heal.recoveries++
+			m.totals.Recoveries++
 			e.heal.lastRecovery = now
 			e.heal.lastTook = now.Sub(e.heal.deadSince)
 			log := m.healLog(e).WithFields(logrus.Fields{"attempt": attempt, "took": e.heal.lastTook.Round(time.Millisecond)})

@@ -23,30 +23,12 @@ func TestSSHFSHeal(t *testing.T) {
 	if !ok {
 		return
 	}
-	keys := filepath.Join(tmp, "keys")
-	export := filepath.Join(tmp, "export")
 	ctrs := filepath.Join(tmp, "ctrs")
-	for _, d := range []string{keys, export, ctrs} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(ctrs, 0o700); err != nil {
+		t.Fatal(err)
 	}
 	const content = "healed\n"
-	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
-	pub, _ := os.ReadFile(filepath.Join(keys, "user.pub"))
-	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	startSSHD(t, sc, keys, port)
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
-		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
-		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
-	}}
+	spec, keys, port := sshfsExport(t, tmp, sc, content)
 	m, err := NewManager(Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second,
 		RetryBackoff: 100 * time.Millisecond, Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec},
 		ProbeInterval: 200 * time.Millisecond, Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}})
@@ -157,4 +139,101 @@ func TestSSHFSHeal(t *testing.T) {
 		}
 	})
 	unix.Unmount(ctr, unix.MNT_DETACH)
+}
+
+// sshfsExport starts an sshd (in sc) that exports tmp/export, holding a file hello with
+// content, and returns the spec of an sshfs mount of it, the keys' dir and sshd's port.
+func sshfsExport(t *testing.T, tmp string, sc *CgroupScoper, content string) (spec netspec.Spec, keys string, port int) {
+	keys = filepath.Join(tmp, "keys")
+	export := filepath.Join(tmp, "export")
+	for _, d := range []string{keys, export} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
+	pub, _ := os.ReadFile(filepath.Join(keys, "user.pub"))
+	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port = freePort(t)
+	startSSHD(t, sc, keys, port)
+	return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
+		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
+		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
+	}}, keys, port
+}
+
+// TestTotalsSurviveReleaseAndRemount: a real sshfs mount dies (its daemon killed) and is
+// replaced, then is released and unmounted, then mounted again and dies again. The Manager's
+// Totals, which mountkeeper_network_mount_deaths_total and _recoveries_total report, only go
+// up (1, 1, 2); the per-mount counts of Status, which those counters summed before, drop to
+// nothing at the release and start again from 0 at the re-mount.
+func TestTotalsSurviveReleaseAndRemount(t *testing.T) {
+	tmp, sc, ok := inPrivateNamespace(t)
+	if !ok {
+		return
+	}
+	spec, _, _ := sshfsExport(t, tmp, sc, "x\n")
+	m, err := NewManager(Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second,
+		RetryBackoff: 100 * time.Millisecond, Grace: 50 * time.Millisecond, Scoper: sc, Log: testLogger(t),
+		ProbeInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	killAndWaitRecovered := func(deaths int) {
+		t.Helper()
+		var daemons []int
+		for _, pid := range cgroupProcs(t, sc.Dir("mount-"+spec.Key())) {
+			if comm(pid) != "ssh" {
+				daemons = append(daemons, pid)
+			}
+		}
+		if len(daemons) != 1 {
+			t.Fatalf("FUSE daemons %v, want one", daemons)
+		}
+		syscall.Kill(daemons[0], syscall.SIGKILL)
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if st := m.Status(); len(st) == 1 && st[0].State == "mounted" && m.Totals().Recoveries == deaths {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not recovered 15s after the kill: %+v, totals %+v", m.Status(), m.Totals())
+			}
+		}
+	}
+	if _, err := acquireEventually(t, m, 15*time.Second, spec, "ctr-a"); err != nil {
+		t.Fatal(err)
+	}
+	killAndWaitRecovered(1)
+	if got := m.Totals(); got != (Totals{Deaths: 1, Recoveries: 1}) {
+		t.Fatalf("totals after one death: %+v", got)
+	}
+
+	m.Release("ctr-a")
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st := m.Status(); len(st) == 0 || st[0].State == "idle" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the released mount is not unmounted 15s later: %+v", m.Status())
+		}
+	}
+	if got := m.Totals(); got != (Totals{Deaths: 1, Recoveries: 1}) {
+		t.Errorf("totals after the release: %+v, want 1 death and 1 recovery still: a counter went down", got)
+	}
+
+	if _, err := acquireEventually(t, m, 15*time.Second, spec, "ctr-b"); err != nil {
+		t.Fatal(err)
+	}
+	killAndWaitRecovered(2)
+	if got, st := m.Totals(), m.Status(); got != (Totals{Deaths: 2, Recoveries: 2}) || len(st) != 1 || st[0].Deaths != 1 {
+		t.Errorf("after the re-mount and a second death: totals %+v (want 2, 2), status %+v (its own count restarted at the re-mount)", got, st)
+	}
+	m.Release("ctr-b")
 }

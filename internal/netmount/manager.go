@@ -145,6 +145,9 @@ type Manager struct {
 	// running containers. From then on a mount that becomes ready with no users starts its
 	// grace period at once; before, ReleaseUnused will.
 	synced bool
+	// totals are the deaths and recoveries of every mount this Manager held, released ones
+	// included: what Prometheus' counters need, which must never go down (heal.go, Totals).
+	totals Totals
 }
 
 type phase int

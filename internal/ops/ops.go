@@ -1,23 +1,34 @@
-// Package ops serves what an operator and a DaemonSet's probes ask of a running plugin, on one
-// listener: /metrics (Prometheus), /healthz (the process serves), /readyz (registered with the
-// runtime, config valid) and /status (JSON, what `mountkeeper status` prints).
+// Package ops serves what an operator and a DaemonSet's probes ask of a running plugin.
 //
-// The listener is off unless asked for: a node agent opens no port nobody configured. Give a
-// loopback TCP address for Prometheus ("127.0.0.1:9658") or a unix socket ("unix:/path",
-// root-only), which `mountkeeper status` reads by default.
+// Two listeners, each off unless asked for (a node agent opens no port nobody configured):
+//   - the local one (Serve): /metrics, /healthz, /readyz (registered with the runtime, config
+//     valid) and /status (JSON, what `mountkeeper status` prints), on a loopback TCP address
+//     ("127.0.0.1:9658", for kubelet's probes and a node-local Prometheus agent) or a unix
+//     socket ("unix:/path", root-only), which `mountkeeper status` reads by default. Anything
+//     else is refused (CheckLocal): /status names hosts, paths and errors.
+//   - the node one (ServeMetrics): /metrics alone, over TLS, to callers that Kubernetes
+//     authenticates and authorizes (package kubeauth), for a cluster Prometheus.
+//
+// Both servers bound every connection (Limits): a slow or idle client is cut off, and at most
+// MaxConns connections are open at once, so that no client can pile up goroutines and
+// descriptors in an agent that runs on every node.
 package ops
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // DefaultAddress is where `mountkeeper status` looks, and what the shipped systemd unit listens
@@ -31,6 +42,37 @@ type Handlers struct {
 	Ready func() error
 	// Status returns the JSON document of /status.
 	Status func() any
+}
+
+// Limits bound a server's connections.
+type Limits struct {
+	ReadHeader time.Duration // from accept to the end of the request's headers
+	Read       time.Duration // the whole request
+	Write      time.Duration // from the end of the request's headers to the end of the answer
+	Idle       time.Duration // a kept-alive connection waiting for its next request
+	MaxConns   int           // connections open at once; more wait in the kernel's backlog
+}
+
+// DefaultLimits suit probes and a Prometheus scrape: an answer takes milliseconds, a scrape
+// interval is 15s or more (a connection idle longer is reopened), and a node has few callers.
+var DefaultLimits = Limits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second, MaxConns: 32}
+
+// CheckLocal says whether address may serve /status: a unix socket or a loopback TCP address.
+func CheckLocal(address string) error {
+	if strings.HasPrefix(address, "unix:") {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w (want 127.0.0.1:PORT or unix:/path)", address, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("listen address %q is not loopback: /status and the probes are served on loopback (127.0.0.1:PORT) or a unix socket only, since /status tells anyone who reaches it the node's mounts; for a cluster Prometheus use --metrics-listen, which serves /metrics alone behind Kubernetes authentication", address)
 }
 
 // Listen opens address: "unix:/path" (created 0600, its directory 0700) or host:port.
@@ -49,8 +91,13 @@ func Listen(address string) (net.Listener, error) {
 	return net.Listen("tcp", address)
 }
 
-// Serve answers on l until ctx ends.
+// Serve answers the local endpoints on l until ctx ends.
 func Serve(ctx context.Context, l net.Listener, h Handlers) error {
+	return serve(ctx, l, LocalMux(h), nil, DefaultLimits)
+}
+
+// LocalMux routes the local endpoints.
+func LocalMux(h Handlers) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h.Metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -67,7 +114,33 @@ func Serve(ctx context.Context, l net.Listener, h Handlers) error {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(h.Status()) // an error means the client went away
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return mux
+}
+
+// ServeMetrics answers /metrics alone on l, over TLS with cert, until ctx ends; guard decides
+// who may scrape (kubeauth.Guard).
+func ServeMetrics(ctx context.Context, l net.Listener, metrics http.Handler, guard func(http.Handler) http.Handler, cert tls.Certificate) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", guard(metrics))
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	return serve(ctx, l, mux, tc, DefaultLimits)
+}
+
+// serve answers on l with handler, bounded by lim, until ctx ends; with tc, over TLS.
+func serve(ctx context.Context, l net.Listener, handler http.Handler, tc *tls.Config, lim Limits) error {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+		MaxHeaderBytes:    16 << 10,
+		TLSConfig:         tc,
+	}
+	l = netutil.LimitListener(l, lim.MaxConns)
+	if tc != nil {
+		l = tls.NewListener(l, tc)
+	}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
@@ -58,6 +60,17 @@ func TestGuardWhilePluginAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	cri := n.ctrd.CRI()
+	// refused counts the guard's refusals the runtime reported, by reason, to compare with
+	// what the guard recorded for the agent's metrics.
+	refused := map[guard.Refusal]uint64{}
+	count := func(handler string, err error) {
+		switch {
+		case strings.Contains(err.Error(), "did not handle this container"):
+			refused[guard.Refusal{Class: handler, Reason: guard.ReasonNotHandled}]++
+		case strings.Contains(err.Error(), "has not handled any container"):
+			refused[guard.Refusal{Class: handler, Reason: guard.ReasonNoKey}]++
+		}
+	}
 	// start creates and starts a container of handler that prints the class mount's marker.
 	start := func(handler, name string) (string, error) {
 		pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: name + "-pod", RuntimeHandler: handler})
@@ -66,9 +79,11 @@ func TestGuardWhilePluginAway(t *testing.T) {
 		}
 		id, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name})
 		if err != nil {
+			count(handler, err)
 			return "", err
 		}
 		if err := cri.StartContainer(n.ctx, id); err != nil {
+			count(handler, err)
 			return "", err
 		}
 		out, _ := n.sh(id, "cat /guarded/marker 2>&1")
@@ -112,5 +127,14 @@ func TestGuardWhilePluginAway(t *testing.T) {
 	n.startPlugin()
 	if out := eventually("back"); out != "class-mount" {
 		t.Errorf("class container after the plugin is back reads %q, want its class mount", out)
+	}
+	// Every refusal was recorded where the agent counts it (mountkeeper_guard_refusals_total).
+	recorded, err := guard.ReadRefusals(filepath.Join(n.src(), "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("refusals seen by the runtime: %v; recorded by the guard: %v", refused, recorded)
+	if len(refused) == 0 || fmt.Sprint(recorded) != fmt.Sprint(refused) {
+		t.Errorf("the guard recorded %v, the runtime reported %v", recorded, refused)
 	}
 }

@@ -5,10 +5,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -117,6 +120,7 @@ func TestKubeDeploy(t *testing.T) {
 		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "restart containerd to apply") {
 			t.Errorf("init container log: %q, want it to have written containerd's config", log)
 		}
+		n.checkNodeListener(t, plugin)
 		// The node-install step an operator does once (deploy/README): restart containerd.
 		if err := n.ctrd.Restart(ctx); err != nil {
 			t.Fatal(err)
@@ -353,12 +357,19 @@ func (n *deployNode) apply(config string) {
 	t := n.t
 	t.Helper()
 	paths := map[string]string{
-		"Namespace":    "/api/v1/namespaces",
-		"ConfigMap":    "/api/v1/namespaces/" + deployNS + "/configmaps",
-		"DaemonSet":    "/apis/apps/v1/namespaces/" + deployNS + "/daemonsets",
-		"RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
+		"Namespace":          "/api/v1/namespaces",
+		"ConfigMap":          "/api/v1/namespaces/" + deployNS + "/configmaps",
+		"DaemonSet":          "/apis/apps/v1/namespaces/" + deployNS + "/daemonsets",
+		"RuntimeClass":       "/apis/node.k8s.io/v1/runtimeclasses",
+		"ServiceAccount":     "/api/v1/namespaces/" + deployNS + "/serviceaccounts",
+		"ClusterRole":        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+		"ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
 	}
-	for _, file := range []string{"namespace.yaml", "configmap.yaml", "runtimeclass.yaml", "daemonset.yaml"} {
+	ca, err := os.ReadFile(n.kube.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{"namespace.yaml", "rbac.yaml", "configmap.yaml", "runtimeclass.yaml", "daemonset.yaml"} {
 		objs := n.manifests[file]
 		if len(objs) == 0 {
 			t.Fatalf("deploy/%s: no objects", file)
@@ -386,6 +397,14 @@ func (n *deployNode) apply(config string) {
 				name := dig(t, obj, "metadata")["name"].(string)
 				if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+name+"/serviceaccounts", "", map[string]any{
 					"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default"},
+				}, nil); err != nil {
+					t.Fatal(err)
+				}
+				// What the controller manager's root CA publisher puts in every namespace: the
+				// agent's projected ServiceAccount token volume needs it.
+				if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+name+"/configmaps", "", map[string]any{
+					"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "kube-root-ca.crt"},
+					"data": map[string]any{"ca.crt": string(ca)},
 				}, nil); err != nil {
 					t.Fatal(err)
 				}
@@ -439,6 +458,44 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 		t.Fatalf("plugin pod %s: %v\n%s", name, err, n.podLog(name, "mountkeeper"))
 	}
 	return name
+}
+
+// checkNodeListener checks the listener the template opens for a cluster Prometheus
+// (--metrics-listen=$(NODE_IP):9659): a scrape without a token gets 401; one with a token gets
+// 503 within the review timeout, since this node has no route to the API server's service
+// address (no kube-proxy): never a hang, never the metrics. TestMetricsAuthorization checks
+// the answers with a reachable API server.
+func (n *deployNode) checkNodeListener(t *testing.T, plugin string) {
+	t.Helper()
+	pod, err := n.api.GetPod(n.ctx, deployNS, plugin)
+	if err != nil || pod.Status.HostIP == "" {
+		t.Fatalf("plugin pod's host IP: %q, %v", pod.Status.HostIP, err)
+	}
+	if log := n.podLog(plugin, "mountkeeper"); strings.Contains(log, "listener for metrics is off") {
+		t.Errorf("the plugin did not open its node listener:\n%s", log)
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	url := "https://" + net.JoinHostPort(pod.Status.HostIP, "9659") + "/metrics"
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {"some-token", http.StatusServiceUnavailable}} {
+		req, _ := http.NewRequestWithContext(n.ctx, "GET", url, nil)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("scrape %s (token %q): %v\n%s", url, c.token, err, n.podLog(plugin, "mountkeeper"))
+			continue
+		}
+		resp.Body.Close()
+		t.Logf("scrape %s with token %q: HTTP %d after %v", url, c.token, resp.StatusCode, time.Since(start).Round(time.Millisecond))
+		if resp.StatusCode != c.want {
+			t.Errorf("scrape %s with token %q: HTTP %d, want %d", url, c.token, resp.StatusCode, c.want)
+		}
+	}
 }
 
 // deletePluginPod deletes the plugin pod and waits until it is gone.

@@ -71,6 +71,8 @@ type KubeOptions struct {
 	// Log receives the output of etcd, kube-apiserver and kubelet, besides their log files in
 	// Dir(). It is detached on Close. May be nil.
 	Log io.Writer
+	// Authorization is kube-apiserver's --authorization-mode; default AlwaysAllow.
+	Authorization string
 }
 
 // KubeMissing says why a KubeNode cannot start on this machine ("" when it can): a binary
@@ -124,6 +126,7 @@ type KubeNode struct {
 
 	api    *KubeClient
 	closed bool
+	paused bool // kube-apiserver SIGSTOPped (PauseAPIServer)
 }
 
 // StartKubeNode starts etcd, kube-apiserver and kubelet for the containerd instance c and
@@ -248,7 +251,7 @@ func (k *KubeNode) startAPIServer(ctx context.Context) error {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--allow-privileged=true",
-		"--authorization-mode", "AlwaysAllow",
+		"--authorization-mode", cmp.Or(k.opts.Authorization, "AlwaysAllow"),
 		"--endpoint-reconciler-type", "none",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false")
@@ -496,6 +499,10 @@ func (k *KubeNode) Close() error {
 	// kubelet must stop on SIGTERM. The control plane holds nothing worth a clean shutdown
 	// (kube-apiserver often takes longer than 10s to drain): it gets a short grace period.
 	errs = append(errs, k.kubelet.stop(kubeStopTimeout))
+	if k.paused {
+		_ = k.apiserver.cmd.Process.Signal(syscall.SIGCONT)
+		k.paused = false
+	}
 	k.apiserver.kill(controlPlaneGrace)
 	k.etcd.kill(controlPlaneGrace)
 	k.log.detach()

@@ -138,6 +138,7 @@ type Pod struct {
 // PodStatus is the part of a pod's status the tests read.
 type PodStatus struct {
 	Phase             string            `json:"phase"`
+	HostIP            string            `json:"hostIP"`
 	Reason            string            `json:"reason"`
 	Message           string            `json:"message"`
 	ContainerStatuses []ContainerStatus `json:"containerStatuses"`

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the e2e suite needs on a fresh Debian machine, as root: Debian packages, and
-# containerd, runc, kubelet, kube-apiserver, CRI-O and pinns built from pinned versions into a
+# containerd, runc, kubelet, kube-apiserver, CRI-O, pinns and promtool built from pinned versions into a
 # cache directory, so a second run is fast.
 # Prints the cache's bin directory on its last line.
 set -euo pipefail
@@ -10,6 +10,9 @@ RUNC_VERSION=v1.5.2
 KUBERNETES_VERSION=v1.34.4
 # The Go module proxy serves exactly this one CRI-O release.
 CRIO_VERSION=v1.34.0
+# github.com/prometheus/prometheus's module version (Prometheus 3): promtool checks and unit-tests
+# deploy/prometheusrule.yaml (internal/metrics TestShippedRules).
+PROMETHEUS_MODULE_VERSION=v0.316.0
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
 
@@ -116,5 +119,10 @@ GO
 			-o "$BIN/crio" github.com/cri-o/cri-o/cmd/crio >&2)
 	gcc -std=c99 -O2 -Wall -static -o "$BIN/pinns" "$src"/pinns/src/*.c >&2
 	echo "$CRIO_VERSION" >"$BIN/.crio"
+fi
+if ! stamp_ok promtool "$PROMETHEUS_MODULE_VERSION"; then
+	echo "install.sh: building promtool $PROMETHEUS_MODULE_VERSION into $BIN (about 9 minutes cold)" >&2
+	CGO_ENABLED=0 GOBIN=$BIN go install github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION >&2
+	echo "$PROMETHEUS_MODULE_VERSION" >"$BIN/.promtool"
 fi
 echo "$BIN"
