@@ -1,8 +1,6 @@
 package hook
 
 import (
-	"errors"
-	"fmt"
 	"io"
 
 	"github.com/mountkeeper/mountkeeper/internal/engine"
@@ -23,13 +21,8 @@ func Guard(stdin io.Reader, handler, stateDir string) error {
 	if err != nil {
 		return err
 	}
-	ctr := containerOf(state.ID, state.Annotations)
-	key, err := guard.LoadKey(stateDir)
-	if err != nil {
-		return engine.Refuse(handler, ctr, fmt.Errorf("mountkeeper has not handled any container on this node yet (%w), so this one would start without its class mounts: check that the mountkeeper NRI plugin runs and is connected to the runtime (systemctl status mountkeeper, or the mountkeeper DaemonSet pod); the container is retried once it is", err))
-	}
-	if !guard.Valid(key, state.ID, state.Annotations[guard.Annotation]) {
-		return engine.Refuse(handler, ctr, errors.New("the mountkeeper NRI plugin did not handle this container (was it down or not yet connected when the container was created?), so it would start without its class mounts: check that the plugin runs and is connected to the runtime (systemctl status mountkeeper, or the mountkeeper DaemonSet pod); kubelet retries the container, and once the plugin is back the retry gets its mounts"))
+	if err := guard.Admit(stateDir, state.ID, state.Annotations); err != nil {
+		return engine.Refuse(handler, containerOf(state.ID, state.Annotations), err)
 	}
 	return nil
 }
