@@ -6,6 +6,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/mountkeeper
 HOOKBIN := bin/mountkeeper-hook
+RTBIN   := bin/mountkeeper-runtime
 # Only mountkeeper has a version (`mountkeeper version`, its log); mountkeeper-hook has none.
 LDFLAGS := -X main.version=$(VERSION)
 # Where test/tools/install.sh caches containerd and runc; exported for the tests.
@@ -26,6 +27,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
 	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
+	CGO_ENABLED=0 $(GO) build -o $(RTBIN) ./cmd/mountkeeper-runtime
 
 # The container image (deploy/): both binaries (static, no cgo) on an empty base; nothing is
 # pulled. An OCI image-layout tarball: import it on each node with
