@@ -49,7 +49,7 @@ unit: tools
 	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
 e2e: tools build
-	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) MOUNTKEEPER_RUNTIME_BINARY=$(CURDIR)/$(RTBIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
 
 test: tools vet unit e2e
 
