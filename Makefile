@@ -34,7 +34,7 @@ build:
 # `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
 IMAGE ?= localhost/mountkeeper:latest
 image: build
-	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
+	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -runtime-binary $(RTBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -45,9 +45,9 @@ func Configure(o Options, classes []string) (Plan, error) {
 		newMain := main
 		switch {
 		case !mainExists:
-			newMain, err = AddImport([]byte(createdMain), o.DropIn)
+			newMain, err = AddImport([]byte(createdMain), o.importEntry())
 		case !Covers(o.ConfigFile, imports, o.DropIn):
-			newMain, err = AddImport(main, o.DropIn)
+			newMain, err = AddImport(main, o.importEntry())
 		}
 		if err != nil {
 			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
@@ -139,7 +139,7 @@ func Unconfigure(o Options, hookFiles []string) (Plan, error) {
 			return p, err
 		}
 		if ok {
-			out, removed, err := RemoveImport(main, o.DropIn)
+			out, removed, err := RemoveImport(main, o.importEntry())
 			if err != nil {
 				return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 			}

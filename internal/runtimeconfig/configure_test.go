@@ -179,7 +179,7 @@ func TestConfigureContainerdKubeadm(t *testing.T) {
 		t.Error("configure changed the config but says no restart is needed")
 	}
 	main, _ := os.ReadFile(n.o.ConfigFile)
-	added := "imports = ['" + n.o.DropIn + "']" + importComment + "\n"
+	added := "imports = ['conf.d/99-mountkeeper.toml']" + importComment + "\n"
 	if strings.Replace(string(main), added, "", 1) != kubeadmConfig {
 		t.Errorf("the main file changed by more than the imports line:\n%s", main)
 	}

@@ -75,6 +75,17 @@ func (o Options) WithDefaults() (Options, error) {
 // Unit is the runtime's systemd unit.
 func (o Options) Unit() string { return o.Runtime }
 
+// importEntry is how containerd's main file names the drop-in: relative to the main file's
+// directory when the drop-in lies below it (containerd resolves it so), so that the entry
+// holds wherever that directory is mounted (a DaemonSet's init container sees the node's
+// /etc/containerd at a path of its own); absolute otherwise.
+func (o Options) importEntry() string {
+	if rel, err := filepath.Rel(filepath.Dir(o.ConfigFile), o.DropIn); err == nil && filepath.IsLocal(rel) {
+		return rel
+	}
+	return o.DropIn
+}
+
 // wrapperPath is where the wrapper binary is installed.
 func (o Options) wrapperPath() string { return filepath.Join(o.InstallDir, WrapperName) }
 
