@@ -17,6 +17,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/internal/runtimewrap"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 // kubeadmConfig is a containerd config as kubeadm-era guides write it: the systemd cgroup
@@ -96,31 +97,10 @@ func (n node) write(t *testing.T, path, data string, mode fs.FileMode) {
 	}
 }
 
-// snapshot is every file below the node's etc and opt: path -> mode, owner, contents or link.
+// snapshot is every file below the node's etc and opt (testenv.FileTree).
 func (n node) snapshot(t *testing.T) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	for _, top := range []string{"etc", "opt"} {
-		filepath.WalkDir(filepath.Join(n.root, top), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			fi, _ := os.Lstat(p)
-			st := fi.Sys().(*syscall.Stat_t)
-			desc := fmt.Sprintf("%v %d:%d", fi.Mode(), st.Uid, st.Gid)
-			switch {
-			case fi.Mode()&fs.ModeSymlink != 0:
-				target, _ := os.Readlink(p)
-				desc += " -> " + target
-			case fi.Mode().IsRegular():
-				data, _ := os.ReadFile(p)
-				desc += " " + string(data)
-			}
-			out[strings.TrimPrefix(p, n.root)] = desc
-			return nil
-		})
-	}
-	return out
+	return testenv.FileTree(filepath.Join(n.root, "etc"), filepath.Join(n.root, "opt"))
 }
 
 func (n node) configure(t *testing.T, classes ...string) Plan {

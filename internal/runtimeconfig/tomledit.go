@@ -148,18 +148,9 @@ func arrayEnd(src []byte, from int) (int, error) {
 	for i := from; i < len(src); i++ {
 		switch c := src[i]; c {
 		case '\'', '"':
-			j := i + 1
-			for j < len(src) && src[j] != c && src[j] != '\n' {
-				if c == '"' && src[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			i = j
+			i = stringEnd(src, i)
 		case '#':
-			for i < len(src) && src[i] != '\n' {
-				i++
-			}
+			i = lineEnd(src, i)
 		case '[':
 			depth++
 		case ']':
@@ -172,6 +163,28 @@ func arrayEnd(src []byte, from int) (int, error) {
 	return 0, fmt.Errorf("the imports array does not end")
 }
 
+// stringEnd is the index of the quote that closes the TOML string opening at b[i] (a basic
+// string's escapes skipped), or of the line's end.
+func stringEnd(b []byte, i int) int {
+	quote := b[i]
+	j := i + 1
+	for j < len(b) && b[j] != quote && b[j] != '\n' {
+		if quote == '"' && b[j] == '\\' {
+			j++
+		}
+		j++
+	}
+	return j
+}
+
+// lineEnd is the index of the line break at or after i, or len(b).
+func lineEnd(b []byte, i int) int {
+	for i < len(b) && b[i] != '\n' {
+		i++
+	}
+	return i
+}
+
 // lastValueChar is the last character of array content b outside comments and white space
 // (0 for none); a string counts as its closing quote.
 func lastValueChar(b []byte) byte {
@@ -179,18 +192,9 @@ func lastValueChar(b []byte) byte {
 	for i := 0; i < len(b); i++ {
 		switch c := b[i]; c {
 		case '\'', '"':
-			j := i + 1
-			for j < len(b) && b[j] != c && b[j] != '\n' {
-				if c == '"' && b[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			i, last = j, c
+			i, last = stringEnd(b, i), c
 		case '#':
-			for i < len(b) && b[i] != '\n' {
-				i++
-			}
+			i = lineEnd(b, i)
 		case ' ', '\t', '\n', '\r':
 		default:
 			last = c

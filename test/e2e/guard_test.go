@@ -3,10 +3,8 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/runtimeconfig"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
 const guardConfig = `
@@ -325,10 +324,9 @@ func TestRuntimeUnconfigure(t *testing.T) {
 }
 
 // runtimeFiles is every file configure may touch: the runtime's config file(s) and directory,
-// the test's drop-in and install directories; path -> mode and contents (or link target).
+// the test's drop-in and install directories (testenv.FileTree).
 func (n *node) runtimeFiles() map[string]string {
 	n.t.Helper()
-	out := map[string]string{}
 	roots := []string{filepath.Join(n.dir, "install"), filepath.Join(n.dir, "containerd-conf.d")}
 	switch rt := n.rt.(type) {
 	case *harness.Containerd:
@@ -336,27 +334,5 @@ func (n *node) runtimeFiles() map[string]string {
 	case *harness.CRIO:
 		roots = append(roots, rt.ConfigPath(), rt.ConfigDir())
 	}
-	for _, root := range roots {
-		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			fi, err := os.Lstat(p)
-			if err != nil {
-				return nil
-			}
-			desc := fi.Mode().String()
-			switch {
-			case fi.Mode()&fs.ModeSymlink != 0:
-				target, _ := os.Readlink(p)
-				desc += " -> " + target
-			case fi.Mode().IsRegular():
-				data, _ := os.ReadFile(p)
-				desc += " " + string(bytes.TrimSpace(data))
-			}
-			out[p] = desc
-			return nil
-		})
-	}
-	return out
+	return testenv.FileTree(roots...)
 }
