@@ -40,12 +40,23 @@ func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeco
 	flags.StringVar(&o.DropIn, "drop-in", "", "mountkeeper's drop-in (default "+runtimeconfig.ContainerdDropInPath+"; crio: "+runtimeconfig.CRIODropInName+" in --config-dir)")
 	flags.StringVar(&o.InstallDir, "install-dir", runtimeconfig.DefaultInstallDir, "where "+runtimeconfig.WrapperName+" and the class links go (a host path)")
 	wrapper := flags.String("runtime-binary", "", "configure: the "+runtimeconfig.WrapperName+" binary to install (default: the one beside this binary)")
-	baseSpecDir := flags.String("base-spec-dir", "/etc/mountkeeper/containerd", "unconfigure: where an earlier mountkeeper put its guard base specs (removed)")
+	baseSpecDir := flags.String("base-spec-dir", "/etc/mountkeeper/containerd", "unconfigure: where an earlier mountkeeper put its guard base specs (removed); configure: ignored (no base spec)")
 	hook := flags.String("hook", "", "unconfigure: the guard hook binary an earlier mountkeeper installed (--install-hook), removed")
+	// Flags of the base-spec guard (before the runtime wrapper), accepted so that manifests
+	// written for it keep working; configure says it ignores them.
+	installHook := flags.String("install-hook", "", "deprecated, ignored: configure installs "+runtimeconfig.WrapperName+" in --install-dir instead of a guard hook")
+	hookPath := flags.String("hook-path", "", "deprecated, ignored: the guard is "+runtimeconfig.WrapperName+", not a hook")
 	dryRun := flags.Bool("dry-run", false, "show what would change (a unified diff) and change nothing")
 	restart := flags.Bool("restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
 	if err := cli.Parse(flags, args[1:]); err != nil {
 		return err
+	}
+	if !undo {
+		for name, v := range map[string]string{"--install-hook": *installHook, "--hook-path": *hookPath} {
+			if v != "" {
+				fmt.Fprintf(stderr, "note: %s is ignored: class handlers run %s from --install-dir (%s); no guard hook is installed\n", name, runtimeconfig.WrapperName, o.InstallDir)
+			}
+		}
 	}
 	o, err := o.WithDefaults()
 	if err != nil {

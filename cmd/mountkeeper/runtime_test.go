@@ -82,3 +82,23 @@ func TestRuntimeConfigureBadClass(t *testing.T) {
 		t.Errorf("a refused configure wrote files: %v", entries)
 	}
 }
+
+// TestRuntimeConfigureOldFlags: a manifest written for the base-spec guard (--install-hook,
+// --base-spec-dir) still configures, and is told its hook flags are ignored.
+func TestRuntimeConfigureOldFlags(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mk.yaml")
+	os.WriteFile(cfg, []byte("runtimeClasses:\n  mk:\n    mounts: [{source: /srv, destination: /srv}]\n"), 0o644)
+	wrapper := filepath.Join(dir, "mountkeeper-runtime")
+	os.WriteFile(wrapper, []byte("binary"), 0o755)
+	var stdout, stderr bytes.Buffer
+	err := runRuntimeWith([]string{"configure", "--runtime", "containerd", "--config", cfg, "--config-file", filepath.Join(dir, "c.toml"),
+		"--drop-in", filepath.Join(dir, "d.toml"), "--install-dir", filepath.Join(dir, "bin"), "--runtime-binary", wrapper,
+		"--base-spec-dir", filepath.Join(dir, "specs"), "--install-hook", filepath.Join(dir, "bin", "mountkeeper-hook")}, &stdout, &stderr, &recordingRestarter{})
+	if err != nil || !strings.Contains(stderr.String(), "note: --install-hook is ignored") {
+		t.Errorf("configure with the old flags: %v\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bin", "class", "mk")); err != nil {
+		t.Errorf("no class link: %v", err)
+	}
+}
