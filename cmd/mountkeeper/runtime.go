@@ -13,7 +13,7 @@ import (
 )
 
 const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart]
-       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--dry-run] [--restart]`
+       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart]`
 
 // runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
 // work): it parses the flags, shows the plan (--dry-run) or applies it, and restarts the
@@ -47,6 +47,7 @@ func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeco
 	installHook := flags.String("install-hook", "", "deprecated, ignored: configure installs "+runtimeconfig.WrapperName+" in --install-dir instead of a guard hook")
 	hookPath := flags.String("hook-path", "", "deprecated, ignored: the guard is "+runtimeconfig.WrapperName+", not a hook")
 	dryRun := flags.Bool("dry-run", false, "show what would change (a unified diff) and change nothing")
+	force := flags.Bool("force", false, "unconfigure: even while the runtime still runs containers of the classes (it cannot stop them afterwards)")
 	restart := flags.Bool("restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
 	if err := cli.Parse(flags, args[1:]); err != nil {
 		return err
@@ -69,7 +70,7 @@ func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeco
 		if err != nil {
 			return err
 		}
-		if plan, err = runtimeconfig.Unconfigure(o, earlier); err != nil {
+		if plan, err = runtimeconfig.Unconfigure(o, earlier, "/proc", *force); err != nil {
 			return err
 		}
 	} else {

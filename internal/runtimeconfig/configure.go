@@ -131,7 +131,10 @@ func Configure(o Options, classes []string) (Plan, error) {
 // was, or removed if configure created it), the drop-in, the class links and entries, the
 // wrapper, and the directories configure created, where empty. hookFiles are files an older
 // mountkeeper installed (the guard hook binary, base specs), removed too.
-func Unconfigure(o Options, hookFiles []string) (Plan, error) {
+//
+// It refuses while the runtime still runs a class's containers (InUse, processes under
+// procRoot), unless force.
+func Unconfigure(o Options, hookFiles []string, procRoot string, force bool) (Plan, error) {
 	p := Plan{Options: o, Undo: true}
 	if o.Runtime == "containerd" {
 		main, ok, err := readFile(o.ConfigFile)
@@ -160,6 +163,17 @@ func Unconfigure(o Options, hookFiles []string) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
+	var links []string
+	for _, c := range own {
+		if c.OldLink != "" {
+			links = append(links, c.Path)
+		}
+	}
+	if users, err := InUse(procRoot, links); err != nil {
+		return p, err
+	} else if len(users) > 0 && !force {
+		return p, fmt.Errorf("the runtime still runs containers of the classes (%s): remove the class pods first (the runtime could not stop them without the wrapper), or run again with --force", strings.Join(users, "; "))
+	}
 	p.Changes = append(p.Changes, own...)
 	for _, f := range append([]string{o.wrapperPath()}, hookFiles...) {
 		old, ok, err := readFile(f)
@@ -179,7 +193,7 @@ func Unconfigure(o Options, hookFiles []string) (Plan, error) {
 	}
 	p.Changes = slices.DeleteFunc(p.Changes, unchanged)
 	if p.RestartNeeded() {
-		p.Notes = append(p.Notes, fmt.Sprintf("remove the class pods before unconfigure: %s cannot stop a class's containers once their runtime wrapper is gone", o.Runtime))
+		p.Notes = append(p.Notes, fmt.Sprintf("%s still has the class handlers until it restarts: a class pod created meanwhile fails (no runtime wrapper)", o.Runtime))
 	}
 	return p, nil
 }

@@ -121,7 +121,7 @@ func (n node) configure(t *testing.T, classes ...string) Plan {
 
 func (n node) unconfigure(t *testing.T) Plan {
 	t.Helper()
-	p, err := Unconfigure(n.o, nil)
+	p, err := Unconfigure(n.o, nil, "/proc", false)
 	if err != nil {
 		t.Fatal(err)
 	}

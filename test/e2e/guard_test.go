@@ -281,9 +281,17 @@ func TestRuntimeUnconfigure(t *testing.T) {
 				if err == nil {
 					err = cri.StartContainer(n.ctx, id)
 				}
+				if err == nil {
+					// While a class pod runs, unconfigure refuses and names its process:
+					// the runtime could not stop it without the wrapper.
+					out, uerr := exec.Command(n.bin, append([]string{"runtime", "unconfigure"}, n.configureArgs()...)...).CombinedOutput()
+					if uerr == nil || !strings.Contains(string(out), "remove the class pods first") || !strings.Contains(string(out), "runs "+filepath.Join(n.dir, "install", "class", "mk-guard")) {
+						t.Errorf("unconfigure with a class pod running: %v\n%s", uerr, out)
+					}
+					t.Logf("unconfigure with a class pod running: %s", out)
+				}
 				// Every class pod goes before unconfigure, the refused attempts' too (their
-				// sandboxes run through the wrapper): as unconfigure says, the runtime cannot
-				// stop them once it is gone.
+				// sandboxes run through the wrapper).
 				if rerr := cri.RemovePod(n.ctx, pod); rerr != nil {
 					t.Fatal(rerr)
 				}
