@@ -1,6 +1,7 @@
 package runtimewrap
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +37,7 @@ func (OS) AppendFile(path string, data []byte) error {
 		return err
 	}
 	_, err = f.Write(data)
-	return errorsJoin(err, f.Close())
+	return errors.Join(err, f.Close())
 }
 
 // Exec becomes runtime with argv and the same environment.
@@ -50,10 +51,3 @@ func (OS) Exec(runtime string, argv []string) error {
 
 // Now is the wall clock.
 func (OS) Now() time.Time { return time.Now() }
-
-func errorsJoin(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
