@@ -6,6 +6,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/mountkeeper
 HOOKBIN := bin/mountkeeper-hook
+RTBIN   := bin/mountkeeper-runtime
 # Only mountkeeper has a version (`mountkeeper version`, its log); mountkeeper-hook has none.
 LDFLAGS := -X main.version=$(VERSION)
 # Where test/tools/install.sh caches containerd and runc; exported for the tests.
@@ -26,13 +27,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
 	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
+	CGO_ENABLED=0 $(GO) build -o $(RTBIN) ./cmd/mountkeeper-runtime
 
 # The container image (deploy/): both binaries (static, no cgo) on an empty base; nothing is
 # pulled. An OCI image-layout tarball: import it on each node with
 # `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
 IMAGE ?= localhost/mountkeeper:latest
 image: build
-	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
+	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -runtime-binary $(RTBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
@@ -47,7 +49,7 @@ unit: tools
 	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
 e2e: tools build
-	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
+	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) MOUNTKEEPER_RUNTIME_BINARY=$(CURDIR)/$(RTBIN) $(GO) test -tags e2e -count=1 -timeout 30m -v $(TESTFLAGS) ./test/e2e/
 
 test: tools vet unit e2e
 

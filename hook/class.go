@@ -55,20 +55,8 @@ func SelectClass(flag string, trustAnnotation bool, annotations ...map[string]st
 var errNoClass = errors.New("no --runtime-class: hook mode needs it to name the runtime class (the " + RuntimeHandlerAnnotation +
 	" annotation, which a pod can set itself, is used only with --trust-runtime-handler-annotation): add --runtime-class NAME to the hook's arguments, one hook entry per class (\"default\" for the runtime's default handler)")
 
-// Kubernetes names as the CRI runtimes annotate them: containerd's CRI first, then CRI-O's
-// (which uses the kubelet's label names).
-var nameAnnotations = [][3]string{
-	{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.container-name"},
-	{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"},
-}
-
-// containerOf identifies a container for messages from the names a CRI runtime annotated the
-// spec with, and its runtime ID (precreate has none).
+// containerOf identifies a container for messages (precreate has no ID): engine.ContainerOf,
+// shared with the runtime wrapper.
 func containerOf(id string, annotations map[string]string) engine.Container {
-	for _, keys := range nameAnnotations {
-		if ctr := annotations[keys[2]]; ctr != "" {
-			return engine.Container{Namespace: annotations[keys[0]], Pod: annotations[keys[1]], Name: ctr, ID: id}
-		}
-	}
-	return engine.Container{ID: id}
+	return engine.ContainerOf(id, annotations)
 }

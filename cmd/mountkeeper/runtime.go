@@ -1,208 +1,130 @@
 package main
 
 import (
-	"bytes"
-	"cmp"
-	"errors"
+	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"time"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
+	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/internal/runtimeconfig"
 )
 
-// runRuntime is `mountkeeper runtime configure`: it writes what containerd or CRI-O needs for
-// the config's runtime classes (see package runtimeconfig), or prints it with --dry-run.
+const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart]
+       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart]`
+
+// runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
+// work): it parses the flags, shows the plan (--dry-run) or applies it, and restarts the
+// runtime through systemd when asked (--restart).
 func runRuntime(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "configure" {
-		fmt.Fprintln(stderr, "usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--dry-run]")
+	return runRuntimeWith(args, stdout, stderr, runtimeconfig.Systemd{})
+}
+
+func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeconfig.Restarter) error {
+	if len(args) == 0 || (args[0] != "configure" && args[0] != "unconfigure") {
+		fmt.Fprintln(stderr, runtimeUsage)
 		return cli.ErrUsage
 	}
-	flags := cli.NewFlags("mountkeeper runtime configure", stderr)
-	_, loadConfig := cli.ConfigFlag(flags)
-	runtime := flags.String("runtime", "", "the runtime to configure: containerd or crio")
-	configFile := flags.String("config-file", "", "the runtime's config: default "+runtimeconfig.ContainerdConfigPath+" (containerd), "+runtimeconfig.CRIODropInPath+" (crio, a drop-in of mountkeeper's own)")
-	hookPath := flags.String("hook-path", "", "the binary the runtime runs as the guard hook (default: "+hookBinaryName+" beside this binary, else this binary)")
-	installHook := flags.String("install-hook", "", "copy the guard hook's binary ("+hookBinaryName+" beside this binary, else this binary) to PATH (a host path, e.g. from a DaemonSet's init container) and use it as --hook-path")
-	baseSpecDir := flags.String("base-spec-dir", runtimeconfig.DefaultBaseSpecDir, "containerd: where the per-class base runtime specs go")
-	runcPath := flags.String("runc", "/usr/bin/runc", "crio: the OCI runtime the class handlers run")
-	dryRun := flags.Bool("dry-run", false, "print what would be written instead of writing it")
+	undo := args[0] == "unconfigure"
+	flags := cli.NewFlags("mountkeeper runtime "+args[0], stderr)
+	var loadConfig func() (*configs.Config, string, error)
+	if !undo {
+		_, loadConfig = cli.ConfigFlag(flags)
+	}
+	var o runtimeconfig.Options
+	flags.StringVar(&o.Runtime, "runtime", "", "the runtime: containerd or crio")
+	flags.StringVar(&o.ConfigFile, "config-file", "", "the runtime's main config (default "+runtimeconfig.ContainerdConfigPath+", "+runtimeconfig.CRIOConfigPath+"); containerd's gets one imports entry at most, CRI-O's none")
+	flags.StringVar(&o.ConfigDir, "config-dir", "", "crio: its drop-in directory (default "+runtimeconfig.CRIOConfigDir+")")
+	flags.StringVar(&o.DropIn, "drop-in", "", "mountkeeper's drop-in (default "+runtimeconfig.ContainerdDropInPath+"; crio: "+runtimeconfig.CRIODropInName+" in --config-dir)")
+	flags.StringVar(&o.InstallDir, "install-dir", runtimeconfig.DefaultInstallDir, "where "+runtimeconfig.WrapperName+" and the class links go (a host path)")
+	wrapper := flags.String("runtime-binary", "", "configure: the "+runtimeconfig.WrapperName+" binary to install (default: the one beside this binary)")
+	baseSpecDir := flags.String("base-spec-dir", "/etc/mountkeeper/containerd", "unconfigure: where an earlier mountkeeper put its guard base specs (removed); configure: ignored (no base spec)")
+	hook := flags.String("hook", "", "unconfigure: the guard hook binary an earlier mountkeeper installed (--install-hook), removed")
+	// Flags of the base-spec guard (before the runtime wrapper), accepted so that manifests
+	// written for it keep working; configure says it ignores them.
+	installHook := flags.String("install-hook", "", "deprecated, ignored: configure installs "+runtimeconfig.WrapperName+" in --install-dir instead of a guard hook")
+	hookPath := flags.String("hook-path", "", "deprecated, ignored: the guard is "+runtimeconfig.WrapperName+", not a hook")
+	dryRun := flags.Bool("dry-run", false, "show what would change (a unified diff) and change nothing")
+	force := flags.Bool("force", false, "unconfigure: even while the runtime still runs containers of the classes (it cannot stop them afterwards)")
+	restart := flags.Bool("restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
 	if err := cli.Parse(flags, args[1:]); err != nil {
 		return err
 	}
-	cfg, _, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	if *installHook != "" {
-		if *hookPath != "" {
-			fmt.Fprintln(stderr, "--install-hook and --hook-path: give one")
-			return cli.ErrUsage
-		}
-		*hookPath = *installHook
-		if !*dryRun {
-			if err := installHookBinary(*installHook, stdout); err != nil {
-				return err
+	if !undo {
+		for name, v := range map[string]string{"--install-hook": *installHook, "--hook-path": *hookPath} {
+			if v != "" {
+				fmt.Fprintf(stderr, "note: %s is ignored: class handlers run %s from --install-dir (%s); no guard hook is installed\n", name, runtimeconfig.WrapperName, o.InstallDir)
 			}
 		}
 	}
-	if *hookPath == "" {
-		if *hookPath, err = hookBinary(); err != nil {
-			return fmt.Errorf("--hook-path: %w", err)
-		}
-	}
-	var res runtimeconfig.Result
-	switch *runtime {
-	case "containerd":
-		*configFile = cmp.Or(*configFile, runtimeconfig.ContainerdConfigPath)
-		current, err := os.ReadFile(*configFile)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		res, err = runtimeconfig.Containerd(current, cfg, runtimeconfig.Options{HookPath: *hookPath, BaseSpecDir: *baseSpecDir})
-		if err != nil {
-			return fmt.Errorf("%s: %w", *configFile, err)
-		}
-	case "crio":
-		*configFile = cmp.Or(*configFile, runtimeconfig.CRIODropInPath)
-		if res, err = runtimeconfig.CRIO(cfg, *runcPath); err != nil {
-			return err
-		}
-	default:
-		fmt.Fprintln(stderr, "--runtime: containerd or crio")
+	o, err := o.WithDefaults()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return cli.ErrUsage
 	}
-	files := map[string][]byte{*configFile: res.Config}
-	for p, b := range res.Files {
-		files[p] = b
-	}
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, n := range res.Notes {
-		fmt.Fprintln(stderr, "note:", n)
-	}
-	changed := 0
-	for _, p := range paths {
-		if *dryRun {
-			fmt.Fprintf(stdout, "# %s\n%s", p, files[p])
-			continue
-		}
-		wrote, err := writeIfChanged(p, files[p])
+	var plan runtimeconfig.Plan
+	if undo {
+		earlier, err := runtimeconfig.EarlierInstall(*baseSpecDir, *hook)
 		if err != nil {
 			return err
 		}
-		if wrote {
-			changed++
-			fmt.Fprintln(stdout, "wrote", p)
+		if plan, err = runtimeconfig.Unconfigure(o, earlier, "/proc", *force); err != nil {
+			return err
 		}
-	}
-	switch {
-	case *dryRun:
-	case changed == 0:
-		fmt.Fprintln(stdout, "nothing to change")
-	default:
-		fmt.Fprintf(stdout, "restart %s to apply\n", *runtime)
-	}
-	return nil
-}
-
-// writeIfChanged writes data to path unless it holds data already, keeping the old content
-// as path.<time>.bak; it reports whether it wrote.
-func writeIfChanged(path string, data []byte) (bool, error) {
-	old, err := os.ReadFile(path)
-	switch {
-	case err == nil && bytes.Equal(old, data):
-		return false, nil
-	case err == nil:
-		if err := os.WriteFile(path+"."+time.Now().UTC().Format("20060102T150405")+".bak", old, 0o600); err != nil {
-			return false, fmt.Errorf("back up %s: %w", path, err)
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return false, err
-	}
-	return true, replaceFile(path, data, 0o644)
-}
-
-// replaceFile writes data to path with mode through a temporary file of its own in the same
-// directory and a rename, so that the runtime never reads half a file and concurrent runs do
-// not write the same temporary file. On any failure the temporary file is removed.
-func replaceFile(path string, data []byte, mode os.FileMode) (err error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".mountkeeper-tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
+	} else {
+		cfg, _, err := loadConfig()
 		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+			return err
 		}
-	}()
-	// CreateTemp makes the file 0600: give it mode (0644 for a runtime's config, 0755 for the
-	// hook binary).
-	if err := f.Chmod(mode); err != nil {
+		classes, err := runtimeconfig.HandlerClasses(cfg)
+		if err != nil {
+			return err
+		}
+		o.StateDir = cfg.StateDir
+		if o.Wrapper = *wrapper; o.Wrapper == "" {
+			if o.Wrapper, err = besideSelf(runtimeconfig.WrapperName); err != nil {
+				return err
+			}
+		}
+		if plan, err = runtimeconfig.Configure(o, classes); err != nil {
+			return err
+		}
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintln(stderr, "note:", n)
+	}
+	if *dryRun {
+		fmt.Fprint(stdout, plan.Diff())
+		if plan.RestartNeeded() {
+			fmt.Fprintf(stdout, "# then: restart %s (systemctl restart %s)\n", o.Runtime, o.Unit())
+		}
+		return nil
+	}
+	if len(plan.Changes) == 0 {
+		fmt.Fprintln(stdout, "nothing to change")
+		return nil
+	}
+	if err := runtimeconfig.Apply(plan); err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		return err
+	for _, c := range plan.Changes {
+		fmt.Fprintln(stdout, c.Summary())
 	}
-	if err := f.Close(); err != nil {
-		return err
+	line, err := runtimeconfig.RestartIfNeeded(context.Background(), plan, restarter, *restart)
+	if line != "" {
+		fmt.Fprintln(stdout, line)
 	}
-	return os.Rename(f.Name(), path)
+	return err
 }
 
-// hookBinaryName is the lean hook binary (cmd/mountkeeper-hook), which `make build` and the
-// image put beside mountkeeper. It accepts `hook guard ...` as mountkeeper does and starts in
-// about a third of the time, which every container of a guarded class pays.
-const hookBinaryName = "mountkeeper-hook"
-
-// hookBinary is the binary the guard hook runs: mountkeeper-hook beside this binary when it
-// is there, else this binary.
-func hookBinary() (string, error) {
+// besideSelf is name in this binary's directory (make build and the image put mountkeeper's
+// binaries side by side).
+func besideSelf(name string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	return hookBinaryBeside(self), nil
-}
-
-// hookBinaryBeside is mountkeeper-hook in self's directory if it is an executable file there,
-// else self.
-func hookBinaryBeside(self string) string {
-	lean := filepath.Join(filepath.Dir(self), hookBinaryName)
-	if fi, err := os.Stat(lean); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		return lean
-	}
-	return self
-}
-
-// installHookBinary copies hookBinary() to path (0755) unless it holds the same bytes already.
-func installHookBinary(path string, stdout io.Writer) error {
-	src, err := hookBinary()
-	if err != nil {
-		return fmt.Errorf("--install-hook: %w", err)
-	}
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return fmt.Errorf("--install-hook: read %s: %w", src, err)
-	}
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		return nil
-	}
-	if err := replaceFile(path, data, 0o755); err != nil {
-		return fmt.Errorf("--install-hook: %w", err)
-	}
-	fmt.Fprintf(stdout, "installed %s (from %s)\n", path, src)
-	return nil
+	return filepath.Join(filepath.Dir(self), name), nil
 }

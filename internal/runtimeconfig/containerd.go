@@ -1,136 +1,183 @@
-// Package runtimeconfig writes what a container runtime needs to serve mountkeeper's runtime
-// classes, the way `nvidia-ctk runtime configure` does for its users: NRI enabled, a runtime
-// handler per class, and the guard (package guard) that refuses a class's container the NRI
-// plugin did not handle. It is pure: it takes the runtime's current config and returns the new
-// one plus the files it refers to; cmd writes them (with a backup, only when they change).
+// Package runtimeconfig configures a container runtime for mountkeeper's runtime classes, and
+// takes that back, without changing how the node runs anything else:
+//
+//   - Each class gets a runtime handler that is a copy of the node's default handler (same
+//     runtime type, every option: cgroup driver, runc binary, root, base spec, ...) whose OCI
+//     runtime is mountkeeper-runtime (package runtimewrap) in front of the default's own. The
+//     runtime builds a class container's spec as it builds any container's; the wrapper refuses
+//     the container at create if the NRI plugin did not handle it.
+//   - The handlers go into a drop-in of mountkeeper's own (containerd: a file the main config
+//     imports; CRI-O: crio.conf.d). The operator's main file changes by one imports entry at
+//     most (containerd), inserted as text: comments, order, mode and owner stay.
+//   - Unconfigure removes the drop-in, that imports entry (the main file byte for byte as it
+//     was, if nobody changed it since) and the wrapper's files.
+//
+// The package's builders are pure (documents in, documents out); files.go reads and writes the
+// node, restart.go restarts the runtime.
 package runtimeconfig
 
 import (
-	"encoding/json"
 	"fmt"
-	"path"
-	"path/filepath"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
-
-	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/configs/examples"
 )
 
-// Options say where things go on the node.
-type Options struct {
-	// HookPath is the mountkeeper binary the runtime runs as the guard hook.
-	HookPath string
-	// BaseSpecDir holds the per-class base runtime specs (containerd).
-	BaseSpecDir string
+// Paths of containerd's files.
+const (
+	ContainerdConfigPath = "/etc/containerd/config.toml"
+	// ContainerdDropInPath is mountkeeper's drop-in; conf.d/*.toml is the directory
+	// containerd's own default config imports.
+	ContainerdDropInPath = "/etc/containerd/conf.d/99-mountkeeper.toml"
+)
+
+// runcShim is the only runtime type whose OCI runtime binary a handler can name (BinaryName).
+const runcShim = "io.containerd.runc.v2"
+
+// criRuntime is the CRI runtime plugin's table in versions 3 and 4 of containerd's config.
+const criRuntime = "io.containerd.cri.v1.runtime"
+
+// containerdFile is one file of containerd's config as loaded: the main file or an import.
+type containerdFile struct {
+	Path string
+	Doc  map[string]any
 }
 
-// Result is what a runtime needs: its new config file and the files that config refers to,
-// by path. Notes say what was left out and why.
-type Result struct {
-	Config []byte
-	Files  map[string][]byte
-	Notes  []string
-}
-
-// ContainerdConfigPath is containerd's usual config file.
-const ContainerdConfigPath = "/etc/containerd/config.toml"
-
-// DefaultBaseSpecDir is where the per-class base specs go by default.
-const DefaultBaseSpecDir = "/etc/mountkeeper/containerd"
-
-// Containerd returns containerd's config (version 3 or 4, containerd 2.x) with NRI enabled and, for
-// each runtime class of cfg, a runtime handler whose base spec carries the guard hook. The
-// handler's other settings, where the operator has them already, are kept; a handler that
-// already has a base spec of another origin is an error that shows the hook to add by hand.
-// The default class gets no guard: its handler runs every pod without a runtime class,
-// mountkeeper's own among them, which would then wait for itself.
-func Containerd(current []byte, cfg *configs.Config, o Options) (Result, error) {
-	doc := map[string]any{}
-	if err := toml.Unmarshal(current, &doc); err != nil {
-		return Result{}, fmt.Errorf("parse the containerd config: %w", err)
+// containerdDropIn returns mountkeeper's drop-in for the effective config (the main file and
+// its imports without the drop-in, merged as containerd merges them), for classes, whose
+// wrapper links are link(class). version is the main file's. It also returns the real runtime
+// the wrappers run (the default handler's) and notes for the operator.
+func containerdDropIn(effective map[string]any, version int64, classes []string, link func(class string) string) (dropIn []byte, realRuntime string, notes []string, err error) {
+	cri := lookup(effective, "plugins", criRuntime)
+	defaultName, _ := lookup(cri, "containerd")["default_runtime_name"].(string)
+	if defaultName == "" {
+		defaultName = "runc"
 	}
-	switch v := doc["version"].(type) {
-	case nil:
-		doc["version"] = int64(3)
-	case int64:
-		// Versions 3 (containerd 2.0, 2.1) and 4 (2.2 on) name the plugins alike.
-		if v < 3 {
-			return Result{}, fmt.Errorf("the containerd config has version %d: mountkeeper configures versions 3 and 4 (containerd 2.x); migrate it first (containerd config migrate)", v)
-		}
-	default:
-		return Result{}, fmt.Errorf("the containerd config's version is %v, not a number", v)
+	runtimes := lookup(cri, "containerd", "runtimes")
+	base, ok := runtimes[defaultName].(map[string]any)
+	if !ok {
+		// containerd's built-in default handler: runc through the v2 shim, no options.
+		base = map[string]any{"runtime_type": runcShim}
+		notes = append(notes, fmt.Sprintf("the default runtime handler %q is not in the config: the class handlers copy containerd's built-in one (runtime_type %s, no options)", defaultName, runcShim))
 	}
-	res := Result{Files: map[string][]byte{}}
-	nri := table(doc, "plugins", "io.containerd.nri.v1.nri")
-	nri["disable"] = false
-	for _, class := range cfg.ClassNames() {
-		if class == configs.DefaultClass {
-			res.Notes = append(res.Notes, `runtime class "default": no guard; its handler runs every pod without a runtime class, mountkeeper's own among them (use a named runtime class to get the guard)`)
-			continue
-		}
-		rt := table(doc, "plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", class)
-		if _, ok := rt["runtime_type"]; !ok {
-			rt["runtime_type"] = "io.containerd.runc.v2"
-		}
-		specPath := filepath.Join(o.BaseSpecDir, class+".json")
-		spec, err := baseSpec(class, cfg.StateDir, o.HookPath)
-		if err != nil {
-			return Result{}, err
-		}
-		if have, ok := rt["base_runtime_spec"].(string); ok && have != specPath && path.Dir(have) != o.BaseSpecDir {
-			return Result{}, fmt.Errorf("runtime handler %q already has base_runtime_spec %s: add this createRuntime hook to it yourself and run again with that handler removed from the config: %s", class, have, guardHookJSON(class, cfg.StateDir, o.HookPath))
-		}
-		rt["base_runtime_spec"] = specPath
-		res.Files[specPath] = spec
+	if t, _ := base["runtime_type"].(string); t != runcShim {
+		return nil, "", nil, fmt.Errorf("the default runtime handler %q has runtime_type %q: mountkeeper's class handlers put their guard in front of the OCI runtime binary (options.BinaryName), which only %s has; configure a runc handler as the default, or ask for support of %q", defaultName, t, runcShim, t)
 	}
-	out, err := toml.Marshal(doc)
+	options, _ := base["options"].(map[string]any)
+	realRuntime, _ = options["BinaryName"].(string)
+	if realRuntime == "" {
+		realRuntime = "runc" // the shim finds it on its PATH; so does the wrapper
+	}
+
+	handlers := map[string]any{}
+	for _, class := range classes {
+		if class == defaultName {
+			return nil, "", nil, fmt.Errorf("runtime class %q has the name of the default runtime handler: its guard would refuse every pod without a runtime class; rename the class", class)
+		}
+		h := cloneDoc(base)
+		opts, _ := h["options"].(map[string]any)
+		if opts == nil {
+			opts = map[string]any{}
+			h["options"] = opts
+		}
+		opts["BinaryName"] = link(class)
+		if have, ok := runtimes[class].(map[string]any); ok {
+			if stale := overrideExtra(h, have); len(stale) > 0 {
+				notes = append(notes, fmt.Sprintf("runtime handler %q is also defined outside the drop-in, with %s, which the default handler lacks: the drop-in sets them to their zero values (containerd merges the two)", class, strings.Join(stale, ", ")))
+			}
+		}
+		handlers[class] = h
+	}
+	plugins := map[string]any{criRuntime: map[string]any{"containerd": map[string]any{"runtimes": handlers}}}
+	if disabled, _ := lookup(effective, "plugins", "io.containerd.nri.v1.nri")["disable"].(bool); disabled {
+		plugins["io.containerd.nri.v1.nri"] = map[string]any{"disable": false}
+		notes = append(notes, "NRI is disabled in the config: the drop-in enables it (mountkeeper is an NRI plugin)")
+	}
+	body, err := toml.Marshal(map[string]any{"version": version, "plugins": plugins})
 	if err != nil {
-		return Result{}, err
+		return nil, "", nil, err
 	}
-	res.Config = out
-	return res, nil
+	header := fmt.Sprintf("# Written by `mountkeeper runtime configure`; `mountkeeper runtime unconfigure` removes it. Do not edit:\n"+
+		"# each class's handler is a copy of the default handler %q with mountkeeper-runtime, which refuses\n"+
+		"# a container the mountkeeper NRI plugin did not handle, in front of its OCI runtime %s.\n", defaultName, realRuntime)
+	return append([]byte(header), body...), realRuntime, notes, nil
 }
 
-// table returns the nested table at keys, creating what is missing.
-func table(doc map[string]any, keys ...string) map[string]any {
+// overrideExtra sets, in h, every key that have holds and h lacks to the zero value of its
+// type, so that merging h over have (as containerd and CRI-O merge drop-ins) leaves exactly
+// h. It returns the keys it set.
+func overrideExtra(h, have map[string]any) []string {
+	var set []string
+	for k, v := range have {
+		mine, ok := h[k]
+		switch {
+		case !ok:
+			if z, ok := zeroOf(v); ok {
+				h[k] = z
+				set = append(set, k)
+			}
+		case isTable(mine) && isTable(v):
+			for _, s := range overrideExtra(mine.(map[string]any), v.(map[string]any)) {
+				set = append(set, k+"."+s)
+			}
+		}
+	}
+	return set
+}
+
+func isTable(v any) bool { _, ok := v.(map[string]any); return ok }
+
+func zeroOf(v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return "", true
+	case bool:
+		return false, true
+	case int64:
+		return int64(0), true
+	case float64:
+		return float64(0), true
+	case []any:
+		return []any{}, true
+	case map[string]any:
+		return map[string]any{}, true
+	}
+	return nil, false
+}
+
+// lookup returns the table at keys, or nil.
+func lookup(doc map[string]any, keys ...string) map[string]any {
 	t := doc
 	for _, k := range keys {
 		next, ok := t[k].(map[string]any)
 		if !ok {
-			next = map[string]any{}
-			t[k] = next
+			return nil
 		}
 		t = next
 	}
 	return t
 }
 
-// guardHook is the createRuntime hook entry of a class.
-func guardHook(class, stateDir, hookPath string) map[string]any {
-	return map[string]any{
-		"path":    hookPath,
-		"args":    []string{"mountkeeper", "hook", "guard", "--runtime-class", class, "--state-dir", stateDir},
-		"timeout": 5,
+// merge merges from over to as containerd (mergo with override) and CRI-O do: tables merge key
+// by key, anything else is replaced.
+func merge(to, from map[string]any) {
+	for k, v := range from {
+		if ft, ok := v.(map[string]any); ok {
+			if tt, ok := to[k].(map[string]any); ok {
+				merge(tt, ft)
+				continue
+			}
+		}
+		to[k] = cloneValue(v)
 	}
 }
 
-func guardHookJSON(class, stateDir, hookPath string) string {
-	b, _ := json.Marshal(guardHook(class, stateDir, hookPath))
-	return string(b)
-}
-
-// baseSpec is the class's base runtime spec: the documented example with the guard as its only
-// hook.
-func baseSpec(class, stateDir, hookPath string) ([]byte, error) {
-	var spec map[string]any
-	if err := json.Unmarshal(examples.ContainerdBaseRuntimeSpec, &spec); err != nil {
-		return nil, fmt.Errorf("the embedded base spec: %w", err)
+// containerdVersion is a containerd config file's version; versions 3 (containerd 2.0, 2.1)
+// and 4 (2.2 on) name the plugins alike.
+func containerdVersion(f containerdFile) (int64, error) {
+	v, ok := f.Doc["version"].(int64)
+	if !ok || v < 3 {
+		return 0, fmt.Errorf("%s has version %v: mountkeeper configures versions 3 and 4 (containerd 2.x); migrate it first (containerd config migrate)", f.Path, f.Doc["version"])
 	}
-	spec["hooks"] = map[string]any{"createRuntime": []any{guardHook(class, stateDir, hookPath)}}
-	out, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(out, '\n'), nil
+	return v, nil
 }

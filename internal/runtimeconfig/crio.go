@@ -1,39 +1,73 @@
 package runtimeconfig
 
 import (
-	"github.com/pelletier/go-toml/v2"
+	"fmt"
 
-	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/pelletier/go-toml/v2"
 )
 
-// CRIODropInPath is the drop-in that CRIO writes: CRI-O reads every file of crio.conf.d in
-// order, so mountkeeper owns a file of its own and never edits the operator's.
-const CRIODropInPath = "/etc/crio/crio.conf.d/99-mountkeeper.conf"
+// Paths of CRI-O's files.
+const (
+	CRIOConfigPath = "/etc/crio/crio.conf"
+	CRIOConfigDir  = "/etc/crio/crio.conf.d"
+	// CRIODropInName is mountkeeper's drop-in in the config directory: CRI-O reads the
+	// directory's files in name order after the main file, so mountkeeper never edits the
+	// operator's.
+	CRIODropInName = "99-mountkeeper.conf"
+)
 
-// CRIO returns a CRI-O drop-in with NRI enabled and a runtime handler per runtime class,
-// running runtimePath (runc). CRI-O gets no guard: it runs hooks.d hooks by annotation and does
-// not put the runtime handler into an application container's annotations, so no hook can be
-// limited to one class's containers (a Note says so).
-func CRIO(cfg *configs.Config, runtimePath string) (Result, error) {
-	runtimes := map[string]any{}
-	for _, class := range cfg.ClassNames() {
-		if class == configs.DefaultClass {
-			continue // the default handler exists already
+// crioDefaultRuntime is CRI-O's default_runtime when its config names none.
+const crioDefaultRuntime = "crun"
+
+// crioDropIn returns mountkeeper's CRI-O drop-in for the effective config (the main file and
+// the other drop-ins, merged in CRI-O's order): for each class, a copy of the default runtime
+// handler with runtime_path the class's wrapper link, and NRI enabled. It also returns the
+// real runtime the wrappers run (the default handler's runtime_path) and notes.
+func crioDropIn(effective map[string]any, classes []string, link func(class string) string) (dropIn []byte, realRuntime string, notes []string, err error) {
+	rt := lookup(effective, "crio", "runtime")
+	defaultName, _ := rt["default_runtime"].(string)
+	if defaultName == "" {
+		defaultName = crioDefaultRuntime
+	}
+	runtimes := lookup(rt, "runtimes")
+	base, ok := runtimes[defaultName].(map[string]any)
+	if !ok {
+		base = map[string]any{"runtime_type": "oci"}
+		notes = append(notes, fmt.Sprintf("the default runtime handler %q is not in the config: the class handlers run %q from PATH, as CRI-O does", defaultName, defaultName))
+	}
+	switch t, _ := base["runtime_type"].(string); t {
+	case "", "oci":
+	default:
+		return nil, "", nil, fmt.Errorf("the default runtime handler %q has runtime_type %q: mountkeeper's class handlers put their guard in front of an OCI runtime binary (runtime_type \"oci\"); configure an oci handler as the default, or ask for support of %q", defaultName, t, t)
+	}
+	realRuntime, _ = base["runtime_path"].(string)
+	if realRuntime == "" {
+		realRuntime = defaultName // CRI-O looks the handler's name up on PATH; so does the wrapper
+	}
+	handlers := map[string]any{}
+	for _, class := range classes {
+		if class == defaultName {
+			return nil, "", nil, fmt.Errorf("runtime class %q has the name of the default runtime handler: its guard would refuse every pod without a runtime class; rename the class", class)
 		}
-		runtimes[class] = map[string]any{"runtime_path": runtimePath, "runtime_type": "oci"}
+		h := cloneDoc(base)
+		h["runtime_path"] = link(class)
+		if have, ok := runtimes[class].(map[string]any); ok {
+			if stale := overrideExtra(h, have); len(stale) > 0 {
+				notes = append(notes, fmt.Sprintf("runtime handler %q is also defined outside the drop-in, with keys the default handler lacks (%v): the drop-in sets them to their zero values", class, stale))
+			}
+		}
+		handlers[class] = h
 	}
-	doc := map[string]any{"crio": map[string]any{
-		"nri":     map[string]any{"enable_nri": true},
-		"runtime": map[string]any{"runtimes": runtimes},
-	}}
-	out, err := toml.Marshal(doc)
+	crio := map[string]any{"runtime": map[string]any{"runtimes": handlers}}
+	if on, _ := lookup(effective, "crio", "nri")["enable_nri"].(bool); !on {
+		crio["nri"] = map[string]any{"enable_nri": true}
+	}
+	body, err := toml.Marshal(map[string]any{"crio": crio})
 	if err != nil {
-		return Result{}, err
+		return nil, "", nil, err
 	}
-	header := "# Written by `mountkeeper runtime configure --runtime crio`: NRI and one runtime handler per class.\n"
-	return Result{
-		Config: append([]byte(header), out...),
-		Notes: []string{"CRI-O: no guard. While mountkeeper is away, CRI-O creates a class's containers without their class mounts; " +
-			"CRI-O 1.34's NRI has no required-plugins check either: run a class whose mounts must never be missing on containerd"},
-	}, nil
+	header := fmt.Sprintf("# Written by `mountkeeper runtime configure --runtime crio`; `mountkeeper runtime unconfigure` removes it.\n"+
+		"# Do not edit: each class's handler is a copy of the default handler %q with mountkeeper-runtime,\n"+
+		"# which refuses a container the mountkeeper NRI plugin did not handle, in front of %s.\n", defaultName, realRuntime)
+	return append([]byte(header), body...), realRuntime, notes, nil
 }

@@ -57,6 +57,7 @@ type deployNode struct {
 	pluginGen int                         // plugin pods created so far
 	sshd      *harness.SSHD
 	hook      string // the mountkeeper-hook binary the image holds
+	runtime   string // the mountkeeper-runtime binary the image holds
 }
 
 const deployNS = "mountkeeper"
@@ -100,24 +101,29 @@ func TestKubeDeploy(t *testing.T) {
 	t.Run("1 the shipped manifests install the plugin pod", func(t *testing.T) {
 		n.apply(config)
 		plugin = n.startPluginPod(t)
-		// The init container ran `runtime configure`: containerd's config has the guard per
-		// class, the hook binary is on the node. containerd reads it at its next start.
+		// The init container ran `runtime configure`: containerd's config imports the drop-in,
+		// which has a handler per class running the class's link to mountkeeper-runtime, the
+		// wrapper is on the node. containerd reads it at its next start.
 		cfg, err := os.ReadFile(n.ctrd.ConfigPath())
 		if err != nil {
 			t.Fatal(err)
 		}
+		dropIn, err := os.ReadFile(filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml"))
+		if err != nil || !strings.Contains(string(cfg), "imports = ['conf.d/99-mountkeeper.toml']") {
+			t.Errorf("containerd's config does not import the drop-in (%v):\n%s", err, cfg)
+		}
 		for _, class := range []string{"mk-kube", "mk-sshfs"} {
-			if !strings.Contains(string(cfg), filepath.Join(n.dir, "specs", class+".json")) {
-				t.Errorf("containerd's config lacks the base spec of %s after the init container:\n%s", class, cfg)
+			if !strings.Contains(string(dropIn), filepath.Join(n.dir, "hookbin", "class", class)) {
+				t.Errorf("the drop-in lacks the handler of %s after the init container:\n%s", class, dropIn)
 			}
 		}
-		// The guard hook is the lean binary the image holds beside mountkeeper.
-		installed, err := os.ReadFile(filepath.Join(n.dir, "hookbin", "mountkeeper-hook"))
-		built, berr := os.ReadFile(n.hook)
+		// The runtime wrapper is the lean binary the image holds beside mountkeeper.
+		installed, err := os.ReadFile(filepath.Join(n.dir, "hookbin", "mountkeeper-runtime"))
+		built, berr := os.ReadFile(n.runtime)
 		if err != nil || berr != nil || !bytes.Equal(installed, built) {
-			t.Errorf("the init container did not install mountkeeper-hook as the guard hook (read: %v, %v; %d bytes, want the %d of mountkeeper-hook)", err, berr, len(installed), len(built))
+			t.Errorf("the init container did not install mountkeeper-runtime (read: %v, %v; %d bytes, want the %d of mountkeeper-runtime)", err, berr, len(installed), len(built))
 		}
-		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "restart containerd to apply") {
+		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "restart needed: containerd reads its config only at start") {
 			t.Errorf("init container log: %q, want it to have written containerd's config", log)
 		}
 		n.checkNodeListener(t, plugin)
@@ -338,7 +344,14 @@ func (n *deployNode) installImage() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := harness.AgentImageArchive(data, hookData, harness.AgentImage)
+	if n.runtime, err = harness.BuildRuntimeWrapper(n.dir); err != nil {
+		t.Fatal(err)
+	}
+	runtimeData, err := os.ReadFile(n.runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := harness.AgentImageArchive(data, hookData, runtimeData, harness.AgentImage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,10 +436,8 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 	var spec map[string]any
 	raw, _ := json.Marshal(dig(t, n.template, "spec"))
 	text := strings.NewReplacer(
-		`"/etc/mountkeeper/containerd"`, strconv.Quote(filepath.Join(n.dir, "specs")),
-		`"--base-spec-dir=/etc/mountkeeper/containerd"`, strconv.Quote("--base-spec-dir="+filepath.Join(n.dir, "specs")),
 		`"/opt/mountkeeper/bin"`, strconv.Quote(filepath.Join(n.dir, "hookbin")),
-		`"--install-hook=/opt/mountkeeper/bin/mountkeeper-hook"`, strconv.Quote("--install-hook="+filepath.Join(n.dir, "hookbin", "mountkeeper-hook")),
+		`"--install-dir=/opt/mountkeeper/bin"`, strconv.Quote("--install-dir="+filepath.Join(n.dir, "hookbin")),
 		`"--socket=/var/run/nri/nri.sock"`, strconv.Quote("--socket="+n.ctrd.NRISocket()),
 	).Replace(string(raw))
 	if err := json.Unmarshal([]byte(text), &spec); err != nil {

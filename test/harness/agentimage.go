@@ -14,20 +14,23 @@ const AgentImage = "localhost/mountkeeper:latest"
 // AgentBinaryPath is where the image holds the binary (its entrypoint).
 const AgentBinaryPath = "/usr/local/bin/mountkeeper"
 
-// AgentHookPath is where the image holds mountkeeper-hook, which `runtime configure
-// --install-hook` copies to the host as the guard hook.
+// AgentHookPath is where the image holds mountkeeper-hook (hook mode).
 const AgentHookPath = "/usr/local/bin/mountkeeper-hook"
+
+// AgentRuntimePath is where the image holds mountkeeper-runtime, which `runtime configure`
+// (the init container) installs on the node as the class handlers' runtime wrapper.
+const AgentRuntimePath = "/usr/local/bin/mountkeeper-runtime"
 
 // AgentImageArchive returns an OCI image-layout tarball (for `ctr images import` or `podman
 // load`) of one image, name, that holds nothing but binary at AgentBinaryPath, hook at
-// AgentHookPath, an empty /tmp and /etc/mountkeeper: no base image is pulled. Both must be
-// statically linked, as BuildMountkeeper and BuildHook (and `make build`) build them: there
-// is no libc in the image.
-func AgentImageArchive(binary, hook []byte, name string) ([]byte, error) {
+// AgentHookPath, runtime at AgentRuntimePath, an empty /tmp and /etc/mountkeeper: no base
+// image is pulled. All must be statically linked, as BuildMountkeeper, BuildHook and
+// BuildRuntimeWrapper (and `make build`) build them: there is no libc in the image.
+func AgentImageArchive(binary, hook, runtime []byte, name string) ([]byte, error) {
 	for _, b := range []struct {
 		path string
 		data []byte
-	}{{AgentBinaryPath, binary}, {AgentHookPath, hook}} {
+	}{{AgentBinaryPath, binary}, {AgentHookPath, hook}, {AgentRuntimePath, runtime}} {
 		f, err := elf.NewFile(bytes.NewReader(b.data))
 		if err != nil {
 			return nil, fmt.Errorf("the image's %s: %w", b.path, err)
@@ -46,6 +49,7 @@ func AgentImageArchive(binary, hook []byte, name string) ([]byte, error) {
 			dirEntry("usr", 0o755), dirEntry("usr/local", 0o755), dirEntry("usr/local/bin", 0o755),
 			fileEntryOf(AgentBinaryPath[1:], 0o755, binary),
 			fileEntryOf(AgentHookPath[1:], 0o755, hook),
+			fileEntryOf(AgentRuntimePath[1:], 0o755, runtime),
 		},
 		env:        []string{imagePATH},
 		entrypoint: []string{AgentBinaryPath},

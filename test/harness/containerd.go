@@ -298,3 +298,9 @@ func tailMatching(path, substr string, n int) string {
 	}
 	return head + ":\n" + strings.Join(lines, "\n")
 }
+
+// TaskSpec is the OCI spec (config.json) containerd gave the runtime for container id, read
+// from its task's bundle: the container must have been started.
+func (c *Containerd) TaskSpec(id string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(c.layout.path("state"), "io.containerd.runtime.v2.task", "k8s.io", id, "config.json"))
+}

@@ -152,6 +152,9 @@ func (c *CRIO) LogPath() string { return c.layout.path("crio.log") }
 // ConfigPath is the instance's crio.conf.
 func (c *CRIO) ConfigPath() string { return c.config() }
 
+// ConfigDir is the instance's drop-in directory (crio --config-dir).
+func (c *CRIO) ConfigDir() string { return c.configDir() }
+
 // NRISocket is CRI-O's nri_listen; empty unless Options.NRI is set.
 func (c *CRIO) NRISocket() string {
 	if !c.opts.NRI {

@@ -27,6 +27,12 @@ func BuildHook(dir string) (string, error) {
 	return build(dir, "MOUNTKEEPER_HOOK_BINARY", "mountkeeper-hook")
 }
 
+// BuildRuntimeWrapper builds cmd/mountkeeper-runtime into dir, or returns
+// $MOUNTKEEPER_RUNTIME_BINARY when set (make test builds it once).
+func BuildRuntimeWrapper(dir string) (string, error) {
+	return build(dir, "MOUNTKEEPER_RUNTIME_BINARY", "mountkeeper-runtime")
+}
+
 // build builds ./cmd/<name> as the Makefile does (no cgo: static, as the agent image needs)
 // into dir, unless the environment variable env names a binary built already.
 func build(dir, env, name string) (string, error) {

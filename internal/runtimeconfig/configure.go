@@ -1,0 +1,412 @@
+package runtimeconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mountkeeper/mountkeeper/internal/runtimewrap"
+)
+
+// createdMain heads a containerd main config that configure had to create (there was none):
+// unconfigure removes such a file again.
+const createdMain = "# Created by `mountkeeper runtime configure` (there was no config); `mountkeeper runtime unconfigure` removes it.\nversion = 3\n"
+
+// createdDirsLine, in the drop-in, lists the directories configure created, which unconfigure
+// removes again when they are empty: the drop-in is the record of what configure did.
+const createdDirsLine = "# directories mountkeeper created, removed by unconfigure when empty: "
+
+// Configure plans what the runtime needs for classes (HandlerClasses): mountkeeper's drop-in,
+// the main file's imports entry (containerd, where its imports do not cover the drop-in), the
+// wrapper binary and each class's link and entry. Nothing is written: Apply does that.
+func Configure(o Options, classes []string) (Plan, error) {
+	p := Plan{Options: o}
+	var (
+		dropIn      []byte
+		realRuntime string
+		notes       []string
+	)
+	switch o.Runtime {
+	case "containerd":
+		main, mainExists, err := readFile(o.ConfigFile)
+		if err != nil {
+			return p, err
+		}
+		effective, version, imports, err := loadContainerd(o.ConfigFile, main, mainExists, o.DropIn)
+		if err != nil {
+			return p, err
+		}
+		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, classes, o.classLink); err != nil {
+			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
+		}
+		newMain := main
+		switch {
+		case !mainExists:
+			newMain, err = AddImport([]byte(createdMain), o.importEntry())
+		case !Covers(o.ConfigFile, imports, o.DropIn):
+			newMain, err = AddImport(main, o.importEntry())
+		}
+		if err != nil {
+			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
+		}
+		p.change(Change{Path: o.ConfigFile, Old: orNil(main, mainExists), New: newMain, Mode: 0o644, Config: true})
+	case "crio":
+		effective, err := loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn)
+		if err != nil {
+			return p, err
+		}
+		if dropIn, realRuntime, notes, err = crioDropIn(effective, classes, o.classLink); err != nil {
+			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
+		}
+	default:
+		return p, fmt.Errorf("runtime %q: containerd or crio", o.Runtime)
+	}
+	p.Notes = append(p.Notes, notes...)
+
+	oldDropIn, dropInExists, err := readFile(o.DropIn)
+	if err != nil {
+		return p, err
+	}
+	// Directories: those missing now, and those an earlier run created (its drop-in says).
+	created := createdDirs(oldDropIn)
+	missing, err := missingDirs(filepath.Dir(o.ConfigFile), filepath.Dir(o.DropIn), filepath.Join(o.InstallDir, classDir))
+	if err != nil {
+		return p, err
+	}
+	p.Dirs = missing
+	for _, d := range missing {
+		if !slices.Contains(created, d) {
+			created = append(created, d)
+		}
+	}
+	if len(created) > 0 {
+		dropIn = append(dropIn, []byte(createdDirsLine+strings.Join(created, " ")+"\n")...)
+	}
+
+	// The wrapper first, the drop-in after: a runtime restarted between the two never finds
+	// a handler whose binary is missing.
+	bin, err := readRequired(o.Wrapper, "the runtime wrapper (mountkeeper-runtime, built beside mountkeeper by `make build`)")
+	if err != nil {
+		return p, err
+	}
+	oldBin, binExists, err := readFile(o.wrapperPath())
+	if err != nil {
+		return p, err
+	}
+	changes := []Change{{Path: o.wrapperPath(), Old: orNil(oldBin, binExists), New: bin, Binary: true, Mode: 0o755}}
+	for _, class := range classes {
+		entry, err := json.MarshalIndent(runtimewrap.Entry{Class: class, Runtime: realRuntime, StateDir: o.StateDir}, "", "  ")
+		if err != nil {
+			return p, err
+		}
+		entryPath := o.classLink(class) + runtimewrap.EntrySuffix
+		old, ok, err := readFile(entryPath)
+		if err != nil {
+			return p, err
+		}
+		oldLink, err := readLink(o.classLink(class))
+		if err != nil {
+			return p, err
+		}
+		changes = append(changes,
+			Change{Path: entryPath, Old: orNil(old, ok), New: append(entry, '\n'), Mode: 0o644},
+			Change{Path: o.classLink(class), Link: o.wrapperPath(), OldLink: oldLink})
+	}
+	stale, err := ownClassFiles(o, classes)
+	if err != nil {
+		return p, err
+	}
+	changes = append(changes, stale...)
+	changes = append(changes, Change{Path: o.DropIn, Old: orNil(oldDropIn, dropInExists), New: dropIn, Mode: 0o644, Config: true})
+	// The main file's imports entry last: it names the drop-in, which must exist by then.
+	p.Changes = append(changes, p.Changes...)
+	p.Changes = slices.DeleteFunc(p.Changes, unchanged)
+	return p, nil
+}
+
+// Unconfigure plans taking back what Configure did: the imports entry (the main file as it
+// was, or removed if configure created it), the drop-in, the class links and entries, the
+// wrapper, and the directories configure created, where empty. hookFiles are files an older
+// mountkeeper installed (the guard hook binary, base specs), removed too.
+//
+// It refuses while the runtime still runs a class's containers (InUse, processes under
+// procRoot), unless force.
+func Unconfigure(o Options, hookFiles []string, procRoot string, force bool) (Plan, error) {
+	p := Plan{Options: o, Undo: true}
+	if o.Runtime == "containerd" {
+		main, ok, err := readFile(o.ConfigFile)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			out, removed, err := RemoveImport(main, o.importEntry())
+			if err != nil {
+				return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
+			}
+			if removed && string(out) == createdMain {
+				out = nil
+			}
+			p.Changes = append(p.Changes, Change{Path: o.ConfigFile, Old: main, New: out, Config: true})
+		}
+	}
+	dropIn, ok, err := readFile(o.DropIn)
+	if err != nil {
+		return p, err
+	}
+	if ok {
+		p.Changes = append(p.Changes, Change{Path: o.DropIn, Old: dropIn, Config: true})
+	}
+	own, err := ownClassFiles(o, nil)
+	if err != nil {
+		return p, err
+	}
+	var links []string
+	for _, c := range own {
+		if c.OldLink != "" {
+			links = append(links, c.Path)
+		}
+	}
+	if users, err := InUse(procRoot, links); err != nil {
+		return p, err
+	} else if len(users) > 0 && !force {
+		return p, fmt.Errorf("the runtime still runs containers of the classes (%s): remove the class pods first (the runtime could not stop them without the wrapper), or run again with --force", strings.Join(users, "; "))
+	}
+	p.Changes = append(p.Changes, own...)
+	for _, f := range append([]string{o.wrapperPath()}, hookFiles...) {
+		old, ok, err := readFile(f)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			p.Changes = append(p.Changes, Change{Path: f, Old: old, Binary: f == o.wrapperPath() || !strings.HasSuffix(f, ".json")})
+		}
+	}
+	p.Dirs = append([]string{filepath.Join(o.InstallDir, classDir)}, createdDirs(dropIn)...)
+	slices.Reverse(p.Dirs[1:])
+	for _, f := range hookFiles {
+		if strings.HasSuffix(f, ".json") && !slices.Contains(p.Dirs, filepath.Dir(f)) {
+			p.Dirs = append(p.Dirs, filepath.Dir(f))
+		}
+	}
+	p.Changes = slices.DeleteFunc(p.Changes, unchanged)
+	if p.RestartNeeded() {
+		p.Notes = append(p.Notes, fmt.Sprintf("%s still has the class handlers until it restarts: a class pod created meanwhile fails (no runtime wrapper)", o.Runtime))
+	}
+	return p, nil
+}
+
+// missingDirs lists the directories that must be created for dirs to exist, parents first.
+func missingDirs(dirs ...string) ([]string, error) {
+	var out []string
+	for _, d := range dirs {
+		var chain []string
+		for p := filepath.Clean(d); p != "/" && p != "."; p = filepath.Dir(p) {
+			missing, err := notExists(p)
+			if err != nil {
+				return nil, err
+			}
+			if !missing {
+				break
+			}
+			chain = append(chain, p)
+		}
+		slices.Reverse(chain)
+		for _, p := range chain {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// createdDirs reads the directories a drop-in says configure created.
+func createdDirs(dropIn []byte) []string {
+	for _, line := range strings.Split(string(dropIn), "\n") {
+		if rest, ok := strings.CutPrefix(line, createdDirsLine); ok {
+			return strings.Fields(rest)
+		}
+	}
+	return nil
+}
+
+// ownClassFiles plans removing the links and entries of the class dir that are mountkeeper's
+// (a link to the wrapper, or the entry of one) and whose class is not in keep.
+func ownClassFiles(o Options, keep []string) ([]Change, error) {
+	dir := filepath.Join(o.InstallDir, classDir)
+	names, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Change
+	for _, name := range names {
+		class := strings.TrimSuffix(name, runtimewrap.EntrySuffix)
+		if slices.Contains(keep, class) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if class == name {
+			if target, err := readLink(path); err == nil && target == o.wrapperPath() {
+				out = append(out, Change{Path: path, OldLink: target})
+			}
+			continue
+		}
+		data, _, err := readFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := runtimewrap.ParseEntry(path, data); err == nil {
+			out = append(out, Change{Path: path, Old: data})
+		}
+	}
+	return out, nil
+}
+
+// loadContainerd merges the main file and its imports (recursively, without the drop-in) as
+// containerd does. It returns the effective config, the main file's version and its imports.
+func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (map[string]any, int64, []string, error) {
+	effective := map[string]any{}
+	if !exists {
+		return effective, 3, nil, nil
+	}
+	doc, err := parseDoc(main)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("%s: %w", mainPath, err)
+	}
+	version, err := containerdVersion(containerdFile{mainPath, doc})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var imports []string
+	for _, v := range anySlice(doc["imports"]) {
+		if s, ok := v.(string); ok {
+			imports = append(imports, s)
+		}
+	}
+	loaded := map[string]bool{}
+	pending := []containerdFile{{mainPath, doc}}
+	for len(pending) > 0 {
+		f := pending[0]
+		pending = pending[1:]
+		if loaded[f.Path] {
+			continue
+		}
+		loaded[f.Path] = true
+		if _, err := containerdVersion(f); err != nil {
+			return nil, 0, nil, err
+		}
+		merge(effective, f.Doc)
+		for _, v := range anySlice(f.Doc["imports"]) {
+			s, _ := v.(string)
+			paths, err := resolveImport(f.Path, s)
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			for _, p := range paths {
+				if p == dropIn || loaded[p] {
+					continue
+				}
+				data, ok, err := readFile(p)
+				if err != nil || !ok {
+					return nil, 0, nil, fmt.Errorf("%s imports %s: %v", f.Path, p, err)
+				}
+				d, err := parseDoc(data)
+				if err != nil {
+					return nil, 0, nil, fmt.Errorf("%s: %w", p, err)
+				}
+				pending = append(pending, containerdFile{p, d})
+			}
+		}
+	}
+	return effective, version, imports, nil
+}
+
+// loadCRIO merges CRI-O's main file and its drop-ins (in name order, without mountkeeper's)
+// as CRI-O reads them.
+func loadCRIO(mainPath, dir, dropIn string) (map[string]any, error) {
+	effective := map[string]any{}
+	paths := []string{mainPath}
+	names, err := listDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if p := filepath.Join(dir, n); p != dropIn && strings.HasSuffix(n, ".conf") {
+			paths = append(paths, p)
+		}
+	}
+	for _, p := range paths {
+		data, ok, err := readFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		doc, err := parseDoc(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		merge(effective, doc)
+	}
+	return effective, nil
+}
+
+// change adds c to the plan.
+func (p *Plan) change(c Change) { p.Changes = append(p.Changes, c) }
+
+// unchanged says a change changes nothing.
+func unchanged(c Change) bool {
+	if c.Link != "" || c.OldLink != "" {
+		return c.Link == c.OldLink
+	}
+	return c.Old != nil && c.New != nil && bytes.Equal(c.Old, c.New) || c.Old == nil && c.New == nil
+}
+
+func orNil(b []byte, exists bool) []byte {
+	if !exists {
+		return nil
+	}
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// EarlierInstall lists what an earlier mountkeeper's configure installed besides the runtime's
+// config: the guard hook's base specs in baseSpecDir (a spec whose createRuntime hook is
+// `mountkeeper hook guard`) and hookPath, where they exist.
+func EarlierInstall(baseSpecDir, hookPath string) ([]string, error) {
+	var out []string
+	names, err := listDir(baseSpecDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		p := filepath.Join(baseSpecDir, n)
+		data, ok, err := readFile(p)
+		if err != nil || !ok || !strings.HasSuffix(n, ".json") {
+			continue
+		}
+		var spec struct {
+			Hooks struct {
+				CreateRuntime []struct{ Args []string } `json:"createRuntime"`
+			} `json:"hooks"`
+		}
+		if json.Unmarshal(data, &spec) != nil || len(spec.Hooks.CreateRuntime) != 1 {
+			continue
+		}
+		if args := spec.Hooks.CreateRuntime[0].Args; len(args) >= 3 && args[1] == "hook" && args[2] == "guard" {
+			out = append(out, p)
+		}
+	}
+	if hookPath != "" {
+		if _, ok, err := readFile(hookPath); err == nil && ok {
+			out = append(out, hookPath)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,58 @@
+package runtimeconfig
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// InUse lists the processes through which the runtime still runs containers of a class, by
+// the class links they use: CRI-O's conmon names the runtime on its command line (-r LINK),
+// containerd's runc shim runs in its pod's bundle, whose options.json names the runtime binary
+// (BinaryName). Their containers can be stopped only while the links exist.
+func InUse(procRoot string, links []string) ([]string, error) {
+	if len(links) == 0 {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join(procRoot, e.Name())
+		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		var options []byte
+		if cwd, err := os.Readlink(filepath.Join(dir, "cwd")); err == nil {
+			options, _ = os.ReadFile(filepath.Join(cwd, "options.json"))
+		}
+		if link := usedLink(links, args, options); link != "" {
+			out = append(out, fmt.Sprintf("pid %d (%s) runs %s", pid, filepath.Base(args[0]), link))
+		}
+	}
+	return out, nil
+}
+
+// usedLink is the link of links that a process with command line args and, in its working
+// directory, a shim's options.json names; "" for none.
+func usedLink(links, args []string, options []byte) string {
+	for _, l := range links {
+		for _, a := range args {
+			if a == l {
+				return l
+			}
+		}
+		if len(options) > 0 && bytes.Contains(options, []byte(strconv.Quote(l))) {
+			return l
+		}
+	}
+	return ""
+}
