@@ -42,20 +42,10 @@ func newSystemdNode(t *testing.T, ctx context.Context) *systemdNode {
 	if why := harness.KubeMissing(harness.KubeOptions{}); why != "" {
 		testenv.Skip(t, "no Kubernetes node: %s", why)
 	}
-	n := &systemdNode{kubeNode: kubeNode{t: t, ctx: ctx, dir: harness.WorkDir(t, "mk-e2e-")}}
-	n.scopes = newScopeEnder(t)
-	var err error
-	if n.bin, err = harness.BuildMountkeeper(n.dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(n.dir, "src", "class"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(n.dir, "src", "class", "marker"), []byte("from-class\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n := &systemdNode{kubeNode: *prepareKubeNode(t, ctx)}
 	n.specs = filepath.Join(n.dir, "specs")
 
+	var err error
 	start := time.Now()
 	// The work directory (sources, state, base specs, config) and the binary are bound in:
 	// configure, the guard hook and the class mounts' sources run and resolve inside.
@@ -77,38 +67,7 @@ func newSystemdNode(t *testing.T, ctx context.Context) *systemdNode {
 	}
 	booted := time.Since(start)
 
-	n.ctrd, err = harness.Start(ctx, harness.Options{Systemd: n.sd, NRI: true})
-	t.Cleanup(func() {
-		if t.Failed() && n.ctrd != nil {
-			if log, err := os.ReadFile(n.ctrd.LogPath()); err == nil {
-				t.Logf("containerd log (last 4 KiB):\n%s", lastBytes(log, 4096))
-			}
-		}
-		if err := n.ctrd.Close(); err != nil {
-			t.Errorf("cleanup containerd: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("start containerd: %v", err)
-	}
-	n.kube, err = harness.StartKubeNode(ctx, n.ctrd, harness.KubeOptions{Systemd: n.sd})
-	t.Cleanup(func() {
-		if t.Failed() && n.kube != nil {
-			if log, err := os.ReadFile(n.kube.LogPath("kubelet")); err == nil {
-				t.Logf("kubelet log (last 6 KiB):\n%s", lastBytes(log, 6144))
-			}
-		}
-		if err := n.kube.Close(); err != nil {
-			t.Errorf("cleanup Kubernetes node: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("start Kubernetes node: %v", err)
-	}
-	n.api = n.kube.API()
-	if err := n.api.CreateRuntimeClass(ctx, "mk-kube", "mk-kube"); err != nil {
-		t.Fatal(err)
-	}
+	n.startKube(harness.Options{Systemd: n.sd, NRI: true}, harness.KubeOptions{Systemd: n.sd}, []string{"mk-kube"})
 	t.Logf("systemd node up in %s (systemd booted in %s; then containerd, etcd, kube-apiserver, kubelet registered)",
 		time.Since(start).Round(time.Millisecond), booted.Round(time.Millisecond))
 
