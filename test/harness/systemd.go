@@ -24,7 +24,7 @@ import (
 const SystemdBinary = "/lib/systemd/systemd"
 
 // systemdHostRoot is where the host's root filesystem is inside, after pivot_root: a bind of
-// it without the mounts on it.
+// it without the mounts on it, but for the host's /tmp, where the harness's instances live.
 const systemdHostRoot = "/run/mk-host"
 
 // SystemdTarget is the unit systemd boots into. basic.target, not multi-user.target: the
@@ -70,9 +70,9 @@ var systemdEnv = []string{
 // The root is the mount namespace's root (pivot_root, as on a host or in systemd-nspawn), not
 // a chroot: a process that joins the namespace (setns, as `runc exec` does for CRI exec into
 // a container of a runtime that runs inside) gets the root of the namespace, and in a chroot
-// that would be the host's tree, not the container's. The host's root filesystem alone (not
-// the mounts on it: the host's cgroup hierarchies there would lead runc astray) stays
-// reachable inside at systemdHostRoot, for Bind.
+// that would be the host's tree, not the container's. The host's root filesystem and /tmp
+// alone (not the other mounts: the host's cgroup hierarchies there would lead runc astray)
+// stay reachable inside at systemdHostRoot, for Bind.
 //
 // Everything it mounts is mounted in its own mount namespace: nothing is mounted on the host,
 // and the mounts vanish with the namespace's last process. Every process of it (systemd, its
@@ -161,6 +161,9 @@ mkdir "$R/run/mk-old-root" "$R` + systemdHostRoot + `"
 cd "$R"
 pivot_root . run/mk-old-root
 mount --bind /run/mk-old-root "` + systemdHostRoot + `"
+if mountpoint -q /run/mk-old-root/tmp; then
+	mount --bind /run/mk-old-root/tmp "` + systemdHostRoot + `/tmp"
+fi
 umount -l /run/mk-old-root
 rmdir /run/mk-old-root
 exec chroot . ` + SystemdBinary + ` --system --unit=` + SystemdTarget + `

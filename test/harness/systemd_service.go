@@ -25,7 +25,7 @@ mount --bind "` + systemdHostRoot + `$p" "$p"
 `
 
 // Bind binds the host path p (a file or directory, absolute, without symlinks, on the host's
-// root filesystem) at the same path inside, as StartSystemd's binds, once systemd runs: for
+// root filesystem or its /tmp) at the same path inside, as StartSystemd's binds, once systemd runs: for
 // what is made after its boot (a runtime's instance directory, a kubelet's). Files created in
 // a bound directory on either side show on the other; mounts made in it inside stay inside.
 func (s *Systemd) Bind(ctx context.Context, p string) error {
@@ -33,8 +33,8 @@ func (s *Systemd) Bind(ctx context.Context, p string) error {
 	if err != nil {
 		return fmt.Errorf("Bind: %w", err)
 	}
-	if m, err := mountOf(p); err != nil || m != "/" {
-		return fmt.Errorf("Bind: %s is on the mount at %q, not on the host's root filesystem (%v): only that is reachable inside; bind it at boot (SystemdOptions.Binds)", p, m, err)
+	if m, err := mountOf(p); err != nil || (m != "/" && m != "/tmp") {
+		return fmt.Errorf("Bind: %s is on the mount at %q (%v): only the host's root filesystem and /tmp are reachable inside after the boot; bind it at boot (SystemdOptions.Binds)", p, m, err)
 	}
 	s.mu.Lock()
 	if s.pid == 0 || s.killed {
