@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -52,31 +51,38 @@ func (h cgroupV1Hierarchy) create(name string) (string, error) {
 }
 
 // cgroupV1Hierarchies lists the host's cgroup v1 hierarchies mounted below /sys/fs/cgroup,
-// with the calling process's cgroup in each (from /proc/self/cgroup, matched by the
-// controllers its line names).
+// with the calling process's cgroup in each.
 func cgroupV1Hierarchies() ([]cgroupV1Hierarchy, error) {
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
 	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	out, err := parseCgroupV1Hierarchies(string(mountinfo), string(own))
+	if err == nil && len(out) > 0 && !cgroup2At("/sys/fs/cgroup/unified") {
+		err = errors.New("cgroup v1 hierarchies without cgroup2 at /sys/fs/cgroup/unified: not the hybrid layout systemd supports")
+	}
+	return out, err
+}
+
+// parseCgroupV1Hierarchies finds, in a process's mountinfo, the cgroup v1 hierarchies mounted
+// below /sys/fs/cgroup, and in its /proc/PID/cgroup its cgroup in each (the line that names
+// the same controllers).
+func parseCgroupV1Hierarchies(mountinfo, ownCgroups string) ([]cgroupV1Hierarchy, error) {
 	self := map[string]string{} // controllers, sorted -> path
-	for _, line := range strings.Split(strings.TrimSpace(string(own)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(ownCgroups), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) == 3 && parts[1] != "" {
 			self[controllerKey(parts[1])] = parts[2]
 		}
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var out []cgroupV1Hierarchy
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
+	for _, line := range strings.Split(mountinfo, "\n") {
 		// ID parent major:minor root mountpoint options ... - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		pre, post, ok := strings.Cut(line, " - ")
 		fields, tail := strings.Fields(pre), strings.Fields(post)
 		if !ok || len(fields) < 5 || len(tail) < 3 || tail[0] != "cgroup" {
 			continue
@@ -96,19 +102,13 @@ func cgroupV1Hierarchies() ([]cgroupV1Hierarchy, error) {
 		key := controllerKey(strings.Join(ctrls, ","))
 		path, ok := self[key]
 		if !ok {
-			return nil, fmt.Errorf("cgroup v1 hierarchy %s (%s): /proc/self/cgroup has no line for it", mount, key)
+			return nil, fmt.Errorf("cgroup v1 hierarchy %s (%s): the process's cgroup file has no line for it", mount, key)
 		}
 		options := strings.Join(ctrls, ",")
 		if !slices.ContainsFunc(ctrls, func(c string) bool { return !strings.HasPrefix(c, "name=") }) {
 			options = "none," + options // a named hierarchy without controllers
 		}
 		out = append(out, cgroupV1Hierarchy{name: filepath.Base(mount), options: options, mount: mount, self: path})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) > 0 && !cgroup2At("/sys/fs/cgroup/unified") {
-		return nil, errors.New("cgroup v1 hierarchies without cgroup2 at /sys/fs/cgroup/unified: not the hybrid layout systemd supports")
 	}
 	return out, nil
 }
