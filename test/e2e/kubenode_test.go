@@ -66,6 +66,16 @@ func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions
 	if why := harness.KubeMissing(opts); why != "" {
 		testenv.Skip(t, "no Kubernetes node: %s", why)
 	}
+	n := prepareKubeNode(t, ctx)
+	copts.Handlers, copts.NRI = handlers, true
+	n.startKube(copts, opts, handlers)
+	return n
+}
+
+// prepareKubeNode makes a kubeNode's work directory, with the mountkeeper binary and the
+// class mount's source (src/class/marker); nothing runs yet.
+func prepareKubeNode(t *testing.T, ctx context.Context) *kubeNode {
+	t.Helper()
 	n := &kubeNode{t: t, ctx: ctx, dir: harness.WorkDir(t, "mk-e2e-")}
 	// Before containerd and kubelet start: the scopes end once they (and a plugin pod) are
 	// gone, and before the work directory is removed.
@@ -80,7 +90,16 @@ func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions
 	if err := os.WriteFile(filepath.Join(n.dir, "src", "class", "marker"), []byte("from-class\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	copts.Handlers, copts.NRI = handlers, true
+	return n
+}
+
+// startKube starts containerd with copts and a KubeNode on it with opts, both torn down when
+// the test ends (their logs shown if it failed), and a RuntimeClass of the same name for each
+// of handlers.
+func (n *kubeNode) startKube(copts harness.Options, opts harness.KubeOptions, handlers []string) {
+	t, ctx := n.t, n.ctx
+	t.Helper()
+	var err error
 	n.ctrd, err = harness.Start(ctx, copts)
 	t.Cleanup(func() {
 		if t.Failed() && n.ctrd != nil {
@@ -115,7 +134,6 @@ func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions
 			t.Fatal(err)
 		}
 	}
-	return n
 }
 
 // startPlugin (re)starts mountkeeper with kubeClassConfig and subPathRepair as given.

@@ -49,7 +49,7 @@ type instance struct {
 	cri    *Client
 
 	mu     sync.Mutex
-	daemon *daemon // nil while stopped
+	daemon runtimeDaemon // nil while stopped
 	log    *logSink
 	closed bool // Close finished cleaning up
 	// ownsDefaultCgroups: a kubelet runs on the instance and /k8s.io did not exist before it
@@ -58,14 +58,14 @@ type instance struct {
 }
 
 // setDaemon records the daemon just started.
-func (in *instance) setDaemon(d *daemon) {
+func (in *instance) setDaemon(d runtimeDaemon) {
 	in.mu.Lock()
 	in.daemon = d
 	in.mu.Unlock()
 }
 
 // takeDaemon forgets the running daemon and returns it, nil when it is stopped.
-func (in *instance) takeDaemon() *daemon {
+func (in *instance) takeDaemon() runtimeDaemon {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	d := in.daemon
@@ -75,7 +75,15 @@ func (in *instance) takeDaemon() *daemon {
 
 // Stop stops the daemon (containerd, crio) with SIGTERM, as a crash or an upgrade would;
 // Containerd.Start starts it again. Shims (conmon) and containers keep running.
-func (in *instance) Stop() error { return in.takeDaemon().stop(stopTimeout) }
+func (in *instance) Stop() error { return stopDaemon(in.takeDaemon()) }
+
+// stopDaemon stops d, if there is one.
+func stopDaemon(d runtimeDaemon) error {
+	if d == nil {
+		return nil
+	}
+	return d.stop(stopTimeout)
+}
 
 // close is Close of either runtime: shutdown once, again only after a failed teardown.
 func (in *instance) close() error {
@@ -103,7 +111,7 @@ var errTeardown = errors.New("teardown")
 // the instance's directory; only their parent tells they belong to it), then teardown (which
 // the sweep of a crashed instance calls alone, on its layout). An error of teardown wraps
 // errTeardown.
-func (in *instance) shutdown(d *daemon) error {
+func (in *instance) shutdown(d runtimeDaemon) error {
 	var errs []error
 	var children []process
 	if d != nil && !d.exited() {
@@ -116,7 +124,7 @@ func (in *instance) shutdown(d *daemon) error {
 		children, err = descendants(d.pid())
 		errs = append(errs, err)
 	}
-	errs = append(errs, d.stop(stopTimeout))
+	errs = append(errs, stopDaemon(d))
 	if in.cri != nil {
 		errs = append(errs, in.cri.close())
 	}

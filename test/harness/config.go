@@ -28,6 +28,7 @@ type configData struct {
 	NRI                                      bool
 	NRIPlugins, NRIPluginConf, NRITimeout    string
 	Pause                                    string
+	SystemdCgroup                            bool
 }
 
 // writeConfig renders containerd's config for opts into l.config() and creates the
@@ -51,6 +52,7 @@ func writeConfig(l layout, opts Options) error {
 		NRIPlugins:    cmp.Or(opts.NRIPluginPath, l.nriPlugins()),
 		NRIPluginConf: cmp.Or(opts.NRIPluginConfigPath, l.nriPluginConf()),
 		Pause:         PauseImage,
+		SystemdCgroup: opts.Systemd != nil,
 	}
 	if opts.NRIRequestTimeout > 0 {
 		d.NRITimeout = opts.NRIRequestTimeout.String()
@@ -92,7 +94,7 @@ func tomlString(s string) (string, error) {
 //   - restrict_oom_score_adj: without CAP_SYS_RESOURCE the sandbox fails to set its score.
 //   - socket_dir keeps shim sockets out of /run/containerd/s (it must be at most 42 bytes).
 //   - runtime_path/BinaryName: the shim and runc from BinDir (Debian's runc is too old).
-//   - SystemdCgroup = false: there is no systemd as PID 1 here.
+//   - SystemdCgroup = false: there is no systemd as PID 1 here, unless Options.Systemd.
 //   - stream_server_port = '0': concurrent instances must not fight over a fixed TCP port.
 var configTemplate = template.Must(template.New("config").Funcs(template.FuncMap{
 	"q": tomlString,
@@ -147,7 +149,7 @@ temp = {{q .Temp}}
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{{q .Name}}.options]
         BinaryName = {{q $.Runc}}
         Root = {{q $.RuncRoot}}
-        SystemdCgroup = false
+        SystemdCgroup = {{$.SystemdCgroup}}
 {{- end}}
 
 [plugins.'io.containerd.nri.v1.nri']

@@ -54,6 +54,14 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err := writeConfig(l, c.opts); err != nil {
 		return err
 	}
+	if sd := c.opts.Systemd; sd != nil {
+		if err := sd.Bind(ctx, l.dir); err != nil {
+			return err
+		}
+		if err := sd.InstallUnit(ctx, ContainerdUnit, containerdUnit(c.opts.BinDir, l)); err != nil {
+			return err
+		}
+	}
 	log, err := openLogSink(l.log(), c.opts.Log)
 	if err != nil {
 		return err
@@ -152,7 +160,13 @@ func (c *Containerd) Restart(ctx context.Context) error {
 
 // startDaemon starts containerd and waits until CRI is ready.
 func (c *Containerd) startDaemon(ctx context.Context) error {
-	d, err := startDaemon(c.opts.BinDir, c.layout.config(), c.log)
+	var d runtimeDaemon
+	var err error
+	if sd := c.opts.Systemd; sd != nil {
+		d, err = sd.startService(ctx, ContainerdUnit, containerdBin)
+	} else {
+		d, err = startDaemon(c.opts.BinDir, c.layout.config(), c.log)
+	}
 	if err != nil {
 		return err
 	}
@@ -160,12 +174,66 @@ func (c *Containerd) startDaemon(ctx context.Context) error {
 	return waitReady(ctx, "containerd", c.layout.config(), c.layout.log(), d, c.cri)
 }
 
+// ContainerdUnit is the service that runs containerd on a node with Options.Systemd, as on
+// an operator's node: `systemctl restart containerd` inside restarts it.
+const ContainerdUnit = "containerd.service"
+
+// containerdUnit is the unit file of ContainerdUnit: containerd's own (containerd.service in
+// its repository) without what needs CAP_SYS_RESOURCE here (OOMScoreAdjust, raised limits)
+// and without Restart=always, so that a crash fails the test instead of hiding in a restart.
+// Delegate and KillMode=process: containerd manages the cgroups below it, and a restart keeps
+// the shims and their containers.
+func containerdUnit(binDir string, l layout) string {
+	return fmt.Sprintf(`[Unit]
+Description=containerd of the mountkeeper test instance %[1]s
+After=dbus.service
+
+[Service]
+Type=notify
+Environment=PATH=%[2]s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ExecStart=%[3]s --config %[4]s
+Delegate=yes
+KillMode=process
+TimeoutStopSec=%[5]d
+StandardOutput=append:%[6]s
+StandardError=inherit
+`, l.dir, binDir, filepath.Join(binDir, containerdBin), l.config(), int(stopTimeout.Seconds()), l.log())
+}
+
+// Reattach finds containerd again after something else restarted its service (`systemctl
+// restart containerd`, `mountkeeper runtime configure --restart`) on a node with
+// Options.Systemd, and waits until CRI is ready.
+func (c *Containerd) Reattach(ctx context.Context) error {
+	sd := c.opts.Systemd
+	if sd == nil {
+		return errors.New("Reattach: containerd does not run as a systemd service (Options.Systemd)")
+	}
+	ctx2, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	d, err := sd.service(ctx2, ContainerdUnit, containerdBin)
+	if err != nil {
+		return err
+	}
+	c.setDaemon(d)
+	return waitReady(ctx, "containerd", c.layout.config(), c.layout.log(), d, c.cri)
+}
+
+// runtimeDaemon is a running containerd or crio: a process the harness started (daemon) or
+// a service systemd runs (systemdService).
+type runtimeDaemon interface {
+	exited() bool
+	exitErr() error // why it exited, once it has
+	pid() int       // in the host's PID namespace
+	// stop stops it with SIGTERM, and SIGKILL after timeout.
+	stop(timeout time.Duration) error
+}
+
 // waitReady waits until the daemon d (containerd or crio, started on config) answers CRI, or
 // says why not with the end of its log.
-func waitReady(ctx context.Context, name, config, log string, d *daemon, cri *Client) error {
+func waitReady(ctx context.Context, name, config, log string, d runtimeDaemon, cri *Client) error {
 	err := poll(ctx, readyTimeout, func(ctx context.Context) error {
 		if d.exited() {
-			return errPollStop{fmt.Errorf("%s exited: %v", name, d.err)}
+			return errPollStop{fmt.Errorf("%s exited: %v", name, d.exitErr())}
 		}
 		return cri.ready(ctx)
 	})
@@ -222,6 +290,8 @@ func (d *daemon) exited() bool {
 		return false
 	}
 }
+
+func (d *daemon) exitErr() error { return d.err }
 
 func (d *daemon) pid() int { return d.cmd.Process.Pid }
 

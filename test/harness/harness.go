@@ -68,6 +68,13 @@ type Options struct {
 	// Log receives containerd's stdout and stderr, in addition to containerd.log in Dir().
 	// It is detached on Close, so a testing.T-backed writer is safe. May be nil.
 	Log io.Writer
+	// Systemd, if set, makes the instance a node like kubeadm's (containerd only): containerd
+	// runs as the service ContainerdUnit of that systemd (boot it with
+	// SystemdOptions.CgroupV1 on a hybrid host), the instance directory is bound into it, and
+	// every handler's runc uses the systemd cgroup driver (SystemdCgroup = true). Pods then
+	// need a systemd cgroup parent, which a kubelet on it (KubeOptions.Systemd) gives them:
+	// the harness's own RunPod does not. containerd's output goes to LogPath(), not to Log.
+	Systemd *Systemd
 }
 
 // cacheDir is where install.sh puts binaries and where the harness caches image archives.

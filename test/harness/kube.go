@@ -73,6 +73,10 @@ type KubeOptions struct {
 	Log io.Writer
 	// Authorization is kube-apiserver's --authorization-mode; default AlwaysAllow.
 	Authorization string
+	// Systemd, if set, is the systemd the node's containerd runs in (Options.Systemd): kubelet
+	// then runs there too, as the service KubeletUnit, with the systemd cgroup driver and the
+	// QoS cgroups (kubepods.slice, ...), as on a kubeadm node. Dir() is bound into it.
+	Systemd *Systemd
 }
 
 // KubeMissing says why a KubeNode cannot start on this machine ("" when it can): a binary
@@ -112,6 +116,10 @@ func (o KubeOptions) withDefaults() KubeOptions {
 // /k8s.io/<id> (defaultCgroupNamespace); the instance's Close finds them from its state and
 // sweeps whatever KubeNode.Close could not remove politely. Close the KubeNode before the
 // Containerd (t.Cleanup runs in reverse order of registration).
+//
+// With KubeOptions.Systemd the node is kubeadm's kind instead: kubelet is a service of that
+// systemd (which runs the containerd too), on the systemd cgroup driver with the QoS cgroups,
+// so pods are in kubepods.slice inside systemd's cgroup tree, which Systemd.Close removes.
 type KubeNode struct {
 	opts    KubeOptions
 	ctrd    *Containerd
@@ -120,9 +128,10 @@ type KubeNode struct {
 	log     *logSink
 	sysctls map[string]string // kernel tunables before kubelet started
 
-	etcd, apiserver, kubelet *kubeProc
-	kubeletArgs              []string // of unshare: kubelet in its own mount namespace
-	etcdPort, apiPort        int
+	etcd, apiserver   *kubeProc
+	kubelet           kubeletProcess // nil until started
+	kubeletArgs       []string       // of unshare: kubelet in its own mount namespace
+	etcdPort, apiPort int
 
 	api    *KubeClient
 	closed bool
@@ -143,9 +152,11 @@ func StartKubeNode(ctx context.Context, c *Containerd, opts KubeOptions) (*KubeN
 		return nil, err
 	}
 	k := &KubeNode{opts: opts, ctrd: c, dir: dir, pki: kubePKI{dir: filepath.Join(dir, "pki")}}
-	c.mu.Lock() // Close reads it under the lock
-	c.ownsDefaultCgroups = c.ownsDefaultCgroups || !defaultCgroupsExist()
-	c.mu.Unlock()
+	if opts.Systemd == nil { // with systemd, pods are in its kubepods.slice
+		c.mu.Lock() // Close reads it under the lock
+		c.ownsDefaultCgroups = c.ownsDefaultCgroups || !defaultCgroupsExist()
+		c.mu.Unlock()
+	}
 	if err := writeOwner(layout{dir: dir}); err != nil {
 		return k, errors.Join(err, k.Close())
 	}
@@ -324,6 +335,12 @@ func (k *KubeNode) kubeletConfig(port int) map[string]any {
 	if len(k.opts.FeatureGates) > 0 {
 		cfg["featureGates"] = k.opts.FeatureGates
 	}
+	if k.opts.Systemd != nil {
+		// kubeadm's: systemd driver, QoS cgroups, node allocatable enforced on kubepods.
+		cfg["cgroupDriver"] = "systemd"
+		cfg["cgroupsPerQOS"] = true
+		delete(cfg, "enforceNodeAllocatable")
+	}
 	if k.opts.MaxContainerRestartPeriod > 0 {
 		cfg["crashLoopBackOff"] = map[string]any{"maxContainerRestartPeriod": k.opts.MaxContainerRestartPeriod.String()}
 	}
@@ -356,29 +373,45 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 	if k.sysctls, err = readSysctls(); err != nil {
 		return err
 	}
+	kubeletArgs := []string{"--config", config, "--kubeconfig", kubeconfig,
+		"--root-dir", k.RootDir(), "--cert-dir", filepath.Join(k.dir, "kubelet-pki"),
+		"--hostname-override", k.opts.NodeName, "--v", "2"}
+	if k.opts.Systemd != nil {
+		if err := k.installKubeletUnit(ctx, kubeletArgs); err != nil {
+			return err
+		}
+		return k.runKubelet(ctx)
+	}
 	script, err := k.kubeletNamespace()
 	if err != nil {
 		return err
 	}
-	k.kubeletArgs = []string{"--mount", "--propagation", "unchanged",
-		"/bin/sh", script, filepath.Join(k.opts.BinDir, kubeletBin),
-		"--config", config, "--kubeconfig", kubeconfig,
-		"--root-dir", k.RootDir(), "--cert-dir", filepath.Join(k.dir, "kubelet-pki"),
-		"--hostname-override", k.opts.NodeName, "--v", "2"}
+	k.kubeletArgs = append([]string{"--mount", "--propagation", "unchanged",
+		"/bin/sh", script, filepath.Join(k.opts.BinDir, kubeletBin)}, kubeletArgs...)
 	return k.runKubelet(ctx)
 }
 
 // runKubelet starts kubelet (in a mount namespace of its own, see kubeletNamespace) and waits
 // until the node is registered.
 func (k *KubeNode) runKubelet(ctx context.Context) error {
-	var err error
-	k.kubelet, err = k.startProc("kubelet", "unshare", k.kubeletArgs...)
-	if err != nil {
-		return err
+	// Set k.kubelet only to a process that started: an interface holding a nil pointer
+	// would not be nil to Close.
+	if sd := k.opts.Systemd; sd != nil {
+		u, err := sd.startService(ctx, KubeletUnit, kubeletBin)
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, tail(k.LogPath("kubelet"), 40))
+		}
+		k.kubelet = u
+	} else {
+		p, err := k.startProc("kubelet", "unshare", k.kubeletArgs...)
+		if err != nil {
+			return err
+		}
+		k.kubelet = p
 	}
-	err = poll(ctx, kubeStartTimeout, func(ctx context.Context) error {
+	err := poll(ctx, kubeStartTimeout, func(ctx context.Context) error {
 		if k.kubelet.exited() {
-			return errPollStop{fmt.Errorf("kubelet exited: %v", k.kubelet.err)}
+			return errPollStop{fmt.Errorf("kubelet exited: %v", k.kubelet.exitErr())}
 		}
 		return k.api.Do(ctx, http.MethodGet, "/api/v1/nodes/"+k.opts.NodeName, "", nil, nil)
 	})
@@ -392,7 +425,7 @@ func (k *KubeNode) runKubelet(ctx context.Context) error {
 // it again with the same configuration; running pods keep running meanwhile. It returns once
 // the new kubelet has reported the node's status (its heartbeat after the start).
 func (k *KubeNode) RestartKubelet(ctx context.Context) error {
-	if err := k.kubelet.stop(kubeStopTimeout); err != nil {
+	if err := stopKubelet(k.kubelet); err != nil {
 		return err
 	}
 	started := time.Now().Add(-time.Second).UTC()
@@ -401,7 +434,7 @@ func (k *KubeNode) RestartKubelet(ctx context.Context) error {
 	}
 	return poll(ctx, kubeStartTimeout, func(ctx context.Context) error {
 		if k.kubelet.exited() {
-			return errPollStop{fmt.Errorf("kubelet exited: %v", k.kubelet.err)}
+			return errPollStop{fmt.Errorf("kubelet exited: %v", k.kubelet.exitErr())}
 		}
 		var node struct {
 			Status struct {
@@ -498,7 +531,7 @@ func (k *KubeNode) Close() error {
 	}
 	// kubelet must stop on SIGTERM. The control plane holds nothing worth a clean shutdown
 	// (kube-apiserver often takes longer than 10s to drain): it gets a short grace period.
-	errs = append(errs, k.kubelet.stop(kubeStopTimeout))
+	errs = append(errs, stopKubelet(k.kubelet))
 	if k.paused {
 		_ = k.apiserver.cmd.Process.Signal(syscall.SIGCONT)
 		k.paused = false
@@ -701,6 +734,24 @@ func (k *KubeNode) startProc(name, bin string, args ...string) (*kubeProc, error
 	}()
 	return p, nil
 }
+
+// kubeletProcess is a running kubelet: a kubeProc, or a systemdService on a node with
+// KubeOptions.Systemd.
+type kubeletProcess interface {
+	exited() bool
+	exitErr() error // why it exited, once it has
+	stop(timeout time.Duration) error
+}
+
+// stopKubelet stops kubelet, if it was started.
+func stopKubelet(p kubeletProcess) error {
+	if p == nil {
+		return nil
+	}
+	return p.stop(kubeStopTimeout)
+}
+
+func (p *kubeProc) exitErr() error { return p.err }
 
 func (p *kubeProc) exited() bool {
 	select {

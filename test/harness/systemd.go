@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,10 @@ import (
 
 // SystemdBinary is the systemd that StartSystemd boots (Debian's).
 const SystemdBinary = "/lib/systemd/systemd"
+
+// systemdHostRoot is where the host's root filesystem is inside, after pivot_root: a bind of
+// it without the mounts on it, but for the host's /tmp, where the harness's instances live.
+const systemdHostRoot = "/run/mk-host"
 
 // SystemdTarget is the unit systemd boots into. basic.target, not multi-user.target: the
 // network namespace is the host's, so the services multi-user.target pulls in on a Debian host
@@ -60,7 +65,14 @@ var systemdEnv = []string{
 // own (a tmpfs with the host's null, zero, full, random, urandom, tty and fuse, a new devpts
 // instance and shm; a bound /dev would get systemd-tmpfiles' static nodes), whose console
 // is the file Log reads. Host paths it needs (a binary, a config, a key, a runtime's socket
-// directory) are bound in at the same path (StartSystemd's binds).
+// directory) are bound in at the same path (StartSystemd's binds, Bind).
+//
+// The root is the mount namespace's root (pivot_root, as on a host or in systemd-nspawn), not
+// a chroot: a process that joins the namespace (setns, as `runc exec` does for CRI exec into
+// a container of a runtime that runs inside) gets the root of the namespace, and in a chroot
+// that would be the host's tree, not the container's. The host's root filesystem and /tmp
+// alone (not the other mounts: the host's cgroup hierarchies there would lead runc astray)
+// stay reachable inside at systemdHostRoot, for Bind.
 //
 // Everything it mounts is mounted in its own mount namespace: nothing is mounted on the host,
 // and the mounts vanish with the namespace's last process. Every process of it (systemd, its
@@ -76,6 +88,10 @@ type Systemd struct {
 	pid    int           // systemd, in the host's PID namespace
 	pidfd  int           // systemd's pidfd, -1 when not open
 
+	// v1Cgroups are the host paths of the instance's cgroups in the v1 hierarchies
+	// (SystemdOptions.CgroupV1), the namespace's roots there.
+	v1Cgroups []string
+
 	mu     sync.Mutex
 	killed bool           // Close has begun: Run must not target a PID that may be reused
 	runs   sync.WaitGroup // Run commands under way
@@ -87,7 +103,8 @@ var systemdSeq atomic.Int64
 // bootScript runs under `unshare --mount --pid --fork --cgroup --uts --ipc --propagation
 // private`, as PID 1 of the new PID namespace, in the new cgroup: it builds the root and
 // execs systemd in it. $1 is the instance directory; every further argument is a bind,
-// "d:<dir>" or "f:<file>".
+// "d:<dir>" or "f:<file>", or a cgroup v1 hierarchy to mount, "v:<name>:<mount options>"
+// (any of these makes the layout hybrid: see SystemdOptions.CgroupV1).
 const bootScript = `set -eu
 D=$1; shift
 R=$D/root
@@ -98,7 +115,15 @@ mount -t proc proc "$R/proc"
 mount --bind "$R/proc/sys" "$R/proc/sys"
 mount -o remount,bind,ro "$R/proc/sys"
 mount -t sysfs -o ro sysfs "$R/sys"
-mount -t cgroup2 cgroup2 "$R/sys/fs/cgroup"
+v1=
+for b in "$@"; do case $b in v:*) v1=yes ;; esac; done
+if [ -z "$v1" ]; then
+	mount -t cgroup2 cgroup2 "$R/sys/fs/cgroup"
+else
+	mount -t tmpfs -o mode=0755,nosuid,nodev,noexec mk-systemd-cgroup "$R/sys/fs/cgroup"
+	mkdir "$R/sys/fs/cgroup/unified"
+	mount -t cgroup2 cgroup2 "$R/sys/fs/cgroup/unified"
+fi
 mount -t tmpfs -o mode=0755,nosuid mk-systemd-dev "$R/dev"
 for n in null zero full random urandom tty fuse; do
 	[ -e "/dev/$n" ] || continue
@@ -118,6 +143,13 @@ mount --bind "$D/console.log" "$R/dev/console"
 mount -t tmpfs -o mode=0755,nosuid,nodev mk-systemd-run "$R/run"
 mount -t tmpfs -o mode=1777,nosuid,nodev mk-systemd-tmp "$R/tmp"
 for b in "$@"; do
+	case $b in
+	v:*)
+		n=${b#v:}; o=${n#*:}; n=${n%%:*}
+		mkdir "$R/sys/fs/cgroup/$n"
+		mount -t cgroup -o "$o" cgroup "$R/sys/fs/cgroup/$n"
+		continue ;;
+	esac
 	p=${b#?:}
 	case $b in
 	d:*) mkdir -p "$R$p" ;;
@@ -125,8 +157,32 @@ for b in "$@"; do
 	esac
 	mount --bind "$p" "$R$p"
 done
-exec chroot "$R" ` + SystemdBinary + ` --system --unit=` + SystemdTarget + `
+mkdir "$R/run/mk-old-root" "$R` + systemdHostRoot + `"
+cd "$R"
+pivot_root . run/mk-old-root
+mount --bind /run/mk-old-root "` + systemdHostRoot + `"
+if mountpoint -q /run/mk-old-root/tmp; then
+	mount --bind /run/mk-old-root/tmp "` + systemdHostRoot + `/tmp"
+fi
+umount -l /run/mk-old-root
+rmdir /run/mk-old-root
+exec chroot . ` + SystemdBinary + ` --system --unit=` + SystemdTarget + `
 `
+
+// SystemdOptions configures StartSystemdWith.
+type SystemdOptions struct {
+	// Binds are absolute host paths, files or directories, bound (not recursively) at the
+	// same path inside (Bind adds more after the boot).
+	Binds []string
+	// CgroupV1 gives the namespace the hybrid layout of a host whose controllers are on
+	// cgroup v1 (as on the test machines, where cgroup2 has none of cpu, memory, pids):
+	// a tmpfs on /sys/fs/cgroup, every v1 hierarchy of the host at /sys/fs/cgroup/<name>
+	// rooted at a cgroup of the instance's own, and cgroup2 at /sys/fs/cgroup/unified.
+	// systemd then runs in hybrid mode and applies a unit's limits through the v1
+	// controllers, as kubelet's and runc's systemd cgroup driver need. Without it the
+	// namespace has cgroup2 alone at /sys/fs/cgroup, with no controller to limit anything.
+	CgroupV1 bool
+}
 
 // StartSystemd boots systemd in namespaces of its own (see Systemd) and returns once systemd
 // runs as their PID 1; WaitRunning waits for the end of its boot. dir is the instance's own:
@@ -135,6 +191,11 @@ exec chroot "$R" ` + SystemdBinary + ` --system --unit=` + SystemdTarget + `
 //
 // On failure StartSystemd cleans up after itself and returns the error with a nil *Systemd.
 func StartSystemd(ctx context.Context, dir string, binds ...string) (*Systemd, error) {
+	return StartSystemdWith(ctx, dir, SystemdOptions{Binds: binds})
+}
+
+// StartSystemdWith is StartSystemd with options.
+func StartSystemdWith(ctx context.Context, dir string, opts SystemdOptions) (*Systemd, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("StartSystemd needs root")
 	}
@@ -148,31 +209,28 @@ func StartSystemd(ctx context.Context, dir string, binds ...string) (*Systemd, e
 	}
 	dir = filepath.Clean(dir)
 	args := []string{"-c", bootScript, "mk-systemd-boot", dir}
-	for _, b := range binds {
-		if !filepath.IsAbs(b) || filepath.Clean(b) != b || b == "/" || strings.ContainsAny(b, "\n") {
-			return nil, fmt.Errorf("StartSystemd: bind %q is not an absolute, clean path below /", b)
-		}
-		// The bind's target is made inside the new root by path: a symlink on the way could
-		// lead it out to the host.
-		if real, err := filepath.EvalSymlinks(b); err != nil || real != b {
-			return nil, fmt.Errorf("StartSystemd: bind %q must be a path without symlinks (it resolves to %q, %v)", b, real, err)
-		}
-		if b == dir || strings.HasPrefix(b, dir+"/") || strings.HasPrefix(dir, b+"/") {
-			return nil, fmt.Errorf("StartSystemd: bind %q overlaps the instance directory %s", b, dir)
-		}
-		fi, err := os.Stat(b)
+	for _, b := range opts.Binds {
+		arg, err := bindArg(dir, b)
 		if err != nil {
-			return nil, fmt.Errorf("StartSystemd: bind: %w", err)
+			return nil, fmt.Errorf("StartSystemd: %w", err)
 		}
-		if fi.IsDir() {
-			args = append(args, "d:"+b)
-		} else {
-			args = append(args, "f:"+b)
-		}
+		args = append(args, arg)
 	}
 	root, err := cgroup2Mount()
 	if err != nil {
 		return nil, err
+	}
+	var v1 []cgroupV1Hierarchy
+	if opts.CgroupV1 {
+		if v1, err = cgroupV1Hierarchies(); err != nil {
+			return nil, fmt.Errorf("StartSystemd: %w", err)
+		}
+		if len(v1) == 0 {
+			return nil, errors.New("StartSystemd: CgroupV1: the host has no cgroup v1 hierarchy")
+		}
+		for _, h := range v1 {
+			args = append(args, "v:"+h.name+":"+h.options)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -180,16 +238,39 @@ func StartSystemd(ctx context.Context, dir string, binds ...string) (*Systemd, e
 	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
 		return nil, fmt.Errorf("StartSystemd: %s must be empty (it is the instance's own and Close removes it): %v", dir, err)
 	}
-	sweepStaleSystemd(root)
+	sweepStaleSystemd(root, v1)
 
 	s := &Systemd{dir: dir, pidfd: -1}
-	if err := s.start(ctx, root, args); err != nil {
+	if err := s.start(ctx, root, v1, args); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	return s, nil
 }
 
-func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) error {
+// bindArg checks a bind b of the instance in dir and returns its argument to bootScript.
+func bindArg(dir, b string) (string, error) {
+	if !filepath.IsAbs(b) || filepath.Clean(b) != b || b == "/" || strings.ContainsAny(b, "\n") {
+		return "", fmt.Errorf("bind %q is not an absolute, clean path below /", b)
+	}
+	// The bind's target is made inside the new root by path: a symlink on the way could
+	// lead it out to the host.
+	if real, err := filepath.EvalSymlinks(b); err != nil || real != b {
+		return "", fmt.Errorf("bind %q must be a path without symlinks (it resolves to %q, %v)", b, real, err)
+	}
+	if b == dir || strings.HasPrefix(b, dir+"/") || strings.HasPrefix(dir, b+"/") {
+		return "", fmt.Errorf("bind %q overlaps the instance directory %s", b, dir)
+	}
+	fi, err := os.Stat(b)
+	if err != nil {
+		return "", fmt.Errorf("bind: %w", err)
+	}
+	if fi.IsDir() {
+		return "d:" + b, nil
+	}
+	return "f:" + b, nil
+}
+
+func (s *Systemd) start(ctx context.Context, cgroupRoot string, v1 []cgroupV1Hierarchy, args []string) error {
 	for _, d := range []string{"root", "rw"} {
 		if err := os.Mkdir(filepath.Join(s.dir, d), 0o755); err != nil {
 			return err
@@ -208,6 +289,17 @@ func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) e
 		return fmt.Errorf("create cgroup: %w", err)
 	}
 	s.cgroup = cg
+	// The v1 cgroups are joined by the shell that then execs unshare: the cgroup namespace
+	// unshare makes is rooted at the cgroups it is in, in every hierarchy.
+	join := []string{"-c", joinScript, "mk-systemd-join", strconv.Itoa(len(v1))}
+	for _, h := range v1 {
+		dir, err := h.create(name)
+		s.v1Cgroups = append(s.v1Cgroups, dir) // before the error: Close removes what exists
+		if err != nil {
+			return err
+		}
+		join = append(join, filepath.Join(dir, "cgroup.procs"))
+	}
 	out, err := os.OpenFile(s.consoleLog(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
@@ -218,8 +310,8 @@ func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) e
 	// makes is rooted there and systemd's cgroups (init.scope, system.slice, ...) are made
 	// below it, never at the host's cgroup2 root. --kill-child and Pdeathsig: if the test
 	// process dies, unshare dies, and with it systemd and its whole PID namespace.
-	cmd := exec.Command("/usr/bin/unshare", append([]string{"--mount", "--pid", "--fork", "--kill-child=SIGKILL",
-		"--cgroup", "--uts", "--ipc", "--propagation", "private", "/bin/sh"}, args...)...)
+	cmd := exec.Command("/bin/sh", append(append(join, "/usr/bin/unshare", "--mount", "--pid", "--fork", "--kill-child=SIGKILL",
+		"--cgroup", "--uts", "--ipc", "--propagation", "private", "/bin/sh"), args...)...)
 	cmd.Env = systemdEnv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
@@ -229,7 +321,8 @@ func (s *Systemd) start(ctx context.Context, cgroupRoot string, args []string) e
 	s.cmd, s.exited = cmd, make(chan struct{})
 	go func() { cmd.Wait(); close(s.exited) }()
 
-	// unshare's child runs the script, then chroot, then systemd: wait for the last exec.
+	// The join script execs unshare (same PID), whose child runs the boot script, then
+	// pivot_root, chroot, then systemd: wait for the last exec.
 	ctx, cancel := context.WithTimeout(ctx, systemdStartTimeout)
 	defer cancel()
 	for {
@@ -272,6 +365,10 @@ func (s *Systemd) Dir() string { return s.dir }
 // Cgroup()+"/system.slice/x.service" is what systemd shows as /system.slice/x.service.
 func (s *Systemd) Cgroup() string { return s.cgroup }
 
+// CgroupsV1 are the host paths of the namespace's roots in the cgroup v1 hierarchies
+// (SystemdOptions.CgroupV1; none without it). Close removes them.
+func (s *Systemd) CgroupsV1() []string { return slices.Clone(s.v1Cgroups) }
+
 // Log returns what systemd and the namespace setup wrote to their output and to /dev/console
 // (systemd logs to its journal: see `journalctl` through Run for the rest).
 func (s *Systemd) Log() string {
@@ -284,6 +381,15 @@ func (s *Systemd) Log() string {
 // whole process group is killed. The command is in systemd's PID namespace but not in its
 // cgroup: systemd-run --scope moves it into a scope of its own as it would on a host.
 func (s *Systemd) Run(ctx context.Context, argv ...string) (string, error) {
+	return s.run(ctx, "", argv...)
+}
+
+// RunInput is Run with stdin as the command's standard input.
+func (s *Systemd) RunInput(ctx context.Context, stdin string, argv ...string) (string, error) {
+	return s.run(ctx, stdin, argv...)
+}
+
+func (s *Systemd) run(ctx context.Context, stdin string, argv ...string) (string, error) {
 	if len(argv) == 0 {
 		return "", errors.New("Run: empty command")
 	}
@@ -298,7 +404,7 @@ func (s *Systemd) Run(ctx context.Context, argv ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "/usr/bin/nsenter", append([]string{"-t", strconv.Itoa(s.pid), "-a", "-r", "-w", "--"}, argv...)...)
 	cmd.Env = systemdEnv
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
@@ -393,6 +499,13 @@ func (s *Systemd) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	// Every process of the namespace was in the cgroup2 tree killed above: the v1 trees
+	// (systemd's slices, kubelet's kubepods, the containers' scopes) are empty.
+	for _, dir := range s.v1Cgroups {
+		if err := removeCgroupTree(dir, cgroupTimeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := unmountAll(s.dir); err != nil {
 		errs = append(errs, err)
 	} else if mounts, err := mountsUnder(s.dir); err != nil || len(mounts) > 0 {
@@ -444,21 +557,33 @@ func killCgroup2(dir string, timeout time.Duration) error {
 }
 
 // sweepStaleSystemd removes the cgroups of StartSystemd whose owner process is gone. Their
-// processes died with the owner (parent-death signal); a survivor is killed. Best-effort.
-func sweepStaleSystemd(cgroupRoot string) {
+// processes died with the owner (parent-death signal); a survivor is killed. v1 are the v1
+// hierarchies where the caller's instance makes cgroups (where a dead instance of the same
+// kind of caller left them). Best-effort.
+func sweepStaleSystemd(cgroupRoot string, v1 []cgroupV1Hierarchy) {
 	dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, systemdCgroupPrefix+"*"))
 	for _, d := range dirs {
-		f := strings.Split(strings.TrimPrefix(filepath.Base(d), systemdCgroupPrefix), "-")
-		if len(f) != 3 {
-			continue
-		}
-		pid, err1 := strconv.Atoi(f[0])
-		start, err2 := strconv.ParseUint(f[1], 10, 64)
-		if err1 != nil || err2 != nil || sameProcess(process{pid: pid, start: start}) {
-			continue
-		}
-		if killCgroup2(d, systemdKillTimeout) == nil {
+		if ownerGone(d) && killCgroup2(d, systemdKillTimeout) == nil {
 			_ = removeCgroupTree(d, cgroupTimeout)
 		}
 	}
+	for _, h := range v1 {
+		dirs, _ := filepath.Glob(filepath.Join(h.parent(), systemdCgroupPrefix+"*"))
+		for _, d := range dirs {
+			if ownerGone(d) {
+				_ = removeCgroupTree(d, cgroupTimeout)
+			}
+		}
+	}
+}
+
+// ownerGone says whether the cgroup d of StartSystemd names an owner process that is gone.
+func ownerGone(d string) bool {
+	f := strings.Split(strings.TrimPrefix(filepath.Base(d), systemdCgroupPrefix), "-")
+	if len(f) != 3 {
+		return false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	return err1 == nil && err2 == nil && !sameProcess(process{pid: pid, start: start})
 }
