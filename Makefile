@@ -29,7 +29,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
 	CGO_ENABLED=0 $(GO) build -o $(RTBIN) ./cmd/mountkeeper-runtime
 
-# The container image (deploy/): both binaries (static, no cgo) on an empty base; nothing is
+# The container image (deploy/): the three binaries (static, no cgo) on an empty base; nothing is
 # pulled. An OCI image-layout tarball: import it on each node with
 # `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
 IMAGE ?= localhost/mountkeeper:latest
