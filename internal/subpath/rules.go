@@ -141,17 +141,18 @@ func relativeClean(p string) error {
 	return nil
 }
 
-// pickPlugin chooses the plugin directory that holds the volume: exactly one must.
-func pickPlugin(volume string, plugins []string) (string, error) {
-	switch len(plugins) {
+// pickVolume checks that exactly one volume directory of the pod (holders, relative to its
+// volumes directory) holds held.
+func pickVolume(held string, holders []string) error {
+	switch len(holders) {
 	case 1:
-		return plugins[0], nil
+		return nil
 	case 0:
-		return "", fmt.Errorf("no plugin directory holds volume %s", volume)
+		return fmt.Errorf("%s lies in no volume directory of the pod (a hostPath, or a volume kubelet keeps elsewhere): %w", held, ErrUnknownVolume)
 	}
-	sorted := slices.Sorted(slices.Values(plugins))
-	return "", fmt.Errorf("volume %s is in %d plugin directories (%s), so which one the subPath came from is unclear",
-		volume, len(sorted), strings.Join(sorted, ", "))
+	sorted := slices.Sorted(slices.Values(holders))
+	return fmt.Errorf("%s lies in %d volume directories of the pod (%s), so which volume it is is unclear: %w",
+		held, len(sorted), strings.Join(sorted, ", "), ErrUnknownVolume)
 }
 
 // sameType checks that what a subPath names now is of the type the stale bind was.
