@@ -181,17 +181,23 @@ func testPodBudget(t *testing.T) {
 	}
 }
 
+// emptyKeys makes a configMap volume "many" of n empty keys and binds its ..data directory
+// (subPath: ..data).
+func emptyKeys(k *kubelet, n int) Target {
+	vol := k.volume(configMap, "many", false)
+	files := make(map[string]entry, n)
+	for i := range n {
+		files[fmt.Sprintf("k%05d", i)] = file("")
+	}
+	k.writeAtomic(vol, files)
+	return k.bind(vol, "many", "app", 0, "..data")
+}
+
 // testEntriesCost: 100 empty keys cost 100 pages and 100 entries: past podEntries, the copy
 // falls back although it holds no byte.
 func testEntriesCost(t *testing.T) {
 	k := newKubelet(t)
-	vol := k.volume(configMap, "many", false)
-	files := map[string]entry{}
-	for i := range 100 {
-		files[fmt.Sprintf("k%03d", i)] = file("")
-	}
-	k.writeAtomic(vol, files)
-	src := k.bind(vol, "many", "app", 0, "..data")
+	src := emptyKeys(k, 100)
 	c := newCopies(t, k, Budget{PodBytes: 1 << 20, PodEntries: 50, NodeBytes: 8 << 20, NodeEntries: 1000})
 	copies, _, fallbacks := c.CopySources(context.Background(), "ctr", []string{src.Path})
 	if len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget}) {
@@ -249,13 +255,7 @@ func (h *cancellingHost) CopyTree(ctx context.Context, dir *Node, rel string, wa
 // it went on writing into the copy directory until the whole volume was copied.
 func testGivenUp(t *testing.T) {
 	k := newKubelet(t)
-	vol := k.volume(configMap, "many", false)
-	files := map[string]entry{}
-	for i := range 2000 {
-		files[fmt.Sprintf("k%05d", i)] = file("")
-	}
-	k.writeAtomic(vol, files)
-	src := k.bind(vol, "many", "app", 0, "..data")
+	src := emptyKeys(k, 2000)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	host := &cancellingHost{cancel: cancel, after: 500}

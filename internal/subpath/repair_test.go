@@ -33,6 +33,14 @@ type env struct {
 	newTS           string // set by atomic
 }
 
+// replaceFile is an update that removes the volume's file rel and writes a new one there.
+func replaceFile(rel, content string) func(e *env) {
+	return func(e *env) {
+		must(e.t, os.Remove(filepath.Join(e.volDir, rel)))
+		must(e.t, os.WriteFile(filepath.Join(e.volDir, rel), []byte(content), 0o644))
+	}
+}
+
 // atomic updates the volume under test the atomic-writer way, old timestamp dir removed.
 func (e *env) atomic(files map[string]entry) { e.newTS = e.writeAtomic(e.volDir, files) }
 
@@ -202,31 +210,22 @@ var scenarios = []scenario{
 		// A PVC's directory is named after its PV, not after the pod's volume.
 		name: "csi volume named after its PV", plugin: csi, volume: "data", dirName: "pvc-0f5a4c1e", tmpfs: true,
 		initial: map[string]entry{"logs/f": file("c1")}, subPath: "logs/f",
-		update: func(e *env) {
-			must(e.t, os.Remove(filepath.Join(e.volDir, "logs/f")))
-			must(e.t, os.WriteFile(filepath.Join(e.volDir, "logs/f"), []byte("c2"), 0o644))
-		},
-		want: "c2",
+		update: replaceFile("logs/f", "c2"),
+		want:   "c2",
 	},
 	{
 		// kubelet keeps no directory of a hostPath volume: nothing proves where the bind came
 		// from, so it is not repaired (the caller leaves it for the runtime to fail on).
 		name: "hostPath file replaced", hostPath: true, volume: "host",
 		initial: map[string]entry{"logs/f": file("h1")}, subPath: "logs/f",
-		update: func(e *env) {
-			must(e.t, os.Remove(filepath.Join(e.volDir, "logs/f")))
-			must(e.t, os.WriteFile(filepath.Join(e.volDir, "logs/f"), []byte("h2"), 0o644))
-		},
+		update:  replaceFile("logs/f", "h2"),
 		wantErr: []string{"cannot find the volume's directory", "lies in no volume directory of the pod", ErrUnknownVolume.Error()},
 	},
 	{
 		name: "emptyDir file replaced", plugin: emptyDir, volume: "scratch",
 		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
-		update: func(e *env) {
-			must(e.t, os.Remove(filepath.Join(e.volDir, "data/f")))
-			must(e.t, os.WriteFile(filepath.Join(e.volDir, "data/f"), []byte("e2"), 0o644))
-		},
-		want: "e2",
+		update: replaceFile("data/f", "e2"),
+		want:   "e2",
 	},
 	{
 		name: "emptyDir directory replaced", plugin: emptyDir, volume: "scratch",
