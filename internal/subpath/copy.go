@@ -153,6 +153,14 @@ const copyAttempts = 3
 // copy makes container id's copy of target t. atomic says t is a subPath of an atomic-writer
 // volume (else nothing was done: it is for RepairSources).
 func (c *Copies) copy(ctx context.Context, id string, t Target) (Copy, bool, error) {
+	cp, atomic, err := c.copyAttempts(ctx, id, t)
+	if e := (*Error)(nil); errors.As(err, &e) {
+		e.Copy = true
+	}
+	return cp, atomic, err
+}
+
+func (c *Copies) copyAttempts(ctx context.Context, id string, t Target) (Copy, bool, error) {
 	dst := filepath.Join(c.Dir, t.PodUID, id, t.Volume, strconv.Itoa(t.Index))
 	err := errChanged
 	for range copyAttempts {

@@ -23,12 +23,12 @@ const copyFlags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEX
 // is copied as a symlink, never followed.
 const inTree = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
-// CopyTree copies the regular file or directory want, which rel names below the volume
-// directory dir, to dst, which must not exist: the content, mode, owner and SELinux label of
-// every entry. The object is opened again from dir as locate opened it (openat2
-// RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS: the atomic writer's ..data and key symlinks stay
-// inside the volume) and must be the inode want is; every entry below it is opened relative
-// to its parent with RESOLVE_NO_SYMLINKS too, and O_NONBLOCK. Only regular files and
+// CopyTree copies the regular file or directory want, which rel (..data/<key>) names below
+// the volume directory dir, to dst, which must not exist: the content, mode, owner and
+// SELinux label of every entry. The object is opened again from dir through the timestamp
+// directory ..data names, with openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+// RESOLVE_NO_MAGICLINKS and O_NONBLOCK, and must be the inode want is (else the volume changed
+// in between: errChanged); every entry below it is opened the same way relative to its parent. Only regular files and
 // directories are opened; a symlink inside a directory is copied as a symlink; anything else
 // (FIFO, socket, device) is ErrNotRegular. charge is called before each entry is written
 // with what it costs (entryCost) and stops the copy with its error. ctx is checked before each
@@ -41,7 +41,18 @@ func (Live) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst
 	if want.IsDir() {
 		flags |= unix.O_DIRECTORY
 	}
-	fd, err := openat2(dir.fd, rel, &unix.OpenHow{Flags: flags, Resolve: inVolume})
+	// No symlink is followed: the atomic writer's ..data link is read here (it must name a
+	// ..<timestamp> directory of the volume), and below it nothing is a symlink.
+	var data [256]byte
+	n, err := unix.Readlinkat(dir.fd, "..data", data[:])
+	if err != nil {
+		return &fs.PathError{Op: "readlink", Path: dir.Name + "/..data", Err: err}
+	}
+	real, err := throughData(rel, string(data[:n]))
+	if err != nil {
+		return fmt.Errorf("%s: %w", want.Name, err)
+	}
+	fd, err := openat2(dir.fd, real, &unix.OpenHow{Flags: flags, Resolve: inTree})
 	if err != nil {
 		return &fs.PathError{Op: "openat2", Path: want.Name, Err: err}
 	}

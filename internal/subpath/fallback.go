@@ -22,8 +22,12 @@ type Fallback struct {
 }
 
 func (f Fallback) Error() string {
-	return fmt.Sprintf("subPath mount %s (pod %s, container %s, volume %s) keeps kubelet's bind (%s): %v",
-		f.Target.Path, f.Target.PodUID, f.Target.Container, f.Target.Volume, f.Reason, f.Err)
+	var e *Error
+	if errors.As(f.Err, &e) && e.Target == f.Target { // it names the mount already
+		return fmt.Sprintf("%v; it keeps kubelet's bind (%s)", f.Err, f.Reason)
+	}
+	return fmt.Sprintf("subPath mount %s (pod %s, container %s, volume %s): %v; it keeps kubelet's bind (%s)",
+		f.Target.Path, f.Target.PodUID, f.Target.Container, f.Target.Volume, f.Err, f.Reason)
 }
 
 // Reasons of a Fallback: the bounded set of values of the fallback counter's reason label.

@@ -125,6 +125,24 @@ func planResolution(plugin, remainder string) (resolution, error) {
 	return resolution{Rel: path.Join("..data", key), SubPath: key, Key: true}, nil
 }
 
+// throughData turns rel, a path through the atomic writer's ..data link as planResolution
+// makes it (..data/<key>, or ..data itself for subPath ..data), into the same path through the timestamp directory the link names
+// (link, as read), so that it can be opened without following any symlink. The link must
+// name a ..<timestamp> directory of the volume itself.
+func throughData(rel, link string) (string, error) {
+	key, ok := "", rel == "..data"
+	if !ok {
+		key, ok = strings.CutPrefix(rel, "..data/")
+		if !ok || relativeClean(key) != nil {
+			return "", fmt.Errorf("%q is not ..data nor a key below it", rel)
+		}
+	}
+	if !timestampDir().MatchString(link) {
+		return "", fmt.Errorf("..data points to %q, not to a ..<timestamp> directory of the volume", link)
+	}
+	return path.Join(link, key), nil
+}
+
 // relativeClean accepts a non-empty relative path with no empty, "." or ".." component.
 func relativeClean(p string) error {
 	if p == "" {
@@ -232,17 +250,21 @@ var ErrNotStale = errors.New("the subPath mount is not stale")
 // kubelet's empty placeholder instead of the volume's content.
 var ErrNotMounted = errors.New("the subPath bind target is not a mount point")
 
-// Error says which stale subPath mount was not repaired and why. Reason names the volume and
-// subPath once they are known.
+// Error says which stale subPath mount was not repaired, or which subPath was not copied
+// (Copy), and why. Reason names the volume and subPath once they are known.
 type Error struct {
 	Target Target
 	Reason string
 	Err    error
+	Copy   bool
 }
 
 func (e *Error) Error() string {
-	s := fmt.Sprintf("stale subPath mount %s (pod %s, container %s, volume %s) not repaired: %s",
-		e.Target.Path, e.Target.PodUID, e.Target.Container, e.Target.Volume, e.Reason)
+	what := "stale subPath mount %s (pod %s, container %s, volume %s) not repaired: %s"
+	if e.Copy {
+		what = "subPath mount %s (pod %s, container %s, volume %s) not copied: %s"
+	}
+	s := fmt.Sprintf(what, e.Target.Path, e.Target.PodUID, e.Target.Container, e.Target.Volume, e.Reason)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}

@@ -162,6 +162,33 @@ func TestPickVolume(t *testing.T) {
 	}
 }
 
+func TestThroughData(t *testing.T) {
+	const ts = "..2026_11_22_07_00_00.123"
+	tests := []struct {
+		rel, link, want, wantErr string
+	}{
+		{rel: "..data/app.conf", link: ts, want: ts + "/app.conf"},
+		{rel: "..data/conf.d/app.ini", link: ts, want: ts + "/conf.d/app.ini"},
+		{rel: "..data", link: ts, want: ts},
+		{rel: "app.conf", link: ts, wantErr: `"app.conf" is not ..data nor a key below it`},
+		{rel: "..data/../x", link: ts, wantErr: "is not ..data nor a key below it"},
+		{rel: "..data/app.conf", link: "/etc", wantErr: `..data points to "/etc", not to a ..<timestamp> directory`},
+		{rel: "..data/app.conf", link: "../" + ts, wantErr: "not to a ..<timestamp> directory"},
+	}
+	for _, tt := range tests {
+		got, err := throughData(tt.rel, tt.link)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("throughData(%q, %q) = %q, %v; want an error containing %q", tt.rel, tt.link, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("throughData(%q, %q) = %q, %v; want %q", tt.rel, tt.link, got, err, tt.want)
+		}
+	}
+}
+
 // TestReasonOf: each way a copy or repair fails is counted under its reason.
 func TestReasonOf(t *testing.T) {
 	tests := []struct {
