@@ -101,6 +101,13 @@ func testLayoutDecides(t *testing.T) {
 	if len(copies) != 1 || copies[0].Target != cmT || show(t, copies[0].Path) != "v1" {
 		t.Errorf("copies = %+v, want one of the configMap key reading v1", copies)
 	}
+	// The node pool is a tmpfs bounded in bytes and in inodes (size= alone bounds no inode).
+	var sfs unix.Statfs_t
+	must(t, unix.Statfs(c.Dir, &sfs))
+	if sfs.Type != unix.TMPFS_MAGIC || int64(sfs.Blocks)*sfs.Bsize != bigBudget.NodeBytes || int64(sfs.Files) != bigBudget.NodeEntries {
+		t.Errorf("the copy dir is fs %#x of %d bytes and %d inodes, want a tmpfs of %d and %d",
+			sfs.Type, int64(sfs.Blocks)*sfs.Bsize, sfs.Files, bigBudget.NodeBytes, bigBudget.NodeEntries)
+	}
 	if want := []string{hostFile.Path, hostDir.Path, pvc.Path, empty.Path}; !slices.Equal(rest, want) {
 		t.Errorf("left for repair %q, want %q", rest, want)
 	}
