@@ -1,6 +1,7 @@
 package nri
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
@@ -33,6 +35,7 @@ type hostileNode struct {
 	state   string
 	plugin  *Plugin
 	metrics *metrics.Metrics
+	logs    *bytes.Buffer // the plugin's warnings and errors
 }
 
 // newHostileNode starts a plugin whose config is kubeletRoot, stateDir, one class "fast"
@@ -49,7 +52,11 @@ func newHostileNode(t *testing.T, extra string) *hostileNode {
 	cfg := mustConfig(t, "kubeletRoot: "+n.root+"\nstateDir: "+n.state+"\n"+extra+
 		"runtimeClasses:\n  fast:\n    mounts: [{source: "+src+", destination: /class}]\n")
 	n.metrics = metrics.New()
-	n.plugin = NewPlugin(cfg, true, hostmount.NewChecker(hostmount.Live{}), quietLogger()).WithMetrics(n.metrics)
+	n.logs = &bytes.Buffer{}
+	log := logrus.New()
+	log.SetOutput(n.logs)
+	log.SetLevel(logrus.WarnLevel)
+	n.plugin = NewPlugin(cfg, true, hostmount.NewChecker(hostmount.Live{}), log).WithMetrics(n.metrics)
 	if _, err := n.plugin.Configure(context.Background(), "", "test", "0"); err != nil { // puts the copies in force
 		t.Fatal(err)
 	}
@@ -274,5 +281,15 @@ func TestSubPathFIFOsDoNotStarveHostChecks(t *testing.T) {
 	}
 	if got := n.fallbacks("not_regular"); got != 20 {
 		t.Errorf("%v not_regular fallbacks counted, want 20", got)
+	}
+	// Each is logged once, at warning, with its reason and what it met.
+	var lines int
+	for _, l := range strings.Split(n.logs.String(), "\n") {
+		if strings.Contains(l, "level=warning") && strings.Contains(l, "reason=not_regular") && strings.Contains(l, "is a fifo") {
+			lines++
+		}
+	}
+	if lines != 20 {
+		t.Errorf("%d warnings name a fifo with reason=not_regular, want 20; log:\n%s", lines, n.logs.String())
 	}
 }
