@@ -210,13 +210,15 @@ func (c *Copies) copyLocated(ctx context.Context, id string, l *located, dst str
 	}
 	ch := &charger{c: c, pod: t.PodUID}
 	err = c.r.host.CopyTree(ctx, l.volDir, l.res.Rel, l.obj, dst, ch.charge)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("copy given up: %w", ctx.Err()) // the caller stopped waiting: nobody binds it
 	}
 	if err != nil {
-		os.RemoveAll(dst)
+		os.RemoveAll(dst) // dst is this copy's alone: no lock, which other pods' copies take
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
 		c.removeEmpty(filepath.Dir(dst), filepath.Join(c.Dir, t.PodUID))
 		c.uncharge(t.PodUID, ch.used)
 		return usage{}, err
