@@ -192,7 +192,7 @@ func (c *Copies) copyAttempts(ctx context.Context, id string, t Target) (Copy, b
 // copyLocated copies what l located to dst, charging the pod, and leaves nothing when it
 // fails: dst, the directories made for it and the charge are removed.
 func (c *Copies) copyLocated(ctx context.Context, id string, l *located, dst string) (usage, error) {
-	t := l.target0
+	t := l.t
 	if !containerID().MatchString(id) {
 		return usage{}, fmt.Errorf("container ID %q cannot name a copy directory", id)
 	}

@@ -65,7 +65,7 @@ const (
 // located is what a subPath bind target holds and what its subPath names in the volume now,
 // each opened safely (O_PATH descriptors). Close releases them.
 type located struct {
-	target0                       Target
+	t                             Target // the target located
 	subpaths, target, volDir, obj *Node
 	targetMount                   Mount
 	volPath, kind, oldSource      string
@@ -95,7 +95,7 @@ func (r *Repairer) locate(t Target, stale, atomic bool) (_ *located, err error) 
 		return nil, fail("cannot open the kubelet root dir", err)
 	}
 	defer root.Close()
-	l := &located{target0: t}
+	l := &located{t: t}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -185,10 +185,6 @@ func (r *Repairer) Repair(t Target) (Repair, error) {
 	return Repair{Target: t, VolumeDir: l.volPath, SubPath: l.res.SubPath, OldSource: l.oldSource, NewSource: newSource, Kind: l.kind}, nil
 }
 
-// atomicPlugins are the plugin directories of the atomic-writer volumes. kubelet names a
-// volume's directory in them after the pod's volume, as it names volume-subpaths/<volume>.
-var atomicPlugins = []string{"kubernetes.io~configmap", "kubernetes.io~secret", "kubernetes.io~downward-api", "kubernetes.io~projected"}
-
 // findVolume finds the volume directory of the pod that holds what the bind holds (held, a
 // path within the bind's filesystem): on the bind's device, with held strictly below the
 // directory's place in its filesystem. That is what kubelet's layout proves, whatever the
@@ -209,7 +205,7 @@ func (r *Repairer) findVolume(root *Node, pod string, t Target, bind Mount, held
 	type candidate struct{ plugin, rel string }
 	var candidates []candidate
 	if atomic {
-		for _, p := range atomicPlugins {
+		for _, p := range atomicPlugins() {
 			candidates = append(candidates, candidate{p, p + "/" + t.Volume})
 		}
 	} else {

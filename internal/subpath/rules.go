@@ -82,6 +82,19 @@ var volumeKinds = map[string]struct {
 	"kubernetes.io~nfs":          {name: "nfs"},
 }
 
+// atomicPlugins are the plugin directories of the atomic-writer volumes, sorted. kubelet names
+// a volume's directory in them after the pod's volume, as it names volume-subpaths/<volume>.
+var atomicPlugins = sync.OnceValue(func() []string {
+	var ps []string
+	for p, k := range volumeKinds {
+		if k.atomic {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+})
+
 // volumeContent is the path of a volume's files below <plugin>/<volume>: "" for most.
 func volumeContent(plugin string) string { return volumeKinds[plugin].content }
 
