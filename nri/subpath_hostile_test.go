@@ -293,3 +293,56 @@ func TestSubPathFIFOsDoNotStarveHostChecks(t *testing.T) {
 		t.Errorf("%d warnings name a fifo with reason=not_regular, want 20; log:\n%s", lines, n.logs.String())
 	}
 }
+
+// TestSubPathHostPathOverNRI is issue 23's first finding through the plugin: hostPath subPaths
+// (a file, a directory, and a file that was replaced, so that kubelet's bind of it is stale)
+// of a class container and of one of no class are left exactly as kubelet bound them; the
+// stale one, which nothing proves the volume of, is counted as unknown_volume, and neither
+// container is refused (the runtime fails the stale bind, as without mountkeeper).
+func TestSubPathHostPathOverNRI(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	n := newHostileNode(t, "")
+	host := filepath.Join(n.dir, "host")
+	if err := os.MkdirAll(filepath.Join(host, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"app.conf", "old.conf"} {
+		if err := os.WriteFile(filepath.Join(host, f), []byte("v1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, handler := range []string{"fast", ""} {
+		pod := harness.KubeletPod{Root: n.root, UID: fmt.Sprint("uid-host-", i)}
+		if err := os.MkdirAll(filepath.Join(n.root, "pods", pod.UID, "volumes"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		var sources []string
+		for j, sub := range []string{"app.conf", "d", "old.conf"} {
+			s, err := pod.BindSubPath(host, "host", "app", j, sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sources = append(sources, s)
+		}
+		if err := os.Remove(filepath.Join(host, "old.conf")); err != nil { // kubelet's bind of it is stale now
+			t.Fatal(err)
+		}
+		got, err := n.create("ns", fmt.Sprint("host-", i), handler, fmt.Sprint("host-", i), sources)
+		if err != nil {
+			t.Fatalf("handler %q: refused: %v", handler, err)
+		}
+		for j, s := range sources {
+			if got[fmt.Sprintf("/m%d", j)] != s {
+				t.Errorf("handler %q: /m%d is bound from %s, want kubelet's bind %s", handler, j, got[fmt.Sprintf("/m%d", j)], s)
+			}
+		}
+		if got := n.fallbacks("unknown_volume"); got != float64(i+1) {
+			t.Errorf("handler %q: %v unknown_volume fallbacks counted, want %d", handler, got, i+1)
+		}
+		if err := os.WriteFile(filepath.Join(host, "old.conf"), []byte("v2"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
