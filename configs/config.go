@@ -34,6 +34,8 @@ type Config struct {
 	KubeletRoot string
 	// SubPathRepair repairs stale subPath mounts of any container at CreateContainer.
 	SubPathRepair bool
+	// SubPathCopies bounds the private copies that replace atomic-writer subPath binds.
+	SubPathCopies SubPathCopies
 	// StateDir holds the host mounts of network filesystems and their state.
 	StateDir string
 	// MountTimeout bounds one mount attempt of a network filesystem.
@@ -59,13 +61,15 @@ type Config struct {
 
 // file is the configuration as the YAML file spells it; unset keys are zero.
 type file struct {
-	KubeletRoot   string   `yaml:"kubeletRoot"`
-	SubPathRepair *bool    `yaml:"subPathRepair"`
-	StateDir      string   `yaml:"stateDir"`
-	MountTimeout  Duration `yaml:"mountTimeout"`
-	UnmountGrace  Duration `yaml:"unmountGrace"`
-	ProbeInterval Duration `yaml:"probeInterval"`
-	CreateBudget  Duration `yaml:"createBudget"`
+	KubeletRoot   string `yaml:"kubeletRoot"`
+	SubPathRepair *bool  `yaml:"subPathRepair"`
+	// SubPathCopies holds the budgets of the subPath copies.
+	SubPathCopies subPathCopiesFile `yaml:"subPathCopies"`
+	StateDir      string            `yaml:"stateDir"`
+	MountTimeout  Duration          `yaml:"mountTimeout"`
+	UnmountGrace  Duration          `yaml:"unmountGrace"`
+	ProbeInterval Duration          `yaml:"probeInterval"`
+	CreateBudget  Duration          `yaml:"createBudget"`
 	// PluginRequestTimeout says the runtime's plugin_request_timeout, when not its default.
 	PluginRequestTimeout Duration                `yaml:"pluginRequestTimeout"`
 	RuntimeClasses       map[string]RuntimeClass `yaml:"runtimeClasses"`
@@ -98,6 +102,7 @@ func (f *file) resolve() *Config {
 	c := &Config{
 		KubeletRoot:   cmp.Or(f.KubeletRoot, DefaultKubeletRoot),
 		SubPathRepair: f.SubPathRepair == nil || *f.SubPathRepair,
+		SubPathCopies: f.SubPathCopies.resolve(cmp.Or(time.Duration(f.CreateBudget), DefaultCreateBudget)),
 		StateDir:      cmp.Or(f.StateDir, DefaultStateDir),
 		MountTimeout:  cmp.Or(time.Duration(f.MountTimeout), DefaultMountTimeout),
 		UnmountGrace:  cmp.Or(time.Duration(f.UnmountGrace), DefaultUnmountGrace),
@@ -275,6 +280,9 @@ func (c *file) validate() error {
 		errs = append(errs, fmt.Errorf("probeInterval %s is below the minimum %s", time.Duration(c.ProbeInterval), MinProbeInterval))
 	}
 	errs = append(errs, c.validateBudget())
+	if c.CreateBudget >= 0 {
+		errs = append(errs, c.SubPathCopies.validate(cmp.Or(time.Duration(c.CreateBudget), DefaultCreateBudget)))
+	}
 	if len(c.RuntimeClasses) == 0 && c.SubPathRepair != nil && !*c.SubPathRepair {
 		errs = append(errs, errors.New("runtimeClasses is empty and subPathRepair is false: mountkeeper would change no container"))
 	}

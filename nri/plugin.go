@@ -53,7 +53,8 @@ type Plugin struct {
 	subPaths *subpath.Repairer // repairs stale subPath mounts, below cfg's kubelet root
 	copies   *subpath.Copies   // private copies of atomic-writer subPaths (made by subPaths); nil with subPathRepair off
 
-	metrics    *metrics.Metrics // nil counts nothing
+	metrics    *metrics.Metrics          // nil counts nothing
+	fallbacks  *metrics.SubPathFallbacks // nil counts nothing
 	configFrom string
 	lastReload *ReloadResult // guarded by mu
 	reloadMu   sync.Mutex    // one ReloadConfig at a time
@@ -175,7 +176,10 @@ func copiesFor(cfg *configs.Config, r *subpath.Repairer) *subpath.Copies {
 	if !cfg.SubPathRepair {
 		return nil
 	}
-	return r.Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.DefaultCopyLimit)
+	b := cfg.SubPathCopies
+	return r.Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.Budget{
+		PodBytes: b.PodBytes, PodEntries: b.PodEntries, NodeBytes: b.NodeBytes, NodeEntries: b.NodeEntries,
+	})
 }
 
 // sweepOldCopies removes the copies below old once next is in force instead: a config that
@@ -285,6 +289,9 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	r.d.LogRepairs(log)
 	p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
+	for _, f := range r.d.Fallbacks {
+		p.fallbacks.Count(f.Reason)
+	}
 	if r.err != nil {
 		var pe *bounded.PanicError
 		if errors.As(r.err, &pe) {
@@ -517,6 +524,8 @@ func (p *Plugin) record(cfg *configs.Config, handler string, err error, took tim
 // WithMetrics makes the plugin count what it does in m.
 func (p *Plugin) WithMetrics(m *metrics.Metrics) *Plugin {
 	p.metrics = m
+	p.fallbacks = metrics.NewSubPathFallbacks(subpath.Reasons)
+	m.Register(p.fallbacks.Collector())
 	return p
 }
 

@@ -61,6 +61,9 @@ type Decision struct {
 	// Copies replace the container's subPath mounts of atomic-writer volumes: each
 	// Copy.Target.Path source is to be bound from Copy.Path instead.
 	Copies []subpath.Copy
+	// Fallbacks are the subPath mounts that keep kubelet's bind because they could not be
+	// copied or repaired; the container is not refused for them.
+	Fallbacks []subpath.Fallback
 }
 
 // Edits are the decision's changes to the container's spec.
@@ -77,13 +80,17 @@ type Network interface {
 
 // SubPaths repairs stale kubelet subPath binds (subpath.Repairer).
 type SubPaths interface {
-	RepairSources(sources []string) ([]subpath.Repair, error)
+	// RepairSources returns the repairs, the stale binds left as they are, and an error (a
+	// refusal) only for a subPath without kubelet's bind (subpath.ErrNotMounted).
+	RepairSources(sources []string) ([]subpath.Repair, []subpath.Fallback, error)
 }
 
 // SubPathCopies makes a container's private copies of its atomic-writer subPaths
 // (subpath.Copies), returning the subPath sources it did not copy.
 type SubPathCopies interface {
-	CopySources(id string, sources []string) ([]subpath.Copy, []string, error)
+	// CopySources returns the copies, the sources of other volumes, and the atomic-writer
+	// subPaths it could not copy; it stops when ctx ends, leaving nothing of a copy given up.
+	CopySources(ctx context.Context, id string, sources []string) ([]subpath.Copy, []string, []subpath.Fallback)
 	// Remove removes container id's copies.
 	Remove(id string) error
 }
@@ -138,8 +145,8 @@ func (e *Engine) decide(ctx context.Context, r *Request) (Decision, error) {
 	class, rc, ok := e.Config.Class(r.Handler)
 	d := Decision{Class: class, Configured: ok}
 	if r.Stage == BeforeCreate && e.SubPaths != nil && e.Config.SubPathRepair {
-		var err error
-		d.Copies, d.Repairs, err = e.fixSubPaths(r.Container.ID, r.Mounts)
+		f, err := e.fixSubPaths(r.Container.ID, r.Mounts)
+		d.Copies, d.Repairs, d.Fallbacks = f.copies, f.repairs, f.fallbacks
 		if err != nil {
 			return d, Refuse(r.Handler, r.Container, WithReason(ReasonSubPath, err))
 		}

@@ -35,22 +35,29 @@ func (n *fakeNetwork) HostPath(_ context.Context, s netspec.Spec, user string) (
 
 func (n *fakeNetwork) Release(user string) { n.released = append(n.released, user) }
 
-// fakeSubPaths repairs every source it is given, or fails with err.
+// fakeSubPaths repairs every source it is given, or fails with err, or (fallback) leaves
+// each as it is.
 type fakeSubPaths struct {
-	err     error
-	sources []string
+	err      error
+	fallback bool
+	sources  []string
 }
 
-func (f *fakeSubPaths) RepairSources(sources []string) ([]subpath.Repair, error) {
+func (f *fakeSubPaths) RepairSources(sources []string) ([]subpath.Repair, []subpath.Fallback, error) {
 	f.sources = append(f.sources, sources...)
 	if f.err != nil {
-		return nil, f.err
+		return nil, nil, f.err
 	}
 	var rs []subpath.Repair
+	var fs []subpath.Fallback
 	for _, s := range sources {
+		if f.fallback {
+			fs = append(fs, subpath.Fallback{Target: subpath.Target{Path: s}, Reason: subpath.ReasonUnknownVolume, Err: errors.New("no volume")})
+			continue
+		}
 		rs = append(rs, subpath.Repair{Target: subpath.Target{Path: s}})
 	}
-	return rs, nil
+	return rs, fs, nil
 }
 
 const testConfig = `
@@ -104,6 +111,9 @@ func TestDecide(t *testing.T) {
 		noNetwork bool
 		subPaths  bool
 		subErr    error
+		// subFallback: the subPaths keep kubelet's binds (wantFallbacks lists them).
+		subFallback   bool
+		wantFallbacks []string
 
 		wantConfigured bool
 		wantMounts     []string // specmod.Mount.String()
@@ -220,10 +230,15 @@ func TestDecide(t *testing.T) {
 		subPaths:     true,
 		wantRepaired: []string{subPathTarget},
 	}, {
-		name:     "a repair error refuses even an unknown class",
+		name:     "a subPath left without kubelet's bind refuses even an unknown class",
 		req:      engine.Request{Handler: "kata", Mounts: kubeletMounts},
-		subPaths: true, subErr: errors.New("repair subPath mount: permission denied"),
-		wantErr: `mountkeeper: runtime class "kata", container ns/pod/app: repair subPath mount: permission denied`,
+		subPaths: true, subErr: fmt.Errorf("repair subPath mount: %w", subpath.ErrNotMounted),
+		wantErr: `mountkeeper: runtime class "kata", container ns/pod/app: repair subPath mount: ` + subpath.ErrNotMounted.Error(),
+	}, {
+		name:     "a subPath that cannot be repaired keeps kubelet's bind: not refused",
+		req:      engine.Request{Handler: "kata", Mounts: kubeletMounts},
+		subPaths: true, subFallback: true,
+		wantFallbacks: []string{subPathTarget},
 	}, {
 		name:     "in container: no repair",
 		req:      engine.Request{Handler: "kata", Mounts: kubeletMounts, Stage: engine.InContainer},
@@ -235,7 +250,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			host := &specmodtest.Host{Fail: tc.hostFail}
 			net := &fakeNetwork{fail: tc.netFail}
-			sub := &fakeSubPaths{err: tc.subErr}
+			sub := &fakeSubPaths{err: tc.subErr, fallback: tc.subFallback}
 			e := &engine.Engine{Config: cfg, Host: host}
 			if !tc.noNetwork {
 				e.Network = net
@@ -308,7 +323,14 @@ func TestDecide(t *testing.T) {
 			if !slices.Equal(repaired, tc.wantRepaired) {
 				t.Errorf("repairs %q, want %q", repaired, tc.wantRepaired)
 			}
-			if tc.subErr == nil && !slices.Equal(sub.sources, tc.wantRepaired) {
+			var fellBack []string
+			for _, f := range d.Fallbacks {
+				fellBack = append(fellBack, f.Target.Path)
+			}
+			if !slices.Equal(fellBack, tc.wantFallbacks) {
+				t.Errorf("fallbacks %q, want %q", fellBack, tc.wantFallbacks)
+			}
+			if tc.subErr == nil && !tc.subFallback && !slices.Equal(sub.sources, tc.wantRepaired) {
 				t.Errorf("asked to repair %q, want %q", sub.sources, tc.wantRepaired)
 			}
 		})

@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"cmp"
+	"context"
+	"errors"
+
 	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
@@ -10,12 +14,25 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 )
 
+// subPathFix is what fixSubPaths did to a container's subPath mounts.
+type subPathFix struct {
+	copies    []subpath.Copy
+	repairs   []subpath.Repair
+	fallbacks []subpath.Fallback
+}
+
 // fixSubPaths makes sure no subPath mount of the container holds a deleted file when the
-// runtime mounts it (kubernetes #68211, #127602): atomic-writer subPaths get a private copy
-// where the front end can bind it (SubPathCopies), every other stale bind is repaired in place.
-// It runs for every container, whatever its runtime class: the bug is the node's, not a
-// class's. Most containers have no subPath mount and pay only for a prefix check.
-func (e *Engine) fixSubPaths(id string, mounts []oci.Mount) ([]subpath.Copy, []subpath.Repair, error) {
+// runtime mounts it (kubernetes #68211, #127602): subPaths of atomic-writer volumes get a
+// private copy where the front end can bind it (SubPathCopies), every other stale bind is
+// repaired in place. It runs for every container, whatever its runtime class: the bug is the
+// node's, not a class's. Most containers have no subPath mount and pay only for a prefix check.
+//
+// It never makes a container worse off than kubelet alone would: a subPath it cannot copy or
+// repair, for whatever reason, keeps kubelet's bind and is reported as a Fallback, and so is
+// every subPath of a check that did not finish in time (subPathCopies.timeout; the copies stop
+// and remove what they wrote). The error refuses the container for the one case where
+// mountkeeper itself left a subPath without kubelet's bind (subpath.ErrNotMounted).
+func (e *Engine) fixSubPaths(id string, mounts []oci.Mount) (subPathFix, error) {
 	var sources []string
 	for _, m := range mounts {
 		if _, ok := subpath.ParseTarget(e.Config.KubeletRoot, m.Source); ok {
@@ -23,31 +40,43 @@ func (e *Engine) fixSubPaths(id string, mounts []oci.Mount) ([]subpath.Copy, []s
 		}
 	}
 	if len(sources) == 0 {
-		return nil, nil, nil
+		return subPathFix{}, nil
 	}
-	type fixed struct {
-		copies  []subpath.Copy
-		repairs []subpath.Repair
-	}
+	timeout := cmp.Or(e.Config.SubPathCopies.Timeout, hostmount.DefaultTimeout)
+	// The copies stop when ctx ends: at the same time as the wait below, or at once when the
+	// wait ends otherwise.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	// A subPath of a network volume (an NFS PVC) can hang stat: bounded like the host checks.
 	// Keyed by the sources: a dead volume holds at most one stuck check.
-	f, err := bounded.Do(bounded.Default, hostmount.DefaultTimeout, bounded.Key{Paths: sources}, "check the subPath mounts", func() (fixed, error) {
-		var f fixed
+	f, err := bounded.Do(bounded.Default, timeout, bounded.Key{Paths: sources}, "check the subPath mounts", func() (subPathFix, error) {
+		var f subPathFix
 		rest := sources
 		if e.SubPathCopies != nil {
-			var err error
-			if f.copies, rest, err = e.SubPathCopies.CopySources(id, sources); err != nil {
-				return f, err
-			}
+			f.copies, rest, f.fallbacks = e.SubPathCopies.CopySources(ctx, id, sources)
 		}
-		var err error
-		f.repairs, err = e.SubPaths.RepairSources(rest)
+		repairs, fallbacks, err := e.SubPaths.RepairSources(rest)
+		f.repairs, f.fallbacks = repairs, append(f.fallbacks, fallbacks...)
 		return f, err
 	})
-	return f.copies, f.repairs, err
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, subpath.ErrNotMounted):
+		return f, err
+	}
+	// The check did not finish (no answer in time, no free slot, a panic): every subPath
+	// keeps kubelet's bind. A copy still running stops at its next entry and removes what it
+	// wrote; Remove takes what was finished before.
+	cancel()
+	if e.SubPathCopies != nil {
+		_ = e.SubPathCopies.Remove(id)
+	}
+	return subPathFix{fallbacks: subpath.Fallbacks(e.Config.KubeletRoot, sources, err)}, nil
 }
 
-// LogRepairs logs each repair and copy of d at info, with the fields an operator searches by.
+// LogRepairs logs each repair and copy of d at info, and each fallback at warning, with the
+// fields an operator searches by.
 func (d Decision) LogRepairs(log *logrus.Entry) {
 	for _, r := range d.Repairs {
 		log.WithFields(logrus.Fields{
@@ -56,7 +85,15 @@ func (d Decision) LogRepairs(log *logrus.Entry) {
 	}
 	for _, c := range d.Copies {
 		log.WithFields(logrus.Fields{
-			"volume": c.Target.Volume, "kind": c.Kind, "subPath": c.SubPath, "copy": c.Path, "bytes": c.Bytes,
+			"volume": c.Target.Volume, "kind": c.Kind, "subPath": c.SubPath, "copy": c.Path, "bytes": c.Bytes, "entries": c.Entries,
 		}).Infof("subPath mount %s: bound from a private copy", c.Target.Path)
+	}
+	for _, f := range d.Fallbacks {
+		fields := logrus.Fields{"volume": f.Target.Volume, "reason": f.Reason}
+		var pe *bounded.PanicError
+		if errors.As(f.Err, &pe) {
+			fields["stack"] = string(pe.Stack)
+		}
+		log.WithFields(fields).Warn(f.Error())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mountkeeper/mountkeeper/internal/engine"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 )
 
 // Outcomes of a CreateContainer decision.
@@ -41,9 +42,10 @@ var Enums = map[string]map[string][]string{
 		"outcome": {Added, Refused, NoClass},
 		"reason":  append(append([]string{""}, engine.Reasons...), ReasonOther),
 	},
-	"mountkeeper_config_reloads_total": {"result": {Applied, Rejected}},
-	"mountkeeper_network_mounts":       {"state": netmountStates()},
-	"mountkeeper_guard_refusals_total": {"reason": guardReasons()},
+	"mountkeeper_config_reloads_total":    {"result": {Applied, Rejected}},
+	"mountkeeper_network_mounts":          {"state": netmountStates()},
+	"mountkeeper_guard_refusals_total":    {"reason": guardReasons()},
+	"mountkeeper_subpath_fallbacks_total": {"reason": subpath.Reasons},
 }
 
 // Metrics holds mountkeeper's collectors.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
@@ -140,6 +141,7 @@ func exportedNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	m.Register(GuardRefusals(func() string { return dir }, func(error) {}))
+	m.Register(NewSubPathFallbacks(subpath.Reasons).Collector())
 	m.Decision("c", Added, "", 0)
 	m.Reload(true)
 	names := map[string]bool{}

@@ -1,12 +1,15 @@
 package subpath
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -23,16 +26,38 @@ import (
 // of kubelet's bind: a copy that nothing updates cannot go stale. kubelet documents that such a
 // subPath never receives updates, so a copy changes nothing the container may rely on. The copy
 // is read through the same safe resolution as a repair (locate: ..data beneath the volume
-// directory, no symlink out, the type of the bind), keeps mode, owner and SELinux label, lives
-// on a root-only tmpfs (PrepareCopyDir) so secrets never reach a disk, and is bounded in size.
-// Writable volumes (emptyDir, PVC) are live by design and are repaired in place instead.
+// directory, no symlink out, the type of the bind), keeps mode, owner and SELinux label, and
+// lives on a root-only tmpfs (PrepareCopyDir) so secrets never reach a disk.
+//
+// Which subPaths are copied is decided from kubelet's layout, not from names: the bind's
+// source must lie, on the same device, below an atomic-writer plugin directory of the pod
+// (findVolume). Every other subPath (hostPath, emptyDir, PVC/CSI, ...) keeps kubelet's bind and
+// is only repaired if it went stale.
+//
+// Copies are bounded: per pod in bytes and entries (Budget; every entry costs at least a
+// page, so empty files are not free), per node by the tmpfs (size and nr_inodes), and in time
+// (the caller's context, checked before every entry). A copy that cannot be made within them
+// is given up: the copying stops, what it wrote is removed and its charge returned, and the
+// subPath keeps kubelet's bind (a Fallback): one pod over its budget cannot take another
+// pod's copies, and the container starts as kubelet would start it.
 
-// DefaultCopyLimit bounds one subPath copy. A configMap or secret holds at most 1 MiB; a
-// projected volume combines a few of them.
-const DefaultCopyLimit = 16 << 20
+// Budget bounds the copies (configs.SubPathCopies).
+type Budget struct {
+	PodBytes, PodEntries   int64
+	NodeBytes, NodeEntries int64
+}
 
-// ErrTooLarge says a subPath's content is larger than the copy limit.
-var ErrTooLarge = errors.New("larger than the copy limit")
+// pageSize is what one entry of a copy costs at least.
+const pageSize = 4096
+
+// entryCost is what one entry of a copy is charged: its content rounded up to pages, and at
+// least one page (an inode, a directory block, a symlink).
+func entryCost(size int64) int64 {
+	if size <= pageSize {
+		return pageSize
+	}
+	return (size + pageSize - 1) / pageSize * pageSize
+}
 
 // Copy is one container's private copy of what an atomic-writer subPath names.
 type Copy struct {
@@ -40,21 +65,33 @@ type Copy struct {
 	Kind    string // configMap, secret, downwardAPI, projected
 	SubPath string // the key
 	Path    string // the copy: a file or directory below the copy dir
-	Bytes   int64
+	Bytes   int64  // what it was charged (entries rounded up to pages)
+	Entries int64
 }
 
-// Copies makes and removes the copies of containers below Dir: Dir/<container ID>/<volume>/<index>.
+// usage is what copies were charged.
+type usage struct{ bytes, entries int64 }
+
+// Copies makes and removes the copies of containers below Dir:
+// Dir/<pod UID>/<container ID>/<volume>/<index>.
 type Copies struct {
-	Dir   string
-	Limit int64
-	r     *Repairer
+	Dir    string
+	Budget Budget
+	r      *Repairer
 
 	mu       sync.Mutex
 	prepared bool
+	// pods is what each pod's copies were charged; a pod not in it is counted from Dir on
+	// first use (after a restart or a reload, the copies of running containers stay).
+	pods map[string]*usage
+	// ctrs is the pod and charge of each container copied since this Copies was made.
+	ctrs map[string]ctrCopies
 }
 
-// CopyDirSize bounds the tmpfs that holds every container's copies.
-const CopyDirSize = 256 << 20
+type ctrCopies struct {
+	pod string
+	usage
+}
 
 // prepare makes Dir a tmpfs on first use, so that a node without subPaths never gets one.
 func (c *Copies) prepare() error {
@@ -63,16 +100,17 @@ func (c *Copies) prepare() error {
 	if c.prepared {
 		return nil
 	}
-	if err := PrepareCopyDir(c.Dir, CopyDirSize); err != nil {
+	if err := PrepareCopyDir(c.Dir, c.Budget.NodeBytes, c.Budget.NodeEntries); err != nil {
 		return err
 	}
 	c.prepared = true
 	return nil
 }
 
-// Copies returns the copier for dir, which must be a tmpfs (PrepareCopyDir).
-func (r *Repairer) Copies(dir string, limit int64) *Copies {
-	return &Copies{Dir: dir, Limit: limit, r: r}
+// Copies returns the copier for dir, which becomes a tmpfs of budget's node size on first
+// use (PrepareCopyDir).
+func (r *Repairer) Copies(dir string, budget Budget) *Copies {
+	return &Copies{Dir: dir, Budget: budget, r: r, pods: map[string]*usage{}, ctrs: map[string]ctrCopies{}}
 }
 
 // containerID is what a runtime's container ID may look like to name a directory. Compiled on
@@ -82,87 +120,224 @@ var containerID = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 })
 
-// CopySources makes container id's copies of the subPath targets among sources that belong to
-// atomic-writer volumes. It returns them, and the other subPath targets (for Repair). An error
-// names the volume and subPath; the copies made before it are removed with the container's
-// directory by the caller (Remove).
-func (c *Copies) CopySources(id string, sources []string) ([]Copy, []string, error) {
+// CopySources makes container id's copies of the subPath targets among sources that
+// kubelet's layout shows to be in atomic-writer volumes. It returns them, the other subPath
+// targets (for RepairSources), and a Fallback for each atomic-writer subPath it could not
+// copy, which keeps kubelet's bind. It stops when ctx ends; a copy given up leaves nothing.
+func (c *Copies) CopySources(ctx context.Context, id string, sources []string) ([]Copy, []string, []Fallback) {
 	var copies []Copy
 	var rest []string
-	var errs []error
+	var fallbacks []Fallback
 	for _, src := range sources {
 		t, ok := ParseTarget(c.r.root, src)
 		if !ok {
 			continue
 		}
-		cp, atomic, err := c.copy(id, t)
+		cp, atomic, err := c.copy(ctx, id, t)
 		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case atomic:
-			copies = append(copies, cp)
-		default:
+		case !atomic:
 			rest = append(rest, src)
+		case err != nil:
+			fallbacks = append(fallbacks, fallback(t, err))
+		default:
+			copies = append(copies, cp)
 		}
 	}
-	return copies, rest, errors.Join(errs...)
+	return copies, rest, fallbacks
 }
 
 // copyAttempts: an update that removes the timestamp directory while a directory is copied
 // makes the copy fail (ENOENT); the next attempt resolves ..data again.
 const copyAttempts = 3
 
-func (c *Copies) copy(id string, t Target) (Copy, bool, error) {
-	if !containerID().MatchString(id) {
-		return Copy{}, false, fmt.Errorf("container ID %q cannot name a copy directory", id)
+// copy makes container id's copy of target t. atomic says t is a subPath of an atomic-writer
+// volume (else nothing was done: it is for RepairSources).
+func (c *Copies) copy(ctx context.Context, id string, t Target) (Copy, bool, error) {
+	cp, atomic, err := c.copyAttempts(ctx, id, t)
+	if e := (*Error)(nil); errors.As(err, &e) {
+		e.Copy = true
 	}
-	dir := filepath.Join(c.Dir, id, t.Volume)
-	dst := filepath.Join(dir, strconv.Itoa(t.Index))
-	var err error
+	return cp, atomic, err
+}
+
+func (c *Copies) copyAttempts(ctx context.Context, id string, t Target) (Copy, bool, error) {
+	dst := filepath.Join(c.Dir, t.PodUID, id, t.Volume, strconv.Itoa(t.Index))
+	err := errChanged
 	for range copyAttempts {
-		var l *located
-		if l, err = c.r.locate(t, false); err != nil {
-			return Copy{}, false, err
-		}
-		if !l.atomic {
-			l.Close()
+		l, lerr := c.r.locate(t, false, true)
+		switch {
+		case errors.Is(lerr, ErrUnknownVolume), errors.Is(lerr, ErrNotMounted):
 			return Copy{}, false, nil
-		}
-		if err := c.prepare(); err != nil {
-			l.Close()
-			return Copy{}, true, &Error{Target: t, Reason: "no directory for private copies", Err: err}
+		case lerr != nil:
+			return Copy{}, true, lerr
 		}
 		cp := Copy{Target: t, Kind: l.kind, SubPath: l.res.SubPath, Path: dst}
-		if err = os.MkdirAll(dir, 0o700); err == nil {
-			os.RemoveAll(dst)
-			cp.Bytes, err = c.r.host.CopyTree(l.obj, dst, c.Limit)
-		}
+		var used usage
+		used, err = c.copyLocated(ctx, id, l, dst)
 		what := l.what
 		l.Close()
 		switch {
 		case err == nil:
+			cp.Bytes, cp.Entries = used.bytes, used.entries
 			return cp, true, nil
-		case errors.Is(err, ErrTooLarge):
-			return Copy{}, true, &Error{Target: t, Reason: fmt.Sprintf("%s is larger than %d bytes, the limit for a private copy: mount the volume without subPath", what, c.Limit), Err: err}
-		case !errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, ErrOverBudget):
+			return Copy{}, true, &Error{Target: t, Reason: fmt.Sprintf("%s cannot be copied within the pod's budget (subPathCopies.podBytes %d, podEntries %d)", what, c.Budget.PodBytes, c.Budget.PodEntries), Err: err}
+		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errChanged):
 			return Copy{}, true, &Error{Target: t, Reason: "cannot copy " + what, Err: err}
 		}
 	}
 	return Copy{}, true, &Error{Target: t, Reason: fmt.Sprintf("the volume changed under each of %d copies", copyAttempts), Err: err}
 }
 
-// Remove removes container id's copies. The container's mounts keep what they bound.
+// copyLocated copies what l located to dst, charging the pod, and leaves nothing when it
+// fails: dst, the directories made for it and the charge are removed.
+func (c *Copies) copyLocated(ctx context.Context, id string, l *located, dst string) (usage, error) {
+	t := l.t
+	if !containerID().MatchString(id) {
+		return usage{}, fmt.Errorf("container ID %q cannot name a copy directory", id)
+	}
+	if err := ctx.Err(); err != nil {
+		return usage{}, fmt.Errorf("copy given up: %w", err)
+	}
+	if err := c.prepare(); err != nil {
+		return usage{}, fmt.Errorf("no directory for private copies: %w", err)
+	}
+	c.mu.Lock()
+	err := os.MkdirAll(filepath.Dir(dst), 0o700)
+	c.mu.Unlock()
+	if err != nil {
+		return usage{}, err
+	}
+	ch := &charger{c: c, pod: t.PodUID}
+	err = c.r.host.CopyTree(ctx, l.volDir, l.res.Rel, l.obj, dst, ch.charge)
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("copy given up: %w", ctx.Err()) // the caller stopped waiting: nobody binds it
+	}
+	if err != nil {
+		os.RemoveAll(dst) // dst is this copy's alone: no lock, which other pods' copies take
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.removeEmpty(filepath.Dir(dst), filepath.Join(c.Dir, t.PodUID))
+		c.uncharge(t.PodUID, ch.used)
+		return usage{}, err
+	}
+	cc := c.ctrs[id]
+	cc.pod = t.PodUID
+	cc.bytes += ch.used.bytes
+	cc.entries += ch.used.entries
+	c.ctrs[id] = cc
+	return ch.used, nil
+}
+
+// removeEmpty removes dir and its parents up to and including top while they are empty.
+// Callers hold c.mu.
+func (c *Copies) removeEmpty(dir, top string) {
+	for {
+		if os.Remove(dir) != nil || dir == top {
+			return
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// charger charges one copy's entries to its pod.
+type charger struct {
+	c    *Copies
+	pod  string
+	used usage
+}
+
+// charge charges one entry of cost bytes, or returns ErrOverBudget.
+func (ch *charger) charge(cost int64) error {
+	c := ch.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.podUsage(ch.pod)
+	if u.bytes+cost > c.Budget.PodBytes || u.entries+1 > c.Budget.PodEntries {
+		return fmt.Errorf("%w: %d bytes in %d entries charged already", ErrOverBudget, u.bytes, u.entries)
+	}
+	u.bytes += cost
+	u.entries++
+	ch.used.bytes += cost
+	ch.used.entries++
+	return nil
+}
+
+// podUsage is what pod's copies were charged, counted from Dir when not known. Callers hold
+// c.mu.
+func (c *Copies) podUsage(pod string) *usage {
+	if u := c.pods[pod]; u != nil {
+		return u
+	}
+	u := &usage{}
+	root := filepath.Join(c.Dir, pod)
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		// Only the copies are charged: <container>/<volume>/<index> and what is below it.
+		if rel, _ := filepath.Rel(root, p); err != nil || strings.Count(rel, "/") < 2 {
+			return nil
+		}
+		size := int64(0)
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				size = fi.Size()
+			}
+		}
+		u.bytes += entryCost(size)
+		u.entries++
+		return nil
+	})
+	c.pods[pod] = u
+	return u
+}
+
+// uncharge returns used to pod's budget. Callers hold c.mu.
+func (c *Copies) uncharge(pod string, used usage) {
+	u := c.pods[pod]
+	if u == nil {
+		return
+	}
+	u.bytes = max(u.bytes-used.bytes, 0)
+	u.entries = max(u.entries-used.entries, 0)
+	if u.bytes == 0 && u.entries == 0 {
+		delete(c.pods, pod)
+	}
+}
+
+// Remove removes container id's copies and returns their charge to the pod. The
+// container's mounts keep what they bound.
 func (c *Copies) Remove(id string) error {
 	if !containerID().MatchString(id) {
 		return nil
 	}
-	return os.RemoveAll(filepath.Join(c.Dir, id))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc, ok := c.ctrs[id]; ok {
+		delete(c.ctrs, id)
+		err := os.RemoveAll(filepath.Join(c.Dir, cc.pod, id))
+		c.uncharge(cc.pod, cc.usage)
+		c.removeEmpty(filepath.Join(c.Dir, cc.pod), filepath.Join(c.Dir, cc.pod))
+		return err
+	}
+	// Copied before this Copies was made (a restart, a reload): find its pod.
+	dirs, _ := filepath.Glob(filepath.Join(c.Dir, "*", id))
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, os.RemoveAll(d))
+		pod := filepath.Dir(d)
+		delete(c.pods, filepath.Base(pod)) // counted again from Dir on next use
+		c.removeEmpty(pod, pod)
+	}
+	return errors.Join(errs...)
 }
 
 // Sweep removes the copies of every container not in keep (containers removed while the
 // plugin was away) and returns their IDs.
 func (c *Copies) Sweep(keep map[string]bool) ([]string, error) {
-	entries, err := os.ReadDir(c.Dir)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pods, err := os.ReadDir(c.Dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -171,15 +346,26 @@ func (c *Copies) Sweep(keep map[string]bool) ([]string, error) {
 	}
 	var removed []string
 	var errs []error
-	for _, e := range entries {
-		if keep[e.Name()] {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(c.Dir, e.Name())); err != nil {
+	for _, p := range pods {
+		podDir := filepath.Join(c.Dir, p.Name())
+		ctrs, err := os.ReadDir(podDir)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, e.Name())
+		for _, e := range ctrs {
+			if keep[e.Name()] {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(podDir, e.Name())); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(c.ctrs, e.Name())
+			removed = append(removed, e.Name())
+		}
+		delete(c.pods, p.Name()) // counted again from Dir on next use
+		c.removeEmpty(podDir, podDir)
 	}
 	return removed, errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package subpath
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,33 +15,87 @@ import (
 // selinuxXattr is the SELinux label, kept on copies where the source has one.
 const selinuxXattr = "security.selinux"
 
-// CopyTree copies the file or directory src was opened as to dst, which must not exist: the
-// content, mode, owner and SELinux label of every entry. It reads through src's descriptor and,
-// inside a directory, opens each entry relative to its parent with O_NOFOLLOW: no path is
-// resolved again and no symlink is followed (one inside a directory is copied as a symlink).
-// Other file types (devices, FIFOs, sockets) are refused. It stops with ErrTooLarge once more
-// than limit bytes of content were read; what it wrote is left for the caller to remove.
-func (Live) CopyTree(src *Node, dst string, limit int64) (int64, error) {
-	// Reopen the O_PATH descriptor for reading through its magic link: exactly the object
-	// that was checked, whatever its path leads to now.
-	flags := unix.O_RDONLY | unix.O_CLOEXEC
-	if src.IsDir() {
+// copyFlags open what a copy reads: for reading, never blocking (a FIFO or device swapped in
+// after the type check opens at once and is refused by its type), never a controlling tty.
+const copyFlags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// inTree is how an entry below a copied directory is opened, relative to its parent: a symlink
+// is copied as a symlink, never followed.
+const inTree = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// CopyTree copies the regular file or directory want, which rel (..data/<key>) names below
+// the volume directory dir, to dst, which must not exist: the content, mode, owner and
+// SELinux label of every entry. The object is opened again from dir through the timestamp
+// directory ..data names, with openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+// RESOLVE_NO_MAGICLINKS and O_NONBLOCK, and must be the inode want is (else the volume changed
+// in between: errChanged); every entry below it is opened the same way relative to its parent. Only regular files and
+// directories are opened; a symlink inside a directory is copied as a symlink; anything else
+// (FIFO, socket, device) is ErrNotRegular. charge is called before each entry is written
+// with what it costs (entryCost) and stops the copy with its error. ctx is checked before each
+// entry. What was written is left for the caller to remove.
+func (Live) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst string, charge func(cost int64) error) error {
+	if want.Mode != unix.S_IFREG && want.Mode != unix.S_IFDIR {
+		return fmt.Errorf("%s is a %s: %w", want.Name, typeName(want.Mode), ErrNotRegular)
+	}
+	flags := uint64(copyFlags)
+	if want.IsDir() {
 		flags |= unix.O_DIRECTORY
 	}
-	fd, err := unix.Open(procFD(src.fd), flags, 0)
+	// No symlink is followed: the atomic writer's ..data link is read here (it must name a
+	// ..<timestamp> directory of the volume), and below it nothing is a symlink.
+	var data [256]byte
+	n, err := unix.Readlinkat(dir.fd, "..data", data[:])
 	if err != nil {
-		return 0, &fs.PathError{Op: "open", Path: src.Name, Err: err}
+		return &fs.PathError{Op: "readlink", Path: dir.Name + "/..data", Err: err}
 	}
-	c := copier{limit: limit}
-	if src.IsDir() {
-		err = c.dir(fd, src.Name, dst)
-	} else {
-		err = c.file(fd, src.Name, dst)
+	real, err := throughData(rel, string(data[:n]))
+	if err != nil {
+		return fmt.Errorf("%s: %w", want.Name, err)
 	}
-	return c.n, err
+	fd, err := openat2(dir.fd, real, &unix.OpenHow{Flags: flags, Resolve: inTree})
+	if err != nil {
+		return &fs.PathError{Op: "openat2", Path: want.Name, Err: err}
+	}
+	now, err := statFD(fd, want.Name)
+	if err == nil && (now.Dev != want.Dev || now.Ino != want.Ino) {
+		err = fmt.Errorf("%s was replaced after it was checked: %w", want.Name, errChanged)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	c := copier{ctx: ctx, charge: charge}
+	if want.IsDir() {
+		return c.dir(fd, want.Name, dst)
+	}
+	return c.file(fd, want.Name, dst)
 }
 
-type copier struct{ n, limit int64 }
+// openat2 retries on EAGAIN, which RESOLVE_BENEATH returns when a rename or mount raced the
+// lookup and the kernel could not prove it safe.
+func openat2(dirfd int, rel string, how *unix.OpenHow) (int, error) {
+	var fd int
+	var err error
+	for range 16 {
+		if fd, err = unix.Openat2(dirfd, rel, how); err != unix.EAGAIN {
+			break
+		}
+	}
+	return fd, err
+}
+
+type copier struct {
+	ctx    context.Context
+	charge func(cost int64) error
+}
+
+// next checks, before an entry, that the copy is still wanted.
+func (c *copier) next(name string) error {
+	if err := c.ctx.Err(); err != nil {
+		return fmt.Errorf("copy of %s given up: %w", name, err)
+	}
+	return nil
+}
 
 // file copies the regular file open at fd (which it closes) to a new file dst.
 func (c *copier) file(fd int, name, dst string) error {
@@ -51,20 +106,19 @@ func (c *copier) file(fd int, name, dst string) error {
 		return &fs.PathError{Op: "fstat", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s is not a regular file", name)
+		return fmt.Errorf("%s is a %s: %w", name, typeName(st.Mode), ErrNotRegular)
+	}
+	if err := c.charge(entryCost(st.Size)); err != nil {
+		return err
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	n, err := io.Copy(out, io.LimitReader(in, c.limit-c.n+1))
-	c.n += n
-	switch {
-	case err != nil:
+	// At most what was charged: a file that grows while it is copied is cut there.
+	if _, err := io.Copy(out, io.LimitReader(in, st.Size)); err != nil {
 		return fmt.Errorf("copy %s: %w", name, err)
-	case c.n > c.limit:
-		return ErrTooLarge
 	}
 	return keepAttrs(fd, name, int(out.Fd()), st)
 }
@@ -77,6 +131,12 @@ func (c *copier) dir(fd int, name, dst string) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &fs.PathError{Op: "fstat", Path: name, Err: err}
 	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is a %s: %w", name, typeName(st.Mode), ErrNotRegular)
+	}
+	if err := c.charge(pageSize); err != nil {
+		return err
+	}
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return err
 	}
@@ -85,6 +145,9 @@ func (c *copier) dir(fd int, name, dst string) error {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
 	for _, e := range names {
+		if err := c.next(name); err != nil {
+			return err
+		}
 		if err := c.entry(fd, filepath.Join(name, e), e, filepath.Join(dst, e)); err != nil {
 			return err
 		}
@@ -105,19 +168,22 @@ func (c *copier) entry(dirfd int, name, e, dst string) error {
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG, unix.S_IFDIR:
-		flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		flags := uint64(copyFlags | unix.O_NOFOLLOW)
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			flags |= unix.O_DIRECTORY
 		}
-		fd, err := unix.Openat(dirfd, e, flags, 0)
+		fd, err := openat2(dirfd, e, &unix.OpenHow{Flags: flags, Resolve: inTree})
 		if err != nil {
-			return &fs.PathError{Op: "open", Path: name, Err: err}
+			return &fs.PathError{Op: "openat2", Path: name, Err: err}
 		}
 		if flags&unix.O_DIRECTORY != 0 {
 			return c.dir(fd, name, dst)
 		}
 		return c.file(fd, name, dst)
 	case unix.S_IFLNK:
+		if err := c.charge(pageSize); err != nil {
+			return err
+		}
 		buf := make([]byte, unix.PathMax)
 		n, err := unix.Readlinkat(dirfd, e, buf)
 		if err != nil {
@@ -128,7 +194,7 @@ func (c *copier) entry(dirfd int, name, e, dst string) error {
 		}
 		return os.Lchown(dst, int(st.Uid), int(st.Gid))
 	}
-	return fmt.Errorf("%s is neither a file, a directory nor a symlink", name)
+	return fmt.Errorf("%s is a %s: %w", name, typeName(st.Mode), ErrNotRegular)
 }
 
 // keepAttrs gives the copy at out the owner, mode and SELinux label of the source at in.
@@ -153,10 +219,12 @@ func keepAttrs(in int, name string, out int, st unix.Stat_t) error {
 	return nil
 }
 
-// PrepareCopyDir makes dir a tmpfs of its own (size bytes at most, root only) unless it is one
-// already, so that copies of secrets never reach a disk. The tmpfs is shared, so that a copy
-// bound into a container with rslave propagation passes the runtime's check.
-func PrepareCopyDir(dir string, size int64) error {
+// PrepareCopyDir makes dir a tmpfs of its own (size bytes and inodes entries at most, root
+// only), or resizes the one it is already, so that copies of secrets never reach a disk and
+// the node pool is bounded in bytes and in inodes (tmpfs size= does not bound inodes). The
+// tmpfs is shared, so that a copy bound into a container with rslave propagation passes the
+// runtime's check.
+func PrepareCopyDir(dir string, size, inodes int64) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -168,12 +236,14 @@ func PrepareCopyDir(dir string, size int64) error {
 	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, 0, &stx); err != nil {
 		return &fs.PathError{Op: "statx", Path: dir, Err: err}
 	}
+	opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d", size, inodes)
 	if sfs.Type != unix.TMPFS_MAGIC || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		opts := fmt.Sprintf("mode=0700,size=%d", size)
 		// Exec stays allowed: a configMap may hold scripts the container runs.
 		if err := unix.Mount("mountkeeper-subpath", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 			return fmt.Errorf("mount a tmpfs on %s for subPath copies: %w", dir, err)
 		}
+	} else if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("resize the tmpfs of subPath copies on %s to %s: %w", dir, opts, err)
 	}
 	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
 		return fmt.Errorf("make %s shared: %w", dir, err)

@@ -46,10 +46,20 @@
 // attaching it below a shared parent propagates copies to the parent's peers, exactly as
 // kubelet's own bind did.
 //
-// It is a top-level package because it holds knowledge of kubelet's on-disk layout and has mount
-// side effects, and both the NRI plugin (nri/) and, later, the OCI precreate hook (hook/) use it:
+// Never worse than kubelet: which volume a bind came from is what kubelet's layout proves (the
+// one volume directory of the pod that holds the bind's source on the same device, findVolume),
+// never a directory that merely carries the volume's name; a hostPath has none. A subPath that
+// cannot be copied or repaired, for whatever reason, keeps kubelet's bind and is reported as a
+// Fallback with a reason from a bounded set (Reasons), so that the front end logs and counts it
+// and the container starts as kubelet would start it; a stale bind left so fails in the runtime
+// as it would without mountkeeper. Copies are bounded per pod and per node and stop when their
+// caller gives up (copy.go).
+//
+// It is a package of its own because it holds knowledge of kubelet's on-disk layout and has
+// mount side effects, and both the NRI plugin (nri/) and the OCI precreate hook (hook/) use it:
 // it belongs neither in specmod, which only edits specs and is pure, nor in hostmount, which
 // answers generic questions about host mounts. The rules (ParseTarget and the functions in
-// rules.go) are pure and table-tested; the side effects sit behind Host (host.go), whose real
-// implementation is Live (live.go, statmount.go).
+// rules.go and fallback.go) are pure and table-tested; the side effects sit behind Host
+// (host.go), whose real implementation is Live (live.go, and copylive.go for the copies); it
+// reads mounts through internal/mounttable (statmount(2), or mountinfo before Linux 6.8).
 package subpath

@@ -1,6 +1,7 @@
 package subpath
 
 import (
+	"context"
 	"errors"
 
 	"golang.org/x/sys/unix"
@@ -37,10 +38,12 @@ type Host interface {
 	Attach(tree, target *Node, beneath bool) (Mount, error)
 	// MakePrivate makes the attached mount tree private: it leaves its peer group and master.
 	MakePrivate(tree *Node) error
-	// CopyTree copies the file or directory src is to the new path dst, at most limit bytes
-	// of content (ErrTooLarge past it), keeping mode, owner and SELinux label, following no
-	// symlink.
-	CopyTree(src *Node, dst string, limit int64) (int64, error)
+	// CopyTree copies the regular file or directory want, which rel names below dir, to the
+	// new path dst, keeping mode, owner and SELinux label, opening nothing but regular files
+	// and directories, without blocking and following no symlink below want. charge is told
+	// each entry's cost before it is written and stops the copy with its error; ctx is
+	// checked before each entry.
+	CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst string, charge func(cost int64) error) error
 }
 
 // ErrNoBeneath says a mount cannot be attached beneath another here: the kernel is older than

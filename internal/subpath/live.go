@@ -67,13 +67,7 @@ func (Live) Open(dir *Node, rel string, how unix.OpenHow) (*Node, error) {
 		dirfd, name = dir.fd, dir.Name+"/"+rel
 	}
 	how.Flags |= unix.O_PATH | unix.O_CLOEXEC
-	var fd int
-	var err error
-	for range 16 {
-		if fd, err = unix.Openat2(dirfd, rel, &how); err != unix.EAGAIN {
-			break
-		}
-	}
+	fd, err := openat2(dirfd, rel, &how)
 	if err != nil {
 		return nil, &fs.PathError{Op: "openat2", Path: name, Err: err}
 	}

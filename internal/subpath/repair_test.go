@@ -1,6 +1,7 @@
 package subpath
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -32,6 +33,14 @@ type env struct {
 	newTS           string // set by atomic
 }
 
+// replaceFile is an update that removes the volume's file rel and writes a new one there.
+func replaceFile(rel, content string) func(e *env) {
+	return func(e *env) {
+		must(e.t, os.Remove(filepath.Join(e.volDir, rel)))
+		must(e.t, os.WriteFile(filepath.Join(e.volDir, rel), []byte(content), 0o644))
+	}
+}
+
 // atomic updates the volume under test the atomic-writer way, old timestamp dir removed.
 func (e *env) atomic(files map[string]entry) { e.newTS = e.writeAtomic(e.volDir, files) }
 
@@ -43,6 +52,10 @@ type scenario struct {
 	initial map[string]entry
 	subPath string // as the pod spec names it
 	update  func(e *env)
+	// dirName is the volume's directory below its plugin directory, when not volume (a PV's
+	// name); hostPath puts the volume outside the kubelet root, as a hostPath volume is.
+	dirName  string
+	hostPath bool
 	// privateBind makes kubelet's bind private (below the shared kubelet root it comes out a
 	// shared peer of the volume's mount, as on a real node).
 	privateBind bool
@@ -185,21 +198,34 @@ var scenarios = []scenario{
 		wantErr: []string{"it is a regular file now, but the stale bind was a directory"},
 	},
 	{
-		name: "volume in two plugin directories", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		// The volume is found by what holds the bind's source, not by its name.
+		name: "volume name in two plugin directories", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		update: func(e *env) {
 			e.atomic(map[string]entry{"app.conf": file("v2")})
 			must(e.t, os.MkdirAll(filepath.Join(e.pod(), "volumes", secret, "cfg"), 0o755))
 		},
-		wantErr: []string{"volume cfg is in 2 plugin directories (kubernetes.io~configmap, kubernetes.io~secret)"},
+		want: "v2",
+	},
+	{
+		// A PVC's directory is named after its PV, not after the pod's volume.
+		name: "csi volume named after its PV", plugin: csi, volume: "data", dirName: "pvc-0f5a4c1e", tmpfs: true,
+		initial: map[string]entry{"logs/f": file("c1")}, subPath: "logs/f",
+		update: replaceFile("logs/f", "c2"),
+		want:   "c2",
+	},
+	{
+		// kubelet keeps no directory of a hostPath volume: nothing proves where the bind came
+		// from, so it is not repaired (the caller leaves it for the runtime to fail on).
+		name: "hostPath file replaced", hostPath: true, volume: "host",
+		initial: map[string]entry{"logs/f": file("h1")}, subPath: "logs/f",
+		update:  replaceFile("logs/f", "h2"),
+		wantErr: []string{"cannot find the volume's directory", "lies in no volume directory of the pod", ErrUnknownVolume.Error()},
 	},
 	{
 		name: "emptyDir file replaced", plugin: emptyDir, volume: "scratch",
 		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
-		update: func(e *env) {
-			must(e.t, os.Remove(filepath.Join(e.volDir, "data/f")))
-			must(e.t, os.WriteFile(filepath.Join(e.volDir, "data/f"), []byte("e2"), 0o644))
-		},
-		want: "e2",
+		update: replaceFile("data/f", "e2"),
+		want:   "e2",
 	},
 	{
 		name: "emptyDir directory replaced", plugin: emptyDir, volume: "scratch",
@@ -309,7 +335,12 @@ func setup(t *testing.T, sc scenario) (*env, Target, string) {
 	for _, n := range []string{"app.conf", "f", "token"} {
 		must(t, os.WriteFile(filepath.Join(e.outDir, n), []byte("OUTSIDE"), 0o644))
 	}
-	e.volDir = k.volume(sc.plugin, sc.volume, sc.tmpfs && sc.plugin != csi)
+	e.volDir = k.volume(sc.plugin, cmp.Or(sc.dirName, sc.volume), sc.tmpfs && sc.plugin != csi)
+	if sc.hostPath {
+		must(t, os.RemoveAll(e.volDir))
+		e.volDir = filepath.Join(filepath.Dir(e.outDir), "hostpath")
+		must(t, os.Mkdir(e.volDir, 0o755))
+	}
 	if sc.plugin == csi { // the driver's filesystem is mounted on <volume>/mount
 		e.volDir = filepath.Join(e.volDir, "mount")
 		must(t, os.Mkdir(e.volDir, 0o755))

@@ -65,6 +65,7 @@ const (
 // located is what a subPath bind target holds and what its subPath names in the volume now,
 // each opened safely (O_PATH descriptors). Close releases them.
 type located struct {
+	t                             Target // the target located
 	subpaths, target, volDir, obj *Node
 	targetMount                   Mount
 	volPath, kind, oldSource      string
@@ -81,8 +82,10 @@ func (l *located) Close() {
 
 // locate opens target t and finds what its subPath names in the volume now, with every check
 // of Repair's steps 1 to 5 (see Repair). stale says the target must hold a deleted file or
-// directory (a repair); otherwise it may hold either (a copy).
-func (r *Repairer) locate(t Target, stale bool) (_ *located, err error) {
+// directory (a repair); otherwise it may hold either (a copy). atomic looks for the volume
+// among the atomic-writer plugin directories only (a copy): an error wrapping ErrUnknownVolume
+// then says the subPath is of no atomic-writer volume.
+func (r *Repairer) locate(t Target, stale, atomic bool) (_ *located, err error) {
 	fail := func(reason string, err error) error { return &Error{Target: t, Reason: reason, Err: err} }
 	if pt, ok := ParseTarget(r.root, t.Path); !ok || pt != t {
 		return nil, fail("not a subPath bind target below kubelet root "+r.root, nil)
@@ -92,7 +95,7 @@ func (r *Repairer) locate(t Target, stale bool) (_ *located, err error) {
 		return nil, fail("cannot open the kubelet root dir", err)
 	}
 	defer root.Close()
-	l := &located{}
+	l := &located{t: t}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -124,32 +127,13 @@ func (r *Repairer) locate(t Target, stale bool) (_ *located, err error) {
 		held = l.targetMount.Root
 	}
 
-	// 2. The volume directory, and the subPath below it.
-	var plugin string
-	if l.volDir, plugin, err = r.openVolume(root, pod, t.Volume); err != nil {
+	// 2. The volume directory that holds it, as kubelet's layout proves, and the subPath below
+	// it.
+	var plugin, remainder string
+	if l.volDir, plugin, l.volPath, remainder, err = r.findVolume(root, pod, t, l.targetMount, held, atomic); err != nil {
 		return nil, fail("cannot find the volume's directory", err)
 	}
 	l.kind, l.atomic = volumeKind(plugin)
-	if l.volPath, err = r.host.Path(l.volDir); err != nil {
-		return nil, fail("cannot name the "+l.kind+" volume's directory", err)
-	}
-	volMount, err := r.host.Mount(l.volDir)
-	if err != nil {
-		return nil, fail("cannot read the mount of "+l.kind+" volume dir "+l.volPath, err)
-	}
-	volFS, err := fsPath(l.volPath, volMount.Point, volMount.Root)
-	if err != nil {
-		return nil, fail("cannot place "+l.kind+" volume dir "+l.volPath+" in its filesystem", err)
-	}
-	if l.targetMount.Major != volMount.Major || l.targetMount.Minor != volMount.Minor {
-		return nil, fail(fmt.Sprintf("the bind (%s) is on device %d:%d, but %s volume dir %s is on %d:%d",
-			held, l.targetMount.Major, l.targetMount.Minor, l.kind, l.volPath, volMount.Major, volMount.Minor), nil)
-	}
-	remainder, ok := within(volFS, held)
-	if !ok || remainder == "" {
-		return nil, fail(fmt.Sprintf("the bind held %s, which is not below %s volume dir %s (%s in its filesystem)",
-			held, l.kind, l.volPath, volFS), nil)
-	}
 	l.oldSource = path.Join(l.volPath, remainder)
 
 	// 3, 4. What the subPath names now.
@@ -180,7 +164,7 @@ func (r *Repairer) locate(t Target, stale bool) (_ *located, err error) {
 // volume directory with RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS and the result must be of the
 // stale bind's type; (6) a clone of the opened object replaces the stale bind on the target.
 func (r *Repairer) Repair(t Target) (Repair, error) {
-	l, err := r.locate(t, true)
+	l, err := r.locate(t, true, false)
 	if err != nil {
 		return Repair{}, err
 	}
@@ -201,48 +185,97 @@ func (r *Repairer) Repair(t Target) (Repair, error) {
 	return Repair{Target: t, VolumeDir: l.volPath, SubPath: l.res.SubPath, OldSource: l.oldSource, NewSource: newSource, Kind: l.kind}, nil
 }
 
-// openVolume opens pods/<uid>/volumes/<plugin>/<volume>, for the one plugin dir that has it
-// (for a CSI volume, the directory it is mounted on: <volume>/mount).
-func (r *Repairer) openVolume(root *Node, pod, volume string) (*Node, string, error) {
+// findVolume finds the volume directory of the pod that holds what the bind holds (held, a
+// path within the bind's filesystem): on the bind's device, with held strictly below the
+// directory's place in its filesystem. That is what kubelet's layout proves, whatever the
+// directories are named: a hostPath has no directory there at all, a PVC's is named after its
+// PV (for CSI, <pv>/mount). With atomic, only the atomic-writer plugin directories named after
+// the volume are looked at (a copy); otherwise every volume directory of the pod (a repair,
+// rare: only for a stale bind). No directory, or more than one, is an error wrapping
+// ErrUnknownVolume. It returns the directory, its plugin, its path and held's path below it.
+func (r *Repairer) findVolume(root *Node, pod string, t Target, bind Mount, held string, atomic bool) (_ *Node, plugin, volPath, remainder string, err error) {
 	volumes, err := r.host.Open(root, pod+"/volumes", unix.OpenHow{Flags: unix.O_DIRECTORY, Resolve: kubeletOwned})
+	if errors.Is(err, unix.ENOENT) {
+		return nil, "", "", "", fmt.Errorf("the pod has no volumes directory: %w", ErrUnknownVolume)
+	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", "", err
 	}
 	defer volumes.Close()
-	plugins, err := r.host.Names(volumes)
-	if err != nil {
-		return nil, "", err
-	}
-	var found []string
-	var dir *Node
-	for _, p := range plugins {
-		n, err := r.host.Open(volumes, p+"/"+volume, unix.OpenHow{Flags: unix.O_DIRECTORY | unix.O_NOFOLLOW, Resolve: kubeletOwned})
-		switch {
-		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
-			continue
-		case err != nil:
+	type candidate struct{ plugin, rel string }
+	var candidates []candidate
+	if atomic {
+		for _, p := range atomicPlugins() {
+			candidates = append(candidates, candidate{p, p + "/" + t.Volume})
+		}
+	} else {
+		plugins, err := r.host.Names(volumes)
+		if err != nil {
+			return nil, "", "", "", err
+		}
+		for _, p := range plugins {
+			dir, err := r.host.Open(volumes, p, unix.OpenHow{Flags: unix.O_DIRECTORY | unix.O_NOFOLLOW, Resolve: kubeletOwned})
+			if err != nil {
+				continue
+			}
+			names, err := r.host.Names(dir)
 			dir.Close()
-			return nil, "", err
-		}
-		found = append(found, p)
-		if dir == nil {
-			dir = n
-		} else {
-			n.Close()
+			if err != nil {
+				continue
+			}
+			for _, n := range names {
+				rel := p + "/" + n
+				if content := volumeContent(p); content != "" {
+					rel += "/" + content
+				}
+				candidates = append(candidates, candidate{p, rel})
+			}
 		}
 	}
-	plugin, err := pickPlugin(volume, found)
+	var found *Node
+	var holders []string
+	for _, c := range candidates {
+		dir, err := r.host.Open(volumes, c.rel, unix.OpenHow{Flags: unix.O_DIRECTORY | unix.O_NOFOLLOW, Resolve: kubeletOwned})
+		if err != nil {
+			continue // not there, or not a directory: it holds nothing
+		}
+		rest, dirPath, ok := r.holds(dir, bind, held)
+		if !ok {
+			dir.Close()
+			continue
+		}
+		holders = append(holders, c.rel)
+		if found != nil {
+			dir.Close()
+			continue
+		}
+		found, plugin, volPath, remainder = dir, c.plugin, dirPath, rest
+	}
+	if err := pickVolume(held, holders); err != nil {
+		found.Close()
+		return nil, "", "", "", err
+	}
+	return found, plugin, volPath, remainder, nil
+}
+
+// holds says whether the volume directory dir holds held, what a bind on mount bind holds:
+// on the same device, strictly below dir's place in its filesystem. It returns held's path
+// below dir and dir's path.
+func (r *Repairer) holds(dir *Node, bind Mount, held string) (rest, dirPath string, ok bool) {
+	dirPath, err := r.host.Path(dir)
 	if err != nil {
-		dir.Close()
-		return nil, "", err
+		return "", "", false
 	}
-	if content := volumeContent(plugin); content != "" {
-		defer dir.Close()
-		if dir, err = r.host.Open(dir, content, unix.OpenHow{Flags: unix.O_DIRECTORY | unix.O_NOFOLLOW, Resolve: kubeletOwned}); err != nil {
-			return nil, "", err
-		}
+	m, err := r.host.Mount(dir)
+	if err != nil || m.Major != bind.Major || m.Minor != bind.Minor {
+		return "", "", false
 	}
-	return dir, plugin, nil
+	dirFS, err := fsPath(dirPath, m.Point, m.Root)
+	if err != nil {
+		return "", "", false
+	}
+	rest, ok = within(dirFS, held)
+	return rest, dirPath, ok && rest != ""
 }
 
 // rebind replaces the stale bind on the target with a bind of obj.
@@ -298,7 +331,7 @@ func (r *Repairer) replace(t Target, subpaths, stale *Node, staleMount Mount, tr
 	}
 	m, err := r.attachOnPlaceholder(t, subpaths, tree, obj)
 	if err != nil {
-		return fmt.Errorf("the stale bind was detached, but binding on the placeholder failed, which is left without a mount (Stale reports it): %w", err)
+		return fmt.Errorf("the stale bind was detached, but binding on the placeholder failed, which is left without a mount (Stale reports it): %w (%w)", err, ErrNotMounted)
 	}
 	if needsPrivate(staleMount, m) {
 		return r.host.MakePrivate(tree)

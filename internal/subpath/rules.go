@@ -82,6 +82,19 @@ var volumeKinds = map[string]struct {
 	"kubernetes.io~nfs":          {name: "nfs"},
 }
 
+// atomicPlugins are the plugin directories of the atomic-writer volumes, sorted. kubelet names
+// a volume's directory in them after the pod's volume, as it names volume-subpaths/<volume>.
+var atomicPlugins = sync.OnceValue(func() []string {
+	var ps []string
+	for p, k := range volumeKinds {
+		if k.atomic {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+})
+
 // volumeContent is the path of a volume's files below <plugin>/<volume>: "" for most.
 func volumeContent(plugin string) string { return volumeKinds[plugin].content }
 
@@ -125,6 +138,24 @@ func planResolution(plugin, remainder string) (resolution, error) {
 	return resolution{Rel: path.Join("..data", key), SubPath: key, Key: true}, nil
 }
 
+// throughData turns rel, a path through the atomic writer's ..data link as planResolution
+// makes it (..data/<key>, or ..data itself for subPath ..data), into the same path through the timestamp directory the link names
+// (link, as read), so that it can be opened without following any symlink. The link must
+// name a ..<timestamp> directory of the volume itself.
+func throughData(rel, link string) (string, error) {
+	key, ok := "", rel == "..data"
+	if !ok {
+		key, ok = strings.CutPrefix(rel, "..data/")
+		if !ok || relativeClean(key) != nil {
+			return "", fmt.Errorf("%q is not ..data nor a key below it", rel)
+		}
+	}
+	if !timestampDir().MatchString(link) {
+		return "", fmt.Errorf("..data points to %q, not to a ..<timestamp> directory of the volume", link)
+	}
+	return path.Join(link, key), nil
+}
+
 // relativeClean accepts a non-empty relative path with no empty, "." or ".." component.
 func relativeClean(p string) error {
 	if p == "" {
@@ -141,17 +172,18 @@ func relativeClean(p string) error {
 	return nil
 }
 
-// pickPlugin chooses the plugin directory that holds the volume: exactly one must.
-func pickPlugin(volume string, plugins []string) (string, error) {
-	switch len(plugins) {
+// pickVolume checks that exactly one volume directory of the pod (holders, relative to its
+// volumes directory) holds held.
+func pickVolume(held string, holders []string) error {
+	switch len(holders) {
 	case 1:
-		return plugins[0], nil
+		return nil
 	case 0:
-		return "", fmt.Errorf("no plugin directory holds volume %s", volume)
+		return fmt.Errorf("%s lies in no volume directory of the pod (a hostPath, or a volume kubelet keeps elsewhere): %w", held, ErrUnknownVolume)
 	}
-	sorted := slices.Sorted(slices.Values(plugins))
-	return "", fmt.Errorf("volume %s is in %d plugin directories (%s), so which one the subPath came from is unclear",
-		volume, len(sorted), strings.Join(sorted, ", "))
+	sorted := slices.Sorted(slices.Values(holders))
+	return fmt.Errorf("%s lies in %d volume directories of the pod (%s), so which volume it is is unclear: %w",
+		held, len(sorted), strings.Join(sorted, ", "), ErrUnknownVolume)
 }
 
 // sameType checks that what a subPath names now is of the type the stale bind was.
@@ -231,17 +263,21 @@ var ErrNotStale = errors.New("the subPath mount is not stale")
 // kubelet's empty placeholder instead of the volume's content.
 var ErrNotMounted = errors.New("the subPath bind target is not a mount point")
 
-// Error says which stale subPath mount was not repaired and why. Reason names the volume and
-// subPath once they are known.
+// Error says which stale subPath mount was not repaired, or which subPath was not copied
+// (Copy), and why. Reason names the volume and subPath once they are known.
 type Error struct {
 	Target Target
 	Reason string
 	Err    error
+	Copy   bool
 }
 
 func (e *Error) Error() string {
-	s := fmt.Sprintf("stale subPath mount %s (pod %s, container %s, volume %s) not repaired: %s",
-		e.Target.Path, e.Target.PodUID, e.Target.Container, e.Target.Volume, e.Reason)
+	what := "stale subPath mount %s (pod %s, container %s, volume %s) not repaired: %s"
+	if e.Copy {
+		what = "subPath mount %s (pod %s, container %s, volume %s) not copied: %s"
+	}
+	s := fmt.Sprintf(what, e.Target.Path, e.Target.PodUID, e.Target.Container, e.Target.Volume, e.Reason)
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
 	}

@@ -1,13 +1,18 @@
 package subpath
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/bounded"
 )
 
 func TestStaleRoot(t *testing.T) {
@@ -133,27 +138,88 @@ func TestPlanResolution(t *testing.T) {
 	}
 }
 
-func TestPickPlugin(t *testing.T) {
+func TestPickVolume(t *testing.T) {
 	tests := []struct {
-		plugins []string
-		want    string
+		holders []string
 		wantErr string
 	}{
-		{plugins: []string{"kubernetes.io~configmap"}, want: "kubernetes.io~configmap"},
-		{plugins: nil, wantErr: "no plugin directory holds volume cfg"},
-		{plugins: []string{"kubernetes.io~secret", "kubernetes.io~configmap"},
-			wantErr: "volume cfg is in 2 plugin directories (kubernetes.io~configmap, kubernetes.io~secret)"},
+		{holders: []string{"kubernetes.io~configmap/cfg"}},
+		{holders: nil, wantErr: "/srv/logs/app.log lies in no volume directory of the pod (a hostPath, or a volume kubelet keeps elsewhere)"},
+		{holders: []string{"kubernetes.io~secret/cfg", "kubernetes.io~configmap/cfg"},
+			wantErr: "/srv/logs/app.log lies in 2 volume directories of the pod (kubernetes.io~configmap/cfg, kubernetes.io~secret/cfg)"},
 	}
 	for _, tt := range tests {
-		got, err := pickPlugin("cfg", tt.plugins)
+		err := pickVolume("/srv/logs/app.log", tt.holders)
+		if tt.wantErr == "" {
+			if err != nil {
+				t.Errorf("pickVolume(%q) = %v, want nil", tt.holders, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, ErrUnknownVolume) {
+			t.Errorf("pickVolume(%q) = %v, want an ErrUnknownVolume naming %q", tt.holders, err, tt.wantErr)
+		}
+	}
+}
+
+func TestThroughData(t *testing.T) {
+	const ts = "..2026_11_22_07_00_00.123"
+	tests := []struct {
+		rel, link, want, wantErr string
+	}{
+		{rel: "..data/app.conf", link: ts, want: ts + "/app.conf"},
+		{rel: "..data/conf.d/app.ini", link: ts, want: ts + "/conf.d/app.ini"},
+		{rel: "..data", link: ts, want: ts},
+		{rel: "app.conf", link: ts, wantErr: `"app.conf" is not ..data nor a key below it`},
+		{rel: "..data/../x", link: ts, wantErr: "is not ..data nor a key below it"},
+		{rel: "..data/app.conf", link: "/etc", wantErr: `..data points to "/etc", not to a ..<timestamp> directory`},
+		{rel: "..data/app.conf", link: "../" + ts, wantErr: "not to a ..<timestamp> directory"},
+	}
+	for _, tt := range tests {
+		got, err := throughData(tt.rel, tt.link)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("pickPlugin(%q) error = %v, want %q", tt.plugins, err, tt.wantErr)
+				t.Errorf("throughData(%q, %q) = %q, %v; want an error containing %q", tt.rel, tt.link, got, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
-			t.Errorf("pickPlugin(%q) = %q, %v; want %q", tt.plugins, got, err, tt.want)
+			t.Errorf("throughData(%q, %q) = %q, %v; want %q", tt.rel, tt.link, got, err, tt.want)
+		}
+	}
+}
+
+// TestReasonOf: each way a copy or repair fails is counted under its reason.
+func TestReasonOf(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("x: %w", ErrUnknownVolume), ReasonUnknownVolume},
+		{fmt.Errorf("x: %w", ErrOverBudget), ReasonOverBudget},
+		{&os.PathError{Op: "write", Path: "/x", Err: unix.ENOSPC}, ReasonPoolFull},
+		{fmt.Errorf("x: %w", ErrNotRegular), ReasonNotRegular},
+		{fmt.Errorf("copy given up: %w", context.DeadlineExceeded), ReasonTimeout},
+		{fmt.Errorf("check: %w", bounded.ErrNoAnswer), ReasonTimeout},
+		{&os.PathError{Op: "openat2", Path: "/x", Err: unix.ENOENT}, ReasonNotFound},
+		{fmt.Errorf("x: %w", errChanged), ReasonChanged},
+		{errors.New("permission denied"), ReasonError},
+	}
+	for _, tt := range tests {
+		if got := reasonOf(tt.err); got != tt.want {
+			t.Errorf("reasonOf(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+		if !slices.Contains(Reasons, tt.want) {
+			t.Errorf("reason %q is not in Reasons", tt.want)
+		}
+	}
+}
+
+// TestEntryCost: every entry costs at least a page; content is rounded up to pages.
+func TestEntryCost(t *testing.T) {
+	for _, tt := range []struct{ size, want int64 }{{0, 4096}, {1, 4096}, {4096, 4096}, {4097, 8192}, {1_048_000, 1_048_576}} {
+		if got := entryCost(tt.size); got != tt.want {
+			t.Errorf("entryCost(%d) = %d, want %d", tt.size, got, tt.want)
 		}
 	}
 }

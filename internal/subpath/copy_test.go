@@ -1,0 +1,326 @@
+package subpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
+)
+
+// TestCopiesInNamespace runs the copies against kubelet's layout with real mounts, in a
+// private mount namespace.
+func TestCopiesInNamespace(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	t.Run("kubelet's layout decides what is copied", testLayoutDecides)
+	t.Run("budget per pod", testPodBudget)
+	t.Run("entries cost a page", testEntriesCost)
+	t.Run("budget counted again by a new Copies", testBudgetAfterReload)
+	t.Run("a copy given up leaves nothing", testGivenUp)
+	t.Run("FIFOs are never opened", testFIFO)
+}
+
+// bigBudget lets every test copy what it makes unless it tests the budget.
+var bigBudget = Budget{PodBytes: 64 << 20, PodEntries: 100_000, NodeBytes: 256 << 20, NodeEntries: 200_000}
+
+func newCopies(t *testing.T, k *kubelet, b Budget) *Copies {
+	t.Helper()
+	return NewRepairer(k.root).Copies(copyDir(t), b)
+}
+
+// copyDir is a directory for copies; its tmpfs is unmounted when the test ends.
+func copyDir(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "copies")
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }) // runs before TempDir's removal
+	return dir
+}
+
+// entriesBelow counts what lies below dir (dir itself not counted; a missing dir holds 0).
+func entriesBelow(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err == nil && p != dir {
+			n++
+		}
+		return err
+	})
+	must(t, err)
+	return n
+}
+
+func reasons(fs []Fallback) []string {
+	var rs []string
+	for _, f := range fs {
+		rs = append(rs, f.Reason)
+	}
+	return rs
+}
+
+// testLayoutDecides is issue 23's first finding at the level of the package: with kubelet's
+// real layout, a hostPath subPath (a file and a directory; kubelet keeps no directory for
+// the volume) and a CSI PVC subPath (its directory is named after the PV:
+// volumes/kubernetes.io~csi/pvc-.../mount) are neither copied nor an error; before the fix
+// both were "not repaired: cannot find the volume's directory" and refused the container.
+// Only the configMap key is copied. A stale hostPath bind cannot be repaired (nothing proves
+// where it came from): it is a Fallback, not an error.
+func testLayoutDecides(t *testing.T) {
+	k := newKubelet(t)
+	cm := k.volume(configMap, "cfg", false)
+	k.writeAtomic(cm, map[string]entry{"app.conf": file("v1")})
+	_, host := outside(t)
+	must(t, os.Mkdir(filepath.Join(host, "d"), 0o755))
+	pv := filepath.Join(k.volume(csi, "pvc-0f5a4c1e", false), "mount")
+	must(t, os.MkdirAll(filepath.Join(pv, "sub"), 0o755))
+	scratch := k.volume(emptyDir, "scratch", false)
+	must(t, os.WriteFile(filepath.Join(scratch, "f"), []byte("e"), 0o644))
+	cmT := k.bind(cm, "cfg", "app", 0, "app.conf")
+	hostFile := k.bind(host, "host", "app", 1, "secret.txt")
+	hostDir := k.bind(host, "host", "app", 2, "d")
+	pvc := k.bind(pv, "data", "app", 3, "sub")
+	empty := k.bind(scratch, "scratch", "app", 4, "f")
+	c := newCopies(t, k, bigBudget)
+
+	sources := []string{cmT.Path, hostFile.Path, hostDir.Path, pvc.Path, empty.Path, "/not/a/subpath"}
+	copies, rest, fallbacks := c.CopySources(context.Background(), "ctr", sources)
+	if len(copies) != 1 || copies[0].Target != cmT || show(t, copies[0].Path) != "v1" {
+		t.Errorf("copies = %+v, want one of the configMap key reading v1", copies)
+	}
+	// The node pool is a tmpfs bounded in bytes and in inodes (size= alone bounds no inode).
+	var sfs unix.Statfs_t
+	must(t, unix.Statfs(c.Dir, &sfs))
+	if sfs.Type != unix.TMPFS_MAGIC || int64(sfs.Blocks)*sfs.Bsize != bigBudget.NodeBytes || int64(sfs.Files) != bigBudget.NodeEntries {
+		t.Errorf("the copy dir is fs %#x of %d bytes and %d inodes, want a tmpfs of %d and %d",
+			sfs.Type, int64(sfs.Blocks)*sfs.Bsize, sfs.Files, bigBudget.NodeBytes, bigBudget.NodeEntries)
+	}
+	if want := []string{hostFile.Path, hostDir.Path, pvc.Path, empty.Path}; !slices.Equal(rest, want) {
+		t.Errorf("left for repair %q, want %q", rest, want)
+	}
+	if len(fallbacks) != 0 {
+		t.Errorf("fallbacks %v, want none", fallbacks)
+	}
+	repairs, fallbacks, err := c.r.RepairSources(rest)
+	if len(repairs) != 0 || len(fallbacks) != 0 || err != nil {
+		t.Errorf("RepairSources of fresh binds = %v, %v, %v; want nothing to do", repairs, fallbacks, err)
+	}
+
+	// The hostPath file is replaced: kubelet's bind is stale and stays so.
+	must(t, os.Remove(filepath.Join(host, "secret.txt")))
+	must(t, os.WriteFile(filepath.Join(host, "secret.txt"), []byte("new"), 0o644))
+	repairs, fallbacks, err = c.r.RepairSources(rest)
+	if len(repairs) != 0 || err != nil || len(fallbacks) != 1 || fallbacks[0].Target != hostFile || fallbacks[0].Reason != ReasonUnknownVolume {
+		t.Errorf("RepairSources of a stale hostPath bind = %v, %v, %v; want one %s fallback for %s", repairs, fallbacks, err, ReasonUnknownVolume, hostFile.Path)
+	}
+	if stale, err := c.r.Stale(hostFile); !stale || err != nil {
+		t.Errorf("the stale hostPath bind was touched: Stale = %v, %v", stale, err)
+	}
+}
+
+// projectedPod makes a pod (uid) with a projected volume of files keys of size bytes each,
+// and n binds of its ..data directory (subPath: ..data), as kubelet allows.
+func projectedPod(t *testing.T, k *kubelet, uid string, keys, size, n int) []string {
+	t.Helper()
+	k.uid = uid
+	vol := k.volume(projected, "all", false)
+	files := map[string]entry{}
+	for i := range keys {
+		files[fmt.Sprintf("cm%02d", i)] = file(strings.Repeat("x", size))
+	}
+	k.writeAtomic(vol, files)
+	var sources []string
+	for i := range n {
+		sources = append(sources, k.bind(vol, "all", "app", i, "..data").Path)
+	}
+	return sources
+}
+
+// testPodBudget: a pod whose subPaths pass its budget gets the copies that fit and keeps
+// kubelet's bind for the others (over_budget), leaving nothing of the copy that did not fit;
+// another pod still gets its copy; Remove returns the charge.
+func testPodBudget(t *testing.T) {
+	k := newKubelet(t)
+	b := Budget{PodBytes: 8 << 20, PodEntries: 1000, NodeBytes: 64 << 20, NodeEntries: 10_000}
+	c := newCopies(t, k, b)
+	// 4 keys of 1 MB: one copy costs 4 MiB and a page for the directory, so one fits.
+	attack := projectedPod(t, k, "uid-attacker", 4, 1_048_000, 4)
+	copies, _, fallbacks := c.CopySources(context.Background(), "attacker", attack)
+	if len(copies) != 1 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget, ReasonOverBudget, ReasonOverBudget}) {
+		t.Fatalf("attacker: %d copies, fallbacks %v; want 1 copy and 3 over_budget", len(copies), reasons(fallbacks))
+	}
+	if want := int64(4<<20 + pageSize); copies[0].Bytes != want || copies[0].Entries != 5 {
+		t.Errorf("the copy was charged %d bytes in %d entries, want %d in 5", copies[0].Bytes, copies[0].Entries, want)
+	}
+	if !strings.Contains(fallbacks[0].Error(), "podBytes 8388608") {
+		t.Errorf("fallback %q does not name the budget", fallbacks[0].Error())
+	}
+	if n := entriesBelow(t, filepath.Join(c.Dir, "uid-attacker", "attacker")); n != 1+1+4 {
+		t.Errorf("%d entries below the attacker's copies, want 6 (the volume's directory, the copy and its 4 files): the copies that did not fit left something", n)
+	}
+
+	k.uid = "uid-victim"
+	cm := k.volume(configMap, "cfg", false)
+	k.writeAtomic(cm, map[string]entry{"app.conf": file("victim")})
+	victim := k.bind(cm, "cfg", "app", 0, "app.conf")
+	copies, _, fallbacks = c.CopySources(context.Background(), "victim", []string{victim.Path})
+	if len(copies) != 1 || len(fallbacks) != 0 || show(t, copies[0].Path) != "victim" {
+		t.Errorf("victim: copies %+v, fallbacks %v; want its copy", copies, fallbacks)
+	}
+
+	must(t, c.Remove("attacker"))
+	copies, _, fallbacks = c.CopySources(context.Background(), "attacker-2", attack[:1])
+	if len(copies) != 1 || len(fallbacks) != 0 {
+		t.Errorf("after Remove the attacker pod's budget is not returned: copies %d, fallbacks %v", len(copies), fallbacks)
+	}
+}
+
+// emptyKeys makes a configMap volume "many" of n empty keys and binds its ..data directory
+// (subPath: ..data).
+func emptyKeys(k *kubelet, n int) Target {
+	vol := k.volume(configMap, "many", false)
+	files := make(map[string]entry, n)
+	for i := range n {
+		files[fmt.Sprintf("k%05d", i)] = file("")
+	}
+	k.writeAtomic(vol, files)
+	return k.bind(vol, "many", "app", 0, "..data")
+}
+
+// testEntriesCost: 100 empty keys cost 100 pages and 100 entries: past podEntries, the copy
+// falls back although it holds no byte.
+func testEntriesCost(t *testing.T) {
+	k := newKubelet(t)
+	src := emptyKeys(k, 100)
+	c := newCopies(t, k, Budget{PodBytes: 1 << 20, PodEntries: 50, NodeBytes: 8 << 20, NodeEntries: 1000})
+	copies, _, fallbacks := c.CopySources(context.Background(), "ctr", []string{src.Path})
+	if len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget}) {
+		t.Errorf("100 empty keys, podEntries 50: copies %d, fallbacks %v; want over_budget", len(copies), fallbacks)
+	}
+	if n := entriesBelow(t, c.Dir); n != 0 {
+		t.Errorf("%d entries left below %s, want 0", n, c.Dir)
+	}
+	c = newCopies(t, k, Budget{PodBytes: 200 * pageSize, PodEntries: 1000, NodeBytes: 8 << 20, NodeEntries: 1000})
+	copies, _, fallbacks = c.CopySources(context.Background(), "ctr", []string{src.Path})
+	if len(copies) != 1 || len(fallbacks) != 0 || copies[0].Bytes != 101*pageSize {
+		t.Errorf("100 empty keys: copies %+v, fallbacks %v; want one copy charged 101 pages", copies, fallbacks)
+	}
+}
+
+// testBudgetAfterReload: a Copies made for the same directory (a reload, a restart) counts
+// what the pods' copies hold already.
+func testBudgetAfterReload(t *testing.T) {
+	k := newKubelet(t)
+	b := Budget{PodBytes: 8 << 20, PodEntries: 1000, NodeBytes: 64 << 20, NodeEntries: 10_000}
+	c := newCopies(t, k, b)
+	srcs := projectedPod(t, k, "uid-a", 4, 1_048_000, 2)
+	if copies, _, fallbacks := c.CopySources(context.Background(), "one", srcs[:1]); len(copies) != 1 || len(fallbacks) != 0 {
+		t.Fatalf("first copy: %d, %v", len(copies), fallbacks)
+	}
+	again := NewRepairer(k.root).Copies(c.Dir, b)
+	if copies, _, fallbacks := again.CopySources(context.Background(), "two", srcs[1:]); len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget}) {
+		t.Errorf("after a reload the pod's earlier copy is not counted: copies %d, fallbacks %v", len(copies), reasons(fallbacks))
+	}
+	must(t, again.Remove("one")) // copied before this Copies was made: found by its ID
+	if _, err := os.Stat(filepath.Join(c.Dir, "uid-a")); !os.IsNotExist(err) {
+		t.Errorf("Remove of a container copied before the reload left its pod's directory: %v", err)
+	}
+}
+
+// cancellingHost cancels the copy's context once it has charged after entries.
+type cancellingHost struct {
+	Live
+	cancel  context.CancelFunc
+	after   int
+	charged int
+}
+
+func (h *cancellingHost) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst string, charge func(int64) error) error {
+	return h.Live.CopyTree(ctx, dir, rel, want, dst, func(cost int64) error {
+		if h.charged++; h.charged == h.after {
+			h.cancel()
+		}
+		return charge(cost)
+	})
+}
+
+// testGivenUp is issue 23's second finding: a copy whose caller gives up (its bound passed)
+// stops at the next entry and removes what it wrote, and returns its charge; before the fix
+// it went on writing into the copy directory until the whole volume was copied.
+func testGivenUp(t *testing.T) {
+	k := newKubelet(t)
+	src := emptyKeys(k, 2000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	host := &cancellingHost{cancel: cancel, after: 500}
+	c := NewRepairerWith(k.root, host).Copies(copyDir(t), bigBudget)
+	goroutines := runtime.NumGoroutine()
+	copies, rest, fallbacks := c.CopySources(ctx, "ctr", []string{src.Path})
+	if len(copies) != 0 || len(rest) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonTimeout}) {
+		t.Fatalf("a copy given up: copies %d, rest %v, fallbacks %v; want one timeout fallback", len(copies), rest, fallbacks)
+	}
+	if host.charged != host.after {
+		t.Errorf("the copy charged %d entries, want it to stop at the one after the cancel (%d)", host.charged, host.after)
+	}
+	if n := entriesBelow(t, c.Dir); n != 0 {
+		t.Errorf("%d entries left below %s after the copy was given up, want 0", n, c.Dir)
+	}
+	if u := c.pods[k.uid]; u != nil {
+		t.Errorf("the given-up copy's charge stays: %+v", *u)
+	}
+	if after := runtime.NumGoroutine(); after > goroutines {
+		t.Errorf("goroutines %d -> %d", goroutines, after)
+	}
+}
+
+// testFIFO is issue 23's third finding: a FIFO at a subPath, or below a subPath directory, is
+// never opened (before the fix open blocked forever): the subPath keeps kubelet's bind.
+func testFIFO(t *testing.T) {
+	k := newKubelet(t)
+	vol := k.volume(configMap, "cfg", false)
+	ts := k.writeAtomic(vol, map[string]entry{"d/x": file("x"), "app.conf": file("a")})
+	must(t, syscall.Mkfifo(filepath.Join(vol, ts, "pipe"), 0o644))
+	must(t, os.Symlink("..data/pipe", filepath.Join(vol, "pipe")))
+	must(t, syscall.Mkfifo(filepath.Join(vol, ts, "d", "pipe"), 0o644))
+	atKey := k.bind(vol, "cfg", "app", 0, "pipe")
+	inDir := k.bind(vol, "cfg", "app", 1, "d")
+	c := newCopies(t, k, bigBudget)
+	type result struct {
+		copies    []Copy
+		fallbacks []Fallback
+	}
+	done := make(chan result, 1)
+	go func() {
+		copies, _, fallbacks := c.CopySources(context.Background(), "ctr", []string{atKey.Path, inDir.Path})
+		done <- result{copies, fallbacks}
+	}()
+	select {
+	case r := <-done:
+		if len(r.copies) != 0 || !slices.Equal(reasons(r.fallbacks), []string{ReasonNotRegular, ReasonNotRegular}) {
+			t.Errorf("FIFOs: copies %d, fallbacks %v; want two not_regular", len(r.copies), r.fallbacks)
+		}
+		for _, f := range r.fallbacks {
+			if !errors.Is(f.Err, ErrNotRegular) || !strings.Contains(f.Error(), "fifo") {
+				t.Errorf("fallback %q does not say it met a fifo", f.Error())
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("copying a FIFO subPath blocked") // a bound on a hang, not a timing assertion
+	}
+	if n := entriesBelow(t, c.Dir); n != 0 {
+		t.Errorf("%d entries left below %s, want 0", n, c.Dir)
+	}
+}
