@@ -29,7 +29,6 @@ type systemdNode struct {
 	kubeNode
 	sd     *harness.Systemd
 	config string // mountkeeper's config (kubeClassConfig)
-	specs  string // --base-spec-dir of runtime configure
 }
 
 // newSystemdNode boots the node: systemd (hybrid cgroups, see harness.SystemdOptions), then
@@ -43,7 +42,6 @@ func newSystemdNode(t *testing.T, ctx context.Context) *systemdNode {
 		testenv.Skip(t, "no Kubernetes node: %s", why)
 	}
 	n := &systemdNode{kubeNode: *prepareKubeNode(t, ctx)}
-	n.specs = filepath.Join(n.dir, "specs")
 
 	var err error
 	start := time.Now()
@@ -86,26 +84,12 @@ func newSystemdNode(t *testing.T, ctx context.Context) *systemdNode {
 func (n *systemdNode) configure(extra ...string) string {
 	n.t.Helper()
 	args := append([]string{n.bin, "runtime", "configure", "--runtime", "containerd", "--config", n.config,
-		"--config-file", n.ctrd.ConfigPath(), "--hook-path", n.bin, "--base-spec-dir", n.specs}, extra...)
+		"--config-file", n.ctrd.ConfigPath()}, extra...)
 	out, err := n.sd.Run(n.ctx, args...)
 	if err != nil {
 		n.t.Fatalf("runtime configure: %v\n%s", err, out)
 	}
 	return out
-}
-
-// restartContainerd restarts containerd the way an operator does on such a node. A configure
-// that restarts containerd itself (`runtime configure --restart`, through systemd) replaces
-// it with n.configure("--restart") followed by n.ctrd.Reattach(n.ctx), which finds the new
-// containerd.service process and waits for CRI.
-func (n *systemdNode) restartContainerd() {
-	n.t.Helper()
-	if _, err := n.sd.Run(n.ctx, "systemctl", "restart", harness.ContainerdUnit); err != nil {
-		n.t.Fatal(err)
-	}
-	if err := n.ctrd.Reattach(n.ctx); err != nil {
-		n.t.Fatal(err)
-	}
 }
 
 // podLimits is a Guaranteed pod's resources: requests equal limits.
@@ -208,8 +192,16 @@ func TestSystemdCgroupNode(t *testing.T) {
 	defer cancel()
 	n := newSystemdNode(t, ctx)
 
-	t.Logf("runtime configure:\n%s", n.configure())
-	n.restartContainerd() // "restart containerd to apply"
+	// configure restarts containerd itself, through the node's systemd, as an operator asks it
+	// to (--restart); Reattach finds the new containerd.service process and waits for CRI.
+	out := n.configure("--restart")
+	t.Logf("runtime configure --restart:\n%s", out)
+	if !strings.Contains(out, "restarted containerd (systemctl restart containerd)") {
+		t.Errorf("runtime configure --restart does not say it restarted containerd: %s", out)
+	}
+	if err := n.ctrd.Reattach(n.ctx); err != nil {
+		t.Fatal(err)
+	}
 	// After the restart: the plugin connects to the configured containerd at once, and the
 	// guard never sees a class container it has not handled.
 	n.startPlugin(true)
