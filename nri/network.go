@@ -31,6 +31,15 @@ func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) 
 	return p
 }
 
+// WithMountsLeftBehind sets how the plugin learns that an earlier agent left network mounts in
+// a config's state directory (netmount.LeftBehind): with a config that has none of its own,
+// the plugin then makes its Mounter all the same, which adopts them and releases each once
+// no running container uses it, instead of leaving them mounted for ever.
+func (p *Plugin) WithMountsLeftBehind(left func(*configs.Config) bool) *Plugin {
+	p.mountsLeft = left
+	return p
+}
+
 // makeMounter makes the Mounter for cfg, the first config with network mounts.
 func (p *Plugin) makeMounter(cfg *configs.Config) (Mounter, error) {
 	if p.newMounter == nil {

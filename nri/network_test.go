@@ -206,6 +206,34 @@ func TestNetworkMounts(t *testing.T) {
 	})
 }
 
+// A config without network mounts still gets a Mounter when an earlier agent left mounts in
+// its state directory: they are adopted, held by the running containers that use them and
+// released once none does (issue 24).
+func TestMounterForMountsLeftBehind(t *testing.T) {
+	for _, left := range []bool{false, true} {
+		fm := &fakeMounter{users: map[string]bool{}}
+		made := 0
+		p := NewPlugin(mustConfig(t, "runtimeClasses:\n  plain:\n    mounts:\n      - {source: /srv/plain, destination: /plain}\n"), true, &specmodtest.Host{}, quietLogger()).
+			WithMounter(func(*configs.Config) (Mounter, error) { made++; return fm, nil }).
+			WithMountsLeftBehind(func(*configs.Config) bool { return left })
+		if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
+			t.Fatal(err)
+		}
+		ctrs := []*api.Container{{Id: "reader", State: api.ContainerState_CONTAINER_RUNNING,
+			Mounts: []*api.Mount{{Source: "/var/lib/mountkeeper/mounts/0123456789abcdef", Destination: "/data"}}}}
+		if _, err := p.Synchronize(context.Background(), nil, ctrs); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if left {
+			want = 1
+		}
+		if made != want || fm.unused != want || len(fm.bySource) != want {
+			t.Errorf("mounts left %v: Mounter made %d times, ReleaseUnused %d, held by source %v; want %d each", left, made, fm.unused, fm.bySource, want)
+		}
+	}
+}
+
 // stuckHost answers host checks only once released, as a stat on a dead server would: the
 // order (budget first, answer after) holds however loaded the machine is.
 type stuckHost struct{ release chan struct{} }

@@ -144,7 +144,8 @@ func runNRI(args []string, stderr io.Writer) error {
 			}
 			m.Register(metrics.NetworkMounts(mgr.Status))
 			return managerMounter{mgr}, nil
-		}).WithMetrics(m).WithConfigSource(from)
+		}).WithMountsLeftBehind(func(cfg *configs.Config) bool { return netmount.LeftBehind(cfg.StateDir) }).
+		WithMetrics(m).WithConfigSource(from)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *listen != "" {

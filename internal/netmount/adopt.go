@@ -228,3 +228,21 @@ func within(path, dir string) bool {
 func (e *entry) setDir(mountsDir, dir string) {
 	e.dir, e.hostPath, e.unit = dir, filepath.Join(mountsDir, dir), unitFor(dir)
 }
+
+// LeftBehind says whether stateDir holds what an agent's Manager left: a state file or a
+// mount below mounts/ (from mountinfo: nothing is touched). The plugin then starts a Manager
+// even for a config without network mounts, so that they are adopted and released once no
+// container uses them, not left for ever.
+func LeftBehind(stateDir string) bool {
+	if states, _ := os.ReadDir(filepath.Join(stateDir, "state")); slices.ContainsFunc(states, func(e os.DirEntry) bool {
+		return strings.HasSuffix(e.Name(), ".json")
+	}) {
+		return true
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Join(stateDir, "mounts"))
+	if err != nil {
+		return false
+	}
+	live, err := (&liveSystem{}).mountsBelow(dir)
+	return err == nil && len(live) > 0
+}

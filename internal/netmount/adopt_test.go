@@ -2,6 +2,7 @@ package netmount
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -103,5 +104,24 @@ func TestStateCarriesItsVersion(t *testing.T) {
 	st := states[s.Key()]
 	if len(errs) != 0 || st.Version != stateVersion || st.Key != s.Key() || slices.Contains(st.Options, "password=hunter2") || st.MountedAt.After(time.Now()) {
 		t.Errorf("state %+v (errors %v): want version %d, key %s, the password redacted", st, errs, stateVersion, s.Key())
+	}
+}
+
+func TestLeftBehind(t *testing.T) {
+	dir := t.TempDir()
+	if LeftBehind(dir) {
+		t.Error("an empty state dir has something left behind")
+	}
+	os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+	os.MkdirAll(filepath.Join(dir, "mounts"), 0o700)
+	if LeftBehind(dir) {
+		t.Error("empty state/ and mounts/ have something left behind")
+	}
+	s := netspec.Spec{Type: "nfs", Source: "srv:/a"}
+	if err := writeState(filepath.Join(dir, "state"), s.Key(), newState(s, "")); err != nil {
+		t.Fatal(err)
+	}
+	if !LeftBehind(dir) {
+		t.Error("a state file is not seen as left behind")
 	}
 }
