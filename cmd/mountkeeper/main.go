@@ -39,6 +39,7 @@ commands:
   validate  check a config file
   check     check that this node can make the config's network filesystem mounts
   runtime   runtime configure: write containerd's or CRI-O's config for the runtime classes
+  node      node cleanup: after the agent is stopped, release its mounts and remove its state
   status    show what the running plugin reports (its --listen address)
   version   print the version
 `
@@ -72,6 +73,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runRuntime(args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(args[1:], stdout, stderr)
+	case "node":
+		err = runNode(args[1:], stdout, stderr)
 	case "hook":
 		err = cli.RunHook("mountkeeper hook", args[1:], stdin, stdout, stderr)
 	case "version":
