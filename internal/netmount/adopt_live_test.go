@@ -23,7 +23,7 @@ func TestSSHFSMountWithoutState(t *testing.T) {
 		return
 	}
 	const grace = 200 * time.Millisecond
-	spec := startSSHFSServer(t, tmp, sc, "no state\n")
+	spec, _ := startSSHFSServer(t, tmp, sc, "no state\n")
 	states := filepath.Join(tmp, "state", "state")
 	cfg := Config{StateDir: filepath.Join(tmp, "state"), Grace: grace, MountTimeout: 10 * time.Second,
 		RetryBackoff: 100 * time.Millisecond, Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec}}
@@ -97,8 +97,8 @@ func TestSSHFSMountWithoutState(t *testing.T) {
 }
 
 // startSSHFSServer starts sshd over loopback below tmp, in sc's parent cgroup, exporting a
-// file "hello" with content, and returns the spec that mounts its export.
-func startSSHFSServer(t *testing.T, tmp string, sc *CgroupScoper, content string) netspec.Spec {
+// file "hello" with content, and returns the spec that mounts its export and sshd's port.
+func startSSHFSServer(t *testing.T, tmp string, sc *CgroupScoper, content string) (netspec.Spec, int) {
 	t.Helper()
 	keys, export := filepath.Join(tmp, "keys"), filepath.Join(tmp, "export")
 	for _, d := range []string{keys, export} {
@@ -123,5 +123,5 @@ func startSSHFSServer(t *testing.T, tmp string, sc *CgroupScoper, content string
 	return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
 		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
 		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
-	}}
+	}}, port
 }

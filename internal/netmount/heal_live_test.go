@@ -23,30 +23,12 @@ func TestSSHFSHeal(t *testing.T) {
 	if !ok {
 		return
 	}
-	keys := filepath.Join(tmp, "keys")
-	export := filepath.Join(tmp, "export")
 	ctrs := filepath.Join(tmp, "ctrs")
-	for _, d := range []string{keys, export, ctrs} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(ctrs, 0o700); err != nil {
+		t.Fatal(err)
 	}
 	const content = "healed\n"
-	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
-	pub, _ := os.ReadFile(filepath.Join(keys, "user.pub"))
-	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	startSSHD(t, sc, keys, port)
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
-		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
-		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
-	}}
+	spec, port := startSSHFSServer(t, tmp, sc, content)
 	m, err := NewManager(Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second,
 		RetryBackoff: 100 * time.Millisecond, Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec},
 		ProbeInterval: 200 * time.Millisecond, Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}})
@@ -146,7 +128,7 @@ func TestSSHFSHeal(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		startSSHD(t, sc, keys, port)
+		startSSHD(t, sc, filepath.Join(tmp, "keys"), port) // startSSHFSServer's keys
 		took := waitReads("server back", 15*time.Second)
 		t.Logf("the container reads again %s after the server is back; status %+v", took.Round(time.Millisecond), m.Status()[0])
 		if n := len(mountsAt(t, path)); n != 1 {
