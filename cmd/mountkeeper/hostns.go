@@ -43,10 +43,10 @@ const (
 // hostNamespacesEnv marks the re-executed process, which must not enter again.
 const hostNamespacesEnv = "_MOUNTKEEPER_IN_HOST_NAMESPACES"
 
-// enterHostNamespaces re-executes `mountkeeper nri args...` (args without the flag) in the
-// mount and cgroup namespaces of pid (1: the host's init, seen with hostPID). It returns
-// only on failure.
-func enterHostNamespaces(args []string, pid, configPath string) error {
+// enterHostNamespaces re-executes `mountkeeper <command...> args...` (args without the flag;
+// command "nri", or "node", "cleanup") in the mount and cgroup namespaces of pid (1: the
+// host's init, seen with hostPID). It returns only on failure.
+func enterHostNamespaces(command, args []string, pid, configPath string) error {
 	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
 		return fmt.Errorf("--host-namespaces-pid %q: not a process ID", pid)
 	}
@@ -101,7 +101,7 @@ func enterHostNamespaces(args []string, pid, configPath string) error {
 	env := append(slices.Clone(os.Environ()), hostNamespacesEnv+"=1")
 	// The binary lies in the container's root, which the host's namespace does not show:
 	// exec it through the descriptor opened before the switch.
-	argv := append([]string{os.Args[0], "nri"}, args...)
+	argv := append(append([]string{os.Args[0]}, command...), args...)
 	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), argv, env)
 	return fmt.Errorf("%s: re-execute: %w", hostNamespacesFlag, err)
 }

@@ -126,7 +126,7 @@ func runNRI(args []string, stderr io.Writer) error {
 				rest = append(rest, "--"+f.Name+"="+f.Value.String())
 			}
 		})
-		return enterHostNamespaces(rest, *hostPID, *configPath)
+		return enterHostNamespaces([]string{"nri"}, rest, *hostPID, *configPath)
 	}
 	log, err := cli.NewLogger(*level, *format, stderr)
 	if err != nil {
