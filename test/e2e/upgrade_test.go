@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,7 +48,8 @@ type upgradeCase struct {
 // it), and replacing the current agent after its config changed while it was stopped (the
 // class renamed; the mount's options changed): no read fails, the same host mount (mount ID)
 // and FUSE daemon (pid) serve the readers past the grace period, a new container shares that
-// mount where the config still asks for it, and once every container is gone nothing is left:
+// mount where the config still asks for it (and the adopted mount is probed and healed: its
+// daemon killed, the readers read again), and once every container is gone nothing is left:
 // no mount below the state directory, no daemon, no scope cgroup.
 func TestNetworkUpgrade(t *testing.T) {
 	testenv.Require(t, append([]string{"root", "git", "go"}, sshfsNeeds...)...)
@@ -134,6 +136,29 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 		r3 = n.mustRun(c.classAfter, "r3", nil)
 		t.Run("a new container gets the mount the config asks for", func(t *testing.T) { newContainerMount(t, n, c, r3, mountsDir, old) })
 	}
+	if c.shared {
+		// The adopted daemon is the new agent's like any: probed, and replaced in its own
+		// scope when it dies (its scope is the one named after its old key).
+		t.Run("the adopted mount is probed and healed", func(t *testing.T) {
+			before, _ := countReads(t, n, r1)
+			syscall.Kill(oldDaemon, syscall.SIGKILL)
+			eventually(t, 5*time.Second, "the adopted daemon dead", func() bool { return !alive(oldDaemon) })
+			start := time.Now()
+			eventually(t, healBound, "a reader reads through a healed mount", func() bool {
+				out, code := n.sh(r1, "cat /data/hello")
+				return code == 0 && out == helloSSHFS
+			})
+			ok, fails := countReads(t, n, r1)
+			t.Logf("healed %s after the kill; reader %.12s: %d more reads ok, %d failed while the daemon was dead",
+				time.Since(start).Round(time.Millisecond), r1, ok-before, fails)
+			if !strings.Contains(n.plugin.Log(), "recovered") {
+				t.Errorf("the plugin logged no recovery:\n%s", n.plugin.Log())
+			}
+			if got := fuseMountsBelow(t, mountsDir); len(got) != 1 || got[0].point != old.point {
+				t.Errorf("host mounts after the heal: %v, want one at %s", got, old.point)
+			}
+		})
+	}
 
 	cri := n.rt.CRI()
 	remove := func(ids ...string) {
@@ -164,6 +189,7 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 			return len(fuseMountsBelow(t, mountsDir)) == 0
 		})
 		eventually(t, 5*time.Second, "the first agent's daemon gone", func() bool { return !alive(oldDaemon) })
+
 		eventually(t, 5*time.Second, "the mount scopes removed", func() bool {
 			for _, key := range n.scopes.keys {
 				if mountScopeExists(t, key) {
