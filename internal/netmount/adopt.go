@@ -79,7 +79,7 @@ func planAdoption(mountsDir string, live map[string]bool, states map[string]stat
 			f.spec = netspec.Spec{Type: "unknown (no state file)", Source: dir}
 		}
 		for _, s := range wanted {
-			if has && !served[s.Key()] && st.standsFor(s) {
+			if has && !served[s.Key()] && st.standsFor(dir, s) {
 				f.spec, f.serves = s, true
 				served[s.Key()] = true
 				break

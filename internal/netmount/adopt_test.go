@@ -20,6 +20,8 @@ func TestPlanAdoption(t *testing.T) {
 	sshfsNow := netspec.Spec{Type: sshfs.Type, Source: sshfs.Source, Options: netspec.WithFUSEDefaults(sshfs.Type, sshfs.Options)}
 	nfs := netspec.Spec{Type: "nfs", Source: "srv:/a"}
 	nfsOther := netspec.Spec{Type: "nfs", Source: "srv:/a", Options: []string{"vers=4.1"}}
+	cifs := netspec.Spec{Type: "cifs", Source: "//srv/share", Options: []string{"username=u", "password=old"}}
+	cifsNewPassword := netspec.Spec{Type: "cifs", Source: "//srv/share", Options: []string{"username=u", "password=new"}}
 	v0 := func(s netspec.Spec) state { return state{Type: s.Type, Source: s.Source, Options: s.Options} } // no version: before issue 24
 	v1 := func(s netspec.Spec) state { return newState(s, "") }
 	live := func(keys ...string) map[string]bool {
@@ -61,6 +63,12 @@ func TestPlanAdoption(t *testing.T) {
 		{"a version 1 state is not given the FUSE defaults: a spec without them is another mount",
 			live(sshfs.Key()), map[string]state{sshfs.Key(): v1(sshfs)}, []netspec.Spec{sshfsNow},
 			want{found: []string{sshfs.Key() + " retired"}}},
+		{"a password changed in the config (the same redacted spec): the mount made with the old one is retired",
+			live(cifs.Key()), map[string]state{cifs.Key(): v1(cifs)}, []netspec.Spec{cifsNewPassword},
+			want{found: []string{cifs.Key() + " retired"}}},
+		{"a version 0 state of a cifs mount (secrets in clear, as before ee67526) serves its spec",
+			live(cifs.Key()), map[string]state{cifs.Key(): v0(cifs)}, []netspec.Spec{cifs},
+			want{found: []string{cifs.Key() + " serves " + cifs.Key()}}},
 		{"options changed in the config: the live mount is retired, not unmounted",
 			live(nfs.Key()), map[string]state{nfs.Key(): v1(nfs)}, []netspec.Spec{nfsOther},
 			want{found: []string{nfs.Key() + " retired"}}},

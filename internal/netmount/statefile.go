@@ -9,12 +9,12 @@ import (
 
 // stateVersion is the format of the state files this agent writes. Each agent writes its
 // version into every state file, so that a later agent knows which spec a mount was made
-// for even where the way specs are keyed or rendered has changed since (see candidates):
+// for even where the way specs are keyed or rendered has changed since (see standsFor):
 //
 //	0 (no "version" field; agents before issue 24, a155699 among them): the spec as mounted,
 //	  without the FUSE default options of issue 17, which changed the key of every fuse.*
 //	  mount; secrets in clear before ee67526, redacted since.
-//	1: adds version and key; the spec redacted.
+//	1: adds version and key (netspec.Spec.Key, secrets included); the spec redacted.
 const stateVersion = 1
 
 // state is what StateDir/state/<dir>.json holds about the host mount at StateDir/mounts/<dir>,
@@ -44,32 +44,34 @@ func (st state) spec() netspec.Spec {
 	return netspec.Spec{Type: st.Type, Source: st.Source, Options: st.Options}
 }
 
-// candidates are the specs, redacted, that a config of this agent's would write for the
-// mount the state describes: the migration of an older state to this agent's rules. A
-// version 0 state's spec lacks the FUSE default options that this agent adds to a fuse.*
-// mount unless its config turns them off: either is what the operator's unchanged config
-// means now. A state of an unknown later version (a downgrade) is taken as this version.
-func (st state) candidates() []netspec.Spec {
-	s := st.spec().Redacted() // a version 0 state may hold secrets in clear
+// standsFor says whether the state, found for the mount at mounts/<dir>, describes a mount of
+// w, by the rules of the version that wrote it (the migration of an older state):
+//
+//	1: the key it records is w's key (exact: secrets count, though the file holds them
+//	   redacted).
+//	0: dir, the key a version 0 agent gave the mount, is the key of w as a version 0 config
+//	   would have written it: w itself, or w without the FUSE default options this agent
+//	   adds to a fuse.* mount (issue 17), which version 0 did not add. The keys are computed
+//	   the same way since.
+//
+// A state of an unknown later version (a downgrade) is read as this version's.
+func (st state) standsFor(dir string, w netspec.Spec) bool {
 	if st.Version >= 1 {
-		return []netspec.Spec{s}
+		return st.Key != "" && st.Key == w.Key()
 	}
-	withDefaults := s
-	withDefaults.Options = netspec.WithFUSEDefaults(s.Type, s.Options)
-	if slices.Equal(withDefaults.Options, s.Options) {
-		return []netspec.Spec{s}
-	}
-	return []netspec.Spec{s, withDefaults}
+	return slices.Contains(keysBeforeFUSEDefaults(w), dir)
 }
 
-// stands says whether the state describes a mount of w, by the rules of the version that
-// wrote it.
-func (st state) standsFor(w netspec.Spec) bool {
-	r := w.Redacted()
-	for _, c := range st.candidates() {
-		if c.Type == r.Type && c.Source == r.Source && slices.Equal(c.Options, r.Options) {
-			return true
+// keysBeforeFUSEDefaults are the keys w had before the FUSE default options: its own, and
+// that of each spec that netspec.WithFUSEDefaults makes w of (w without the default options
+// at its end).
+func keysBeforeFUSEDefaults(w netspec.Spec) []string {
+	keys := []string{w.Key()}
+	for n := len(w.Options) - 1; n >= 0 && n >= len(w.Options)-len(netspec.FUSEDefaultOptions); n-- {
+		before := netspec.Spec{Type: w.Type, Source: w.Source, Options: w.Options[:n:n]}
+		if slices.Equal(netspec.WithFUSEDefaults(before.Type, before.Options), w.Options) {
+			keys = append(keys, before.Key())
 		}
 	}
-	return false
+	return keys
 }
