@@ -32,7 +32,7 @@ import (
 // the state directory it refuses. Once the holder is gone, a second run removes the rest and
 // the state directory, and no mount is left below it.
 func TestCleanupLive(t *testing.T) {
-	testenv.Require(t, "root")
+	testenv.Require(t, "root", "unshare", "nsenter", "sh")
 	if !privatens.Run(t) {
 		return
 	}
