@@ -125,3 +125,61 @@ func startSSHFSServer(t *testing.T, tmp string, sc *CgroupScoper, content string
 		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
 	}}, port
 }
+
+// TestSSHFSAdoptsAnEarlierVersionsMount, on a real sshfs mount: a version 0 agent's mount (its
+// state file without version or key, its spec without the FUSE default options, so its key
+// is not the one this agent gives the same config entry) is adopted for that entry: Acquire
+// answers its path, the same daemon serves, no second mount is made, and its state is
+// rewritten in this version's format under its old dir.
+func TestSSHFSAdoptsAnEarlierVersionsMount(t *testing.T) {
+	tmp, sc, ok := inPrivateNamespace(t)
+	if !ok {
+		return
+	}
+	before, _ := startSSHFSServer(t, tmp, sc, "made by an earlier version\n")
+	now := before
+	now.Options = netspec.WithFUSEDefaults(before.Type, before.Options)
+	if now.Key() == before.Key() {
+		t.Fatal("the FUSE defaults do not change the key: nothing to migrate")
+	}
+	states := filepath.Join(tmp, "state", "state")
+	cfg := Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second, RetryBackoff: 100 * time.Millisecond,
+		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{before}}
+	m1, err := NewManager(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := acquireEventually(t, m1, 15*time.Second, before, "ctr-a")
+	m1.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a155699 wrote: no version, no key, the spec as mounted.
+	if err := writeState(states, before.Key(), state{Type: before.Type, Source: before.Source, Options: before.Options, HostPath: path}); err != nil {
+		t.Fatal(err)
+	}
+	daemons := daemonsOf(t, path)
+
+	cfg.Wanted = []netspec.Spec{now}
+	m2, err := NewManager(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	p, err := acquireEventually(t, m2, 15*time.Second, now, "ctr-b")
+	if err != nil || p != path {
+		t.Fatalf("Acquire of the config entry under this version's key = %s, %v; want the earlier mount %s", p, err, path)
+	}
+	if n := len(mountsAt(t, path)); n != 1 || len(mountsAt(t, HostPath(cfg.StateDir, now))) != 0 {
+		t.Errorf("%d mounts at the earlier path, %d at this version's: want 1, 0", n, len(mountsAt(t, HostPath(cfg.StateDir, now))))
+	}
+	if got := daemonsOf(t, path); !slices.Equal(got, daemons) || len(got) != 1 {
+		t.Errorf("FUSE daemons %v, want the earlier one %v", got, daemons)
+	}
+	eventually(t, "the state rewritten in this version's format", func() bool {
+		all, _ := readStates(states)
+		st, ok := all[before.Key()]
+		return ok && st.Version == stateVersion && st.Key == now.Key()
+	})
+	t.Logf("the earlier version's mount %s (daemon pid %v) serves %s", path, daemons, now)
+}
