@@ -17,6 +17,9 @@ type Mounter interface {
 	Ensure(netspec.Spec)
 	Acquire(ctx context.Context, s netspec.Spec, user string) (string, error)
 	Hold(s netspec.Spec, user string)
+	// HoldSources holds, for user, every mount one of sources lies in (whatever made it) and
+	// says how many.
+	HoldSources(user string, sources []string) int
 	Release(user string)
 	ReleaseUnused()
 }
@@ -25,6 +28,15 @@ type Mounter interface {
 // mounts. cmd passes a netmount.Manager; tests a fake.
 func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) *Plugin {
 	p.newMounter = newMounter
+	return p
+}
+
+// WithMountsLeftBehind sets how the plugin learns that an earlier agent left network mounts in
+// a config's state directory (netmount.LeftBehind): with a config that has none of its own,
+// the plugin then makes its Mounter all the same, which adopts them and releases each once
+// no running container uses it, instead of leaving them mounted for ever.
+func (p *Plugin) WithMountsLeftBehind(left func(*configs.Config) bool) *Plugin {
+	p.mountsLeft = left
 	return p
 }
 
@@ -139,9 +151,12 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 
 // Synchronize rebuilds the network mounts' users from the runtime's containers when the plugin
 // (re)connects: mounts found on the node are adopted, not mounted again, and mounts of running
-// pods are started. A running container holds its mounts at once, without waiting for the
-// adoption check or a remount: it must never lose them to a grace period. Mounts nobody uses
-// any more then begin their grace period.
+// pods are started. A running container holds, at once, the host mounts its own OCI mounts
+// come from (HoldSources): what it uses, whatever the config says now (a class renamed or
+// removed, a spec changed while the plugin was away) and whatever agent made them. One with
+// none of them (created while the plugin was away, or before any mount of its class was
+// made) holds its class's mounts by spec, without waiting for the adoption check or a
+// remount. Only then do the mounts nobody uses begin their grace period.
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p.sweepCopies(ctrs)
 	net := p.mounter()
@@ -158,6 +173,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		if ctr.GetState() == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
+		if net.HoldSources(ctr.GetId(), mountSources(ctr)) > 0 {
+			continue
+		}
 		_, rc, ok := cfg.Class(handlers[ctr.GetPodSandboxId()])
 		if !ok {
 			continue
@@ -168,6 +186,15 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	net.ReleaseUnused()
 	return nil, nil
+}
+
+// mountSources are the host paths of a container's mounts.
+func mountSources(ctr *api.Container) []string {
+	var out []string
+	for _, m := range ctr.GetMounts() {
+		out = append(out, m.GetSource())
+	}
+	return out
 }
 
 // sweepCopies removes the subPath copies of containers removed while the plugin was away.

@@ -26,6 +26,7 @@ type fakeMounter struct {
 	released []string
 	unused   int
 	notReady error
+	bySource []string // user=source, of HoldSources
 }
 
 func (f *fakeMounter) Ensure(s netspec.Spec) {
@@ -48,6 +49,21 @@ func (f *fakeMounter) Hold(_ netspec.Spec, user string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.users[user] = true
+}
+
+// HoldSources holds the mounts below the fake's mounts directory, whatever their key.
+func (f *fakeMounter) HoldSources(user string, sources []string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, src := range sources {
+		if strings.HasPrefix(src, "/var/lib/mountkeeper/mounts/") {
+			f.users[user] = true
+			f.bySource = append(f.bySource, user+"="+src)
+			n++
+		}
+	}
+	return n
 }
 
 func (f *fakeMounter) Release(user string) {
@@ -166,6 +182,56 @@ func TestNetworkMounts(t *testing.T) {
 			t.Errorf("users %v, ReleaseUnused called %d times; want [running], 1", users, fm.unused)
 		}
 	})
+
+	// What a running container's own mounts come from holds, whatever the config says now:
+	// its pod's class may be gone (renamed, removed) or its spec changed while the plugin
+	// was away (issue 24).
+	t.Run("Synchronize holds the host mounts a running container's mounts come from", func(t *testing.T) {
+		fm := &fakeMounter{users: map[string]bool{}}
+		p := networkPlugin(t, fm, &specmodtest.Host{})
+		old := "/var/lib/mountkeeper/mounts/0123456789abcdef"
+		pods := []*api.PodSandbox{{Id: "gone", RuntimeHandler: "renamed-away"}}
+		ctrs := []*api.Container{
+			{Id: "reader", PodSandboxId: "gone", State: api.ContainerState_CONTAINER_RUNNING,
+				Mounts: []*api.Mount{{Source: "/proc", Destination: "/proc"}, {Source: old, Destination: "/data"}}},
+			{Id: "stopped", PodSandboxId: "gone", State: api.ContainerState_CONTAINER_STOPPED,
+				Mounts: []*api.Mount{{Source: old, Destination: "/data"}}},
+		}
+		if _, err := p.Synchronize(ctx, pods, ctrs); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(fm.bySource, ",") != "reader="+old || fm.unused != 1 {
+			t.Errorf("held by source %v, ReleaseUnused called %d times; want [reader=%s], 1", fm.bySource, fm.unused, old)
+		}
+	})
+}
+
+// A config without network mounts still gets a Mounter when an earlier agent left mounts in
+// its state directory: they are adopted, held by the running containers that use them and
+// released once none does (issue 24).
+func TestMounterForMountsLeftBehind(t *testing.T) {
+	for _, left := range []bool{false, true} {
+		fm := &fakeMounter{users: map[string]bool{}}
+		made := 0
+		p := NewPlugin(mustConfig(t, "runtimeClasses:\n  plain:\n    mounts:\n      - {source: /srv/plain, destination: /plain}\n"), true, &specmodtest.Host{}, quietLogger()).
+			WithMounter(func(*configs.Config) (Mounter, error) { made++; return fm, nil }).
+			WithMountsLeftBehind(func(*configs.Config) bool { return left })
+		if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
+			t.Fatal(err)
+		}
+		ctrs := []*api.Container{{Id: "reader", State: api.ContainerState_CONTAINER_RUNNING,
+			Mounts: []*api.Mount{{Source: "/var/lib/mountkeeper/mounts/0123456789abcdef", Destination: "/data"}}}}
+		if _, err := p.Synchronize(context.Background(), nil, ctrs); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if left {
+			want = 1
+		}
+		if made != want || fm.unused != want || len(fm.bySource) != want {
+			t.Errorf("mounts left %v: Mounter made %d times, ReleaseUnused %d, held by source %v; want %d each", left, made, fm.unused, fm.bySource, want)
+		}
+	}
 }
 
 // stuckHost answers host checks only once released, as a stat on a dead server would: the

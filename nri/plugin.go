@@ -48,6 +48,10 @@ type Plugin struct {
 	pinned bool
 
 	newMounter func(*configs.Config) (Mounter, error)
+	// mountsLeft says whether an earlier agent left network mounts or their state in cfg's
+	// state directory: the Mounter is then made even for a config without network mounts, to
+	// adopt them and release them once no container uses them (issue 24).
+	mountsLeft func(cfg *configs.Config) bool
 	net        Mounter // nil until a config has network mounts
 
 	subPaths *subpath.Repairer // repairs stale subPath mounts, below cfg's kubelet root
@@ -150,7 +154,7 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 	}
 	held := p.mounter()
 	net := held
-	if net == nil && cfg.HasNetworkMounts() {
+	if net == nil && (cfg.HasNetworkMounts() || p.mountsLeft != nil && p.mountsLeft(cfg)) {
 		m, err := p.makeMounter(cfg)
 		if err != nil {
 			return err

@@ -42,6 +42,7 @@ commands:
   validate  check a config file
   check     check that this node can make the config's network filesystem mounts
   runtime   runtime configure: write containerd's or CRI-O's config for the runtime classes
+  node      node cleanup: after the agent is stopped, release its mounts and remove its state
   status    show what the running plugin reports (its --listen address)
   version   print the version
 `
@@ -88,6 +89,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = runRuntime(args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(args[1:], stdout, stderr)
+	case "node":
+		err = runNode(args[1:], stdout, stderr, false)
 	case "hook":
 		err = cli.RunHook("mountkeeper hook", args[1:], stdin, stdout, stderr)
 	case "version":
@@ -172,7 +175,8 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 			}
 			m.Register(metrics.NetworkMounts(mgr.Status, mgr.Totals))
 			return managerMounter{mgr}, nil
-		}).WithMetrics(m).WithConfigSource(from)
+		}).WithMountsLeftBehind(func(cfg *configs.Config) bool { return netmount.LeftBehind(cfg.StateDir) }).
+		WithMetrics(m).WithConfigSource(from)
 	m.Register(metrics.GuardRefusals(plugin.StateDir, func(err error) { log.Warnf("metrics: guard refusals: %v", err) }))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

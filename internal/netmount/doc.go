@@ -16,8 +16,9 @@
 //     and session of its own), so that a FUSE daemon outlives the agent and even a kill of the
 //     agent's whole cgroup.
 //   - Manager mounts in the background, reference counts users, unmounts after a grace period
-//     and adopts the mounts a previous agent left (of the specs still in the config), all with
-//     bounded time on every call that may touch the network.
+//     and adopts every mount a previous agent left (adopt.go: whatever its key, version or
+//     spec; released only once no running container uses it), all with bounded time on every
+//     call that may touch the network. State files carry their format's version (statefile.go).
 //   - EnsureMounted is the hooks' one-shot path: it finds a live mount or mounts one, under a
 //     lock of that mount's key only (the Manager takes it too).
 //   - No secret reaches a command line: CIFS and Ceph secrets go through a root-only file

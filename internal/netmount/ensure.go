@@ -123,9 +123,7 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 		}
 		return "", fmt.Errorf("%s: %w", s, redactError(s, err))
 	}
-	r := s.Redacted()
-	st := state{Type: r.Type, Source: r.Source, Options: r.Options, HostPath: hostPath, MountedAt: time.Now().UTC()}
-	if err := writeState(filepath.Join(dir, "state"), key, st); err != nil {
+	if err := writeState(filepath.Join(dir, "state"), key, newState(s, hostPath)); err != nil {
 		log.WithError(err).Warn("netmount: cannot write the mount's state: a plugin started later will not adopt it")
 	}
 	log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("netmount: mounted")

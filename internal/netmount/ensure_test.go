@@ -76,8 +76,10 @@ func TestEnsureMountedConcurrentHooksWhileThePluginRuns(t *testing.T) {
 		t.Errorf("the hook mounted an earlier agent's stale mount (%d times)", n)
 	}
 	states, _ := readStates(filepath.Join(dir, "state"))
-	if _, ok := states[testSpec.Key()]; !ok {
+	if st, ok := states[testSpec.Key()]; !ok {
 		t.Errorf("no state written for the hook's mount: a plugin started later would not adopt it")
+	} else if st.Version != stateVersion || st.Key != testSpec.Key() {
+		t.Errorf("the hook's state: version %d, key %q; want %d, %q (a later agent reads it by its version)", st.Version, st.Key, stateVersion, testSpec.Key())
 	}
 }
 

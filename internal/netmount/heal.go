@@ -151,7 +151,7 @@ func (m *Manager) startProber() {
 			}
 			m.mu.Lock()
 			for _, e := range m.entries {
-				if e.phase == mounted && !e.heal.probing && !m.closed {
+				if e.phase == mounted && !e.retired && !e.heal.probing && !m.closed {
 					e.heal.probing = true
 					m.wg.Add(1)
 					go m.probeHeld(e)
@@ -301,7 +301,7 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	if mounted && m.health(e) == nil {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}
-	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, filepath.Dir(m.stateDir), e.hostPath,
+	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {
 		return err
 	}
@@ -332,10 +332,12 @@ func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, s
 	if err := sys.preflight(s); err != nil {
 		return err
 	}
-	return replaceInPlace(ctx, sys, c, s, stateDir, hostPath, s.Key()+".hook"+strconv.Itoa(os.Getpid()), true)
+	return replaceInPlace(ctx, sys, c, s, unitFor(s.Key()), stateDir, hostPath, s.Key()+".hook"+strconv.Itoa(os.Getpid()), true)
 }
 
-// replaceInPlace ends what is left of the dead mount's daemon (a hung one, its server gone,
+// replaceInPlace ends what is left of the dead mount's daemon (in the scope of unit: the
+// mount's, which for a mount adopted from an earlier version is that of the key it was made
+// under) (a hung one, its server gone,
 // would keep the scope; nothing of it is needed), mounts s again in its scope at a staging
 // path below stateDir named name, within c's timeouts, checks that the new mount answers (a dead mount is never traded for another: a server
 // that accepts mounts but does not serve yet, a GlusterFS volume whose bricks are down), and
@@ -343,9 +345,8 @@ func ensureReplaced(ctx context.Context, c Config, sys system, s netspec.Spec, s
 // containers' rslave and rshared copies), or simply there when nothing is mounted. What it
 // mounted and did not use is unmounted and its scope ended. The plugin's heal (healOnce) and
 // the hooks' (ensureReplaced) both replace this way.
-func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, stateDir, hostPath, name string, mounted bool) error {
+func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, unit, stateDir, hostPath, name string, mounted bool) error {
 	h := sys.(healer)
-	unit := unitFor(s.Key())
 	killErr := sys.killScope(unit)
 	stagingDir := filepath.Join(stateDir, "staging")
 	// The wait for the lock is bounded like the mount itself: the caller holds the key's lock

@@ -28,7 +28,7 @@ func TestSSHFSHeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	const content = "healed\n"
-	spec, keys, port := sshfsExport(t, tmp, sc, content)
+	spec, port := startSSHFSServer(t, tmp, sc, content)
 	m, err := NewManager(Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second,
 		RetryBackoff: 100 * time.Millisecond, Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec},
 		ProbeInterval: 200 * time.Millisecond, Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}})
@@ -128,7 +128,7 @@ func TestSSHFSHeal(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		startSSHD(t, sc, keys, port)
+		startSSHD(t, sc, filepath.Join(tmp, "keys"), port) // startSSHFSServer's keys
 		took := waitReads("server back", 15*time.Second)
 		t.Logf("the container reads again %s after the server is back; status %+v", took.Round(time.Millisecond), m.Status()[0])
 		if n := len(mountsAt(t, path)); n != 1 {
@@ -141,33 +141,6 @@ func TestSSHFSHeal(t *testing.T) {
 	unix.Unmount(ctr, unix.MNT_DETACH)
 }
 
-// sshfsExport starts an sshd (in sc) that exports tmp/export, holding a file hello with
-// content, and returns the spec of an sshfs mount of it, the keys' dir and sshd's port.
-func sshfsExport(t *testing.T, tmp string, sc *CgroupScoper, content string) (spec netspec.Spec, keys string, port int) {
-	keys = filepath.Join(tmp, "keys")
-	export := filepath.Join(tmp, "export")
-	for _, d := range []string{keys, export} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
-	pub, _ := os.ReadFile(filepath.Join(keys, "user.pub"))
-	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port = freePort(t)
-	startSSHD(t, sc, keys, port)
-	return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
-		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
-		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
-	}}, keys, port
-}
-
 // TestTotalsSurviveReleaseAndRemount: a real sshfs mount dies (its daemon killed) and is
 // replaced, then is released and unmounted, then mounted again and dies again. The Manager's
 // Totals, which mountkeeper_network_mount_deaths_total and _recoveries_total report, only go
@@ -178,7 +151,7 @@ func TestTotalsSurviveReleaseAndRemount(t *testing.T) {
 	if !ok {
 		return
 	}
-	spec, _, _ := sshfsExport(t, tmp, sc, "x\n")
+	spec, _ := startSSHFSServer(t, tmp, sc, "x\n")
 	m, err := NewManager(Config{StateDir: filepath.Join(tmp, "state"), MountTimeout: 10 * time.Second,
 		RetryBackoff: 100 * time.Millisecond, Grace: 50 * time.Millisecond, Scoper: sc, Log: testLogger(t),
 		ProbeInterval: 200 * time.Millisecond})

@@ -10,47 +10,64 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
-// After a restart only the mounts of the current config are adopted; an earlier agent's mount
-// whose spec left the config is unmounted and forgotten, and so is its state (issue 9, item 4).
-func TestAdoptForgetsMountsNoLongerInTheConfig(t *testing.T) {
+// After a restart every live mount is adopted, whatever the config says now; none is unmounted
+// before the plugin has said which running containers use which (HoldSources, ReleaseUnused
+// after Synchronize): an earlier agent's mount whose spec left the config stays while a
+// container uses it and goes after the grace period once none does; a mount without a state
+// file likewise; a state whose mount is gone and whose spec left the config is forgotten
+// (issue 24 item 4; before it, issue 9 item 4 unmounted the first at start-up, under its
+// readers, and left the second alone forever).
+func TestAdoptKeepsMountsNoLongerInTheConfigWhileUsed(t *testing.T) {
 	dir := t.TempDir()
 	sys := newFakeSystem()
 	kept := netspec.Spec{Type: "nfs", Source: "srv:/kept"}
-	removedLive := netspec.Spec{Type: "nfs", Source: "srv:/removed-live"}
+	removedUsed := netspec.Spec{Type: "nfs", Source: "srv:/removed-used"}
+	removedIdle := netspec.Spec{Type: "nfs", Source: "srv:/removed-idle"}
 	removedGone := netspec.Spec{Type: "nfs", Source: "srv:/removed-gone"}
 	mounts, stateDir := filepath.Join(dir, "mounts"), filepath.Join(dir, "state")
 	os.MkdirAll(stateDir, 0o700)
-	for _, s := range []netspec.Spec{kept, removedLive, removedGone} {
-		if err := writeState(stateDir, s.Key(), state{Type: s.Type, Source: s.Source, HostPath: filepath.Join(mounts, s.Key())}); err != nil {
+	for _, s := range []netspec.Spec{kept, removedUsed, removedIdle, removedGone} {
+		if err := writeState(stateDir, s.Key(), newState(s, filepath.Join(mounts, s.Key()))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sys.mounted[filepath.Join(mounts, kept.Key())] = true
-	sys.mounted[filepath.Join(mounts, removedLive.Key())] = true
-
-	m := newTestManager(t, sys, Config{StateDir: dir, Wanted: []netspec.Spec{kept}})
-	eventually(t, "the removed mounts are forgotten", func() bool {
-		_, live := statusOf(m, removedLive.Key())
-		_, gone := statusOf(m, removedGone.Key())
-		return !live && !gone
-	})
-	if u := sys.unmounts(); !slices.Equal(u, []string{filepath.Join(mounts, removedLive.Key())}) {
-		t.Errorf("unmounts %q, want only the live mount that left the config", u)
+	noState := filepath.Join(mounts, "00000000deadbeef") // an agent killed between mount and state
+	for _, p := range []string{filepath.Join(mounts, kept.Key()), filepath.Join(mounts, removedUsed.Key()), filepath.Join(mounts, removedIdle.Key()), noState} {
+		sys.mounted[p] = true
 	}
-	for _, s := range []netspec.Spec{removedLive, removedGone} {
-		if n := sys.calls(filepath.Join(mounts, s.Key())); n != 0 {
-			t.Errorf("%s, no longer in the config, was mounted again (%d times)", s, n)
-		}
-		if _, err := os.Stat(statePath(stateDir, s.Key())); !os.IsNotExist(err) {
-			t.Errorf("state of %s, no longer in the config, is still there: %v", s, err)
-		}
+	const grace = 30 * time.Millisecond
+	m := newTestManager(t, sys, Config{StateDir: dir, Grace: grace, Wanted: []netspec.Spec{kept}})
+	time.Sleep(4 * grace)
+	if u := sys.unmounts(); len(u) != 0 {
+		t.Fatalf("unmounted %q at start-up, before the plugin said who uses them", u)
 	}
-	if st, ok := statusOf(m, kept.Key()); !ok {
-		t.Errorf("the mount still in the config was not adopted: %+v", statuses(m))
-	} else if eventually(t, "the kept mount is adopted", func() bool { st, _ = statusOf(m, kept.Key()); return st.Mounted }); sys.calls(filepath.Join(mounts, kept.Key())) != 0 {
-		t.Errorf("the live mount still in the config was mounted again")
+	if n := m.HoldSources("reader", []string{"/proc", filepath.Join(mounts, removedUsed.Key())}); n != 1 {
+		t.Errorf("HoldSources held %d mounts, want 1", n)
+	}
+	m.ReleaseUnused()
+	eventually(t, "the unused mounts unmounted", func() bool { return len(sys.unmounts()) == 3 })
+	time.Sleep(4 * grace)
+	want := []string{filepath.Join(mounts, kept.Key()), filepath.Join(mounts, removedIdle.Key()), noState}
+	if u := sys.unmounts(); !slices.Equal(sorted(u), sorted(want)) {
+		t.Errorf("unmounts %q, want %q (not the mount a container uses)", u, want)
+	}
+	if !sys.isMountedNow(filepath.Join(mounts, removedUsed.Key())) {
+		t.Error("the mount a running container uses was unmounted")
+	}
+	if n := sys.calls(filepath.Join(mounts, removedGone.Key())); n != 0 {
+		t.Errorf("%s, gone and no longer in the config, was mounted again (%d times)", removedGone, n)
+	}
+	if _, err := os.Stat(statePath(stateDir, removedGone.Key())); !os.IsNotExist(err) {
+		t.Errorf("state of %s, gone and no longer in the config, is still there: %v", removedGone, err)
+	}
+	m.Release("reader")
+	eventually(t, "the last mount unmounted once its container is gone", func() bool { return len(sys.unmounts()) == 4 })
+	if ents, _ := os.ReadDir(stateDir); len(ents) != 0 {
+		t.Errorf("state files left: %v", ents)
 	}
 }
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 
 // A remount under way when the plugin has re-acquired the running containers' mounts
 // (ReleaseUnused) starts its grace period when it finishes, if nobody uses it then.

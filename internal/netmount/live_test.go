@@ -70,7 +70,13 @@ func runFakeAgent(cfgJSON string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// Acquire waits FirstWait (500ms) for a first attempt; on a loaded machine the mount takes
+	// longer (seen: 0.6s at load 18), so ask again as the kubelet's retry would.
 	path, err := m.Acquire(ctx, cfg.Spec, "agent-container")
+	for err != nil && ctx.Err() == nil && strings.Contains(err.Error(), "still mounting") {
+		time.Sleep(100 * time.Millisecond)
+		path, err = m.Acquire(ctx, cfg.Spec, "agent-container")
+	}
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
@@ -478,7 +484,16 @@ func TestSSHFS(t *testing.T) {
 		if mi := mountsAt(t, p); len(mi) != 1 {
 			t.Errorf("%d mounts at %s, want 1 (the dead one unmounted, a new one mounted)", len(mi), p)
 		}
-		if now := daemonsOf(t, p); len(now) != 1 || slices.Contains(old, now[0]) {
+		// The dead mount, adopted at start-up although no spec of cfg names it (issue 24), is
+		// replaced in place (heal.go): its daemon's command line names the staging directory,
+		// so it is found in the mount's scope.
+		var now []int
+		for _, pid := range cgroupProcs(t, filepath.Join(sc.Root, scopeOf(dead))) {
+			if comm(pid) != "ssh" { // sshfs runs as mount.fuse.sshfs; its ssh child is no daemon
+				now = append(now, pid)
+			}
+		}
+		if len(now) != 1 || slices.Contains(old, now[0]) {
 			t.Errorf("FUSE daemons %v, want one new one (the dead ones were %v)", now, old)
 		}
 	})

@@ -54,8 +54,9 @@ type Config struct {
 	Env Env
 	// Log receives what happens to the mounts; nil means logrus.StandardLogger().
 	Log *logrus.Logger
-	// Wanted are the network mounts of the current config. At start-up only these are
-	// adopted; an earlier agent's mount of any other spec is unmounted and forgotten.
+	// Wanted are the network mounts of the current config. At start-up every live mount is
+	// adopted (adopt.go); one that stands for none of these serves no new container and goes
+	// once no running container uses it.
 	Wanted []netspec.Spec
 	// ProbeInterval is how often each mounted filesystem is probed; a dead one is replaced
 	// under the running containers (heal.go). 0: not probed.
@@ -170,9 +171,11 @@ func (p phase) String() string { return States[p] }
 // entry is one host mount. Its fields are guarded by Manager.mu.
 type entry struct {
 	spec     netspec.Spec
-	key      string
+	key      string // the spec's key; a retired entry's is its dir
+	dir      string // below mounts/, state/, secrets/: the key its mount was made under (adopt.go)
 	hostPath string
 	unit     string
+	retired  bool // an earlier agent's mount that serves no spec of the config: only held (adopt.go)
 
 	phase     phase
 	users     map[string]struct{}
@@ -197,11 +200,12 @@ func (e *entry) broadcast() {
 
 // NewManager locks StateDir (one Manager per state directory: two would unmount each other's
 // mounts; it waits DefaultLockWait for an agent being replaced to go), prepares it (mounts/ a
-// shared mount of its own, state/ 0700), then adopts
-// what an earlier agent left: a state file with a live mount at its host path is taken as
-// mounted (checked with a bounded stat in the background; a dead one is replaced in place,
-// see checkAdopted), a state file without a mount is mounted again in the background, and a
-// mount under mounts/ without a state file is left alone and logged.
+// shared mount of its own, state/ 0700), then adopts what an earlier agent left (adopt.go):
+// every live mount below mounts/ is kept, whatever its key or the version that made it, and
+// none is unmounted before the plugin has said which running containers use it; a mount that
+// stands for a spec of the config is checked (bounded, in the background; a dead one is
+// replaced in place, see checkAdopted) and serves it; a state file without a mount is
+// mounted again in the background.
 func NewManager(c Config) (*Manager, error) {
 	c = c.withDefaults()
 	if c.Scoper == nil {
@@ -278,6 +282,7 @@ func (m *Manager) newEntry(s netspec.Spec) *entry {
 	return &entry{
 		spec:     s,
 		key:      key,
+		dir:      key,
 		hostPath: filepath.Join(m.mountsDir, key),
 		unit:     unitFor(key),
 		users:    make(map[string]struct{}),
@@ -287,72 +292,6 @@ func (m *Manager) newEntry(s netspec.Spec) *entry {
 
 func (m *Manager) logFor(e *entry) *logrus.Entry {
 	return m.log.WithFields(logrus.Fields{"mount": e.key, "spec": e.spec.String()})
-}
-
-func (m *Manager) adopt() error {
-	live, err := m.sys.mountsBelow(m.mountsDir)
-	if err != nil {
-		return err
-	}
-	states, errs := readStates(m.stateDir)
-	for _, err := range errs {
-		m.log.WithError(err).Warn("netmount: skipping an unreadable state file")
-	}
-	wanted := make(map[string]netspec.Spec, len(m.cfg.Wanted))
-	for _, s := range m.cfg.Wanted {
-		wanted[s.Key()] = s
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for key, st := range states {
-		s, ok := wanted[key]
-		if !ok {
-			m.forgetLocked(key, st, live)
-			continue
-		}
-		e := m.newEntry(s)
-		m.entries[key] = e
-		if live[e.hostPath] {
-			m.logFor(e).Info("netmount: found a mount of an earlier agent: checking it")
-			e.phase, e.since = checking, time.Now()
-			m.wg.Add(1)
-			go m.checkAdopted(e)
-			continue
-		}
-		m.logFor(e).Info("netmount: an earlier agent's mount is gone: mounting it again")
-		m.startMountLocked(e)
-	}
-	for path := range live {
-		if _, ok := states[filepath.Base(path)]; !ok || filepath.Dir(path) != m.mountsDir {
-			m.log.WithField("path", path).Warn("netmount: a mount below the state directory has no state file: left alone")
-		}
-	}
-	m.removeStaleScopesLocked()
-	removeSecretsExcept(m.secretsDir, wanted, m.log)
-	return nil
-}
-
-// forgetLocked drops what an earlier agent left for key, whose spec is not in the current
-// config: its mount, if live, is unmounted in the background; its state goes.
-func (m *Manager) forgetLocked(key string, st state, live map[string]bool) {
-	s := st.spec() // for logs only: it may be redacted
-	e := m.newEntry(s)
-	e.key, e.hostPath, e.unit = key, filepath.Join(m.mountsDir, key), unitFor(key)
-	log := m.logFor(e)
-	if !live[e.hostPath] {
-		log.Info("netmount: forgetting an earlier agent's mount that is no longer in the config (not mounted)")
-		if err := removeState(m.stateDir, key); err != nil {
-			log.WithError(err).Error("netmount: cannot remove the state of a forgotten mount")
-		}
-		removeSecret(m.secretsDir, key)
-		os.Remove(e.hostPath)
-		return
-	}
-	log.Info("netmount: unmounting an earlier agent's mount that is no longer in the config")
-	m.entries[key] = e
-	e.phase, e.since = unmounting, time.Now()
-	m.wg.Add(1)
-	go m.unmount(e)
 }
 
 // removeStaleScopesLocked removes the empty scopes an earlier agent left: one killed during a
@@ -461,7 +400,10 @@ func (m *Manager) ensureLocked(s netspec.Spec) *entry {
 		e = m.newEntry(s)
 		m.entries[e.key] = e
 	}
-	e.spec = s // an entry forgotten at start-up holds the spec of its state file, for logs only
+	e.spec = s
+	if e.retired { // a mount of s's key after all, found at start-up: check it as any
+		m.unretireLocked(e)
+	}
 	switch e.phase {
 	case idle:
 		m.startMountLocked(e)
@@ -626,9 +568,7 @@ func (m *Manager) cleanFailedAttempt(e *entry) {
 }
 
 func (m *Manager) saveState(e *entry) error {
-	r := e.spec.Redacted()
-	st := state{Type: r.Type, Source: r.Source, Options: r.Options, HostPath: e.hostPath, MountedAt: time.Now().UTC()}
-	if err := writeState(m.stateDir, e.key, st); err != nil {
+	if err := writeState(m.stateDir, e.dir, newState(e.spec, e.hostPath)); err != nil {
 		// The mount is live and usable; only its adoption after a restart is at stake.
 		m.logFor(e).WithError(err).Error("netmount: cannot write the mount's state: a restarted agent will not adopt it")
 	}
@@ -819,9 +759,10 @@ func (m *Manager) unmount(e *entry) {
 	}
 
 	if err == nil {
-		if rerr := removeState(m.stateDir, e.key); rerr != nil {
+		if rerr := removeState(m.stateDir, e.dir); rerr != nil {
 			log.WithError(rerr).Error("netmount: cannot remove the state of an unmounted mount")
 		}
+		removeSecret(m.secretsDir, e.dir)
 		removeSecret(m.secretsDir, e.key)
 		if rerr := os.Remove(e.hostPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			log.WithError(rerr).Debug("netmount: host directory of an unmounted mount not removed")
@@ -844,7 +785,9 @@ func (m *Manager) unmount(e *entry) {
 		return
 	}
 	e.phase = idle
+	unit := e.unit // the scope the unmounted mount's daemon ran in
 	if e.wanted {
+		e.setDir(m.mountsDir, e.key) // an adopted mount of another key is mounted again at its spec's
 		m.startMountLocked(e)
 	} else {
 		delete(m.entries, e.key)
@@ -855,7 +798,7 @@ func (m *Manager) unmount(e *entry) {
 
 	// A FUSE daemon exits shortly after its unmount; its scope can go once it has.
 	for i := 0; ; i++ {
-		rerr := m.sys.removeScope(e.unit)
+		rerr := m.sys.removeScope(unit)
 		if rerr == nil {
 			return
 		}

@@ -17,24 +17,6 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
-// state is what StateDir/state/<key>.json holds about one host mount. It is written once the
-// mount is live and removed once it is unmounted; a restarted agent adopts the mounts it lists
-// whose key is that of a spec in its config, which gives the spec itself. The spec here is
-// redacted (netspec.Spec.Redacted), for people and logs only: no secret is kept in clear. The
-// file is 0600 in a 0700 directory all the same.
-type state struct {
-	Type      string    `json:"type"`
-	Source    string    `json:"source"`
-	Options   []string  `json:"options"`
-	HostPath  string    `json:"hostPath"`
-	MountedAt time.Time `json:"mountedAt"`
-}
-
-// spec is the spec the state names, redacted: for logs only.
-func (st state) spec() netspec.Spec {
-	return netspec.Spec{Type: st.Type, Source: st.Source, Options: st.Options}
-}
-
 func statePath(dir, key string) string { return filepath.Join(dir, key+".json") }
 
 // writeState replaces the state file of key atomically.
@@ -178,13 +160,13 @@ func removeSecret(dir, key string) {
 }
 
 // removeSecretsExcept removes the secret files of mounts not in keep (and temporary files).
-func removeSecretsExcept(dir string, keep map[string]netspec.Spec, log *logrus.Logger) {
+func removeSecretsExcept(dir string, keep map[string]bool, log *logrus.Logger) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, ent := range ents {
-		if _, ok := keep[ent.Name()]; !ok {
+		if !keep[ent.Name()] {
 			if err := os.Remove(filepath.Join(dir, ent.Name())); err != nil {
 				log.WithError(err).Warn("netmount: cannot remove a secret file of a mount no longer in the config")
 			}

@@ -1,0 +1,238 @@
+// Package nodecleanup is `mountkeeper node cleanup`: what an uninstall (the DaemonSet's, or an
+// operator by hand) does to the node once the agent is stopped. It releases the network mounts
+// the agent left and their scopes, unmounts the tmpfs of subPath copies (they may hold
+// secrets), removes the guard key and the state directory; it refuses to remove what a
+// running container still uses, and says which container (process, cgroup) holds it: see
+// ProcHolders for how it knows. The runtime's config is `mountkeeper runtime unconfigure`'s.
+package nodecleanup
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/guard"
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
+)
+
+// Defaults of Options.
+const (
+	DefaultLockWait       = 2 * time.Second
+	DefaultUnmountTimeout = 10 * time.Second
+)
+
+// Options configures a cleanup.
+type Options struct {
+	// StateDir is the agent's state directory (configs.Config.StateDir).
+	StateDir string
+	// DryRun reports what would be done and changes nothing.
+	DryRun bool
+	// LockWait is how long to wait for a running agent to release the state directory.
+	LockWait time.Duration
+	// UnmountTimeout bounds each unmount.
+	UnmountTimeout time.Duration
+	// Holders finds who holds a mount; nil means ProcHolders{}.
+	Holders Holders
+	// Scoper is the network mounts' scoper; nil means netmount.DetectScoper().
+	Scoper netmount.Scoper
+	// Out receives one line per thing done (or that would be done), for people.
+	Out io.Writer
+}
+
+// Kept is what the cleanup left because it is in use, and by whom.
+type Kept struct {
+	What    string // "network mount fuse.sshfs root@srv:/x", "subPath copies (tmpfs)", "scope mount-<key>"
+	Path    string
+	Holders []Holder
+	Pids    []int // for a scope: the processes still in it
+}
+
+func (k Kept) String() string {
+	var by []string
+	for _, h := range k.Holders {
+		by = append(by, h.String())
+	}
+	for _, pid := range k.Pids {
+		by = append(by, fmt.Sprintf("pid %d still runs in it", pid))
+	}
+	return fmt.Sprintf("%s at %s: %s", k.What, k.Path, strings.Join(by, "; "))
+}
+
+// InUseError is the cleanup's answer when something was kept: everything else is done, and the
+// state directory stays for what is left. Running the cleanup again once those containers are
+// gone finishes it.
+type InUseError struct{ Kept []Kept }
+
+func (e *InUseError) Error() string {
+	lines := make([]string, len(e.Kept))
+	for i, k := range e.Kept {
+		lines[i] = "  " + k.String()
+	}
+	return fmt.Sprintf("node cleanup: %d kept because a running container still uses it (the state directory stays; "+
+		"run the cleanup again once they are gone):\n%s", len(e.Kept), strings.Join(lines, "\n"))
+}
+
+// Run cleans the node up after the agent; see the package comment. It fails without changing
+// anything while an agent runs on the state directory.
+func Run(ctx context.Context, o Options) error {
+	o.LockWait = cmp.Or(o.LockWait, DefaultLockWait)
+	o.UnmountTimeout = cmp.Or(o.UnmountTimeout, DefaultUnmountTimeout)
+	if o.Holders == nil {
+		o.Holders = ProcHolders{}
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	say := func(format string, args ...any) {
+		if o.DryRun {
+			format = "would: " + format
+		}
+		fmt.Fprintf(o.Out, format+"\n", args...)
+	}
+	dir, err := filepath.EvalSymlinks(o.StateDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(o.Out, "nothing to clean: %s does not exist\n", o.StateDir)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lock, err := netmount.LockStateDir(dir, o.LockWait)
+	if err != nil {
+		return fmt.Errorf("node cleanup: %w: stop the agent first (the DaemonSet's uninstall deletes it before the cleanup)", err)
+	}
+	defer lock.Close()
+
+	network, err := netmount.HostMounts(dir)
+	if err != nil {
+		return err
+	}
+	copies := filepath.Join(dir, "subpath")
+	copiesDev, copiesMounted, err := deviceOf(copies)
+	if err != nil {
+		return err
+	}
+	devices := make([]string, 0, len(network)+1)
+	for _, hm := range network {
+		devices = append(devices, hm.Device)
+	}
+	if copiesMounted {
+		devices = append(devices, copiesDev)
+	}
+	holders, err := o.Holders.Holders(devices)
+	if err != nil {
+		return fmt.Errorf("node cleanup: find the containers that use the mounts: %w", err)
+	}
+
+	var kept []Kept
+	var errs []error
+	scoper := o.Scoper
+	if scoper == nil && len(network) > 0 {
+		if scoper, err = netmount.DetectScoper(); err != nil {
+			return err
+		}
+	}
+	for _, hm := range network {
+		what := "network mount " + cmp.Or(hm.Spec, hm.FSType+" (no state file)")
+		if h := holders[hm.Device]; len(h) > 0 {
+			kept = append(kept, Kept{What: what, Path: hm.Path, Holders: h})
+			continue
+		}
+		say("release %s at %s and its scope", what, hm.Path)
+		if !o.DryRun {
+			if err := netmount.ReleaseHostMount(ctx, dir, hm, scoper, o.UnmountTimeout); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if scoper == nil {
+		scoper, _ = netmount.DetectScoper() // nil without cgroup2 or systemd: no scopes to find
+	}
+	if scoper != nil && !o.DryRun {
+		busy, err := netmount.LeftoverScopes(dir, scoper)
+		errs = append(errs, err)
+		for _, unit := range slices.Sorted(maps.Keys(busy)) {
+			kept = append(kept, Kept{What: "scope " + unit + " (its host mount is gone; a container may still hold its filesystem)",
+				Path: unit, Pids: busy[unit]})
+		}
+	}
+	if copiesMounted {
+		if h := holders[copiesDev]; len(h) > 0 {
+			kept = append(kept, Kept{What: "subPath copies (tmpfs)", Path: copies, Holders: h})
+		} else {
+			say("unmount the subPath copies' tmpfs at %s (its copies, secrets among them, go with it)", copies)
+			if !o.DryRun {
+				if err := unix.Unmount(copies, 0); err != nil {
+					errs = append(errs, fmt.Errorf("unmount %s: %w", copies, err))
+				}
+			}
+		}
+	}
+	key := filepath.Join(dir, guard.KeyFile)
+	if _, err := os.Lstat(key); err == nil {
+		say("remove the guard key %s", key)
+		if !o.DryRun {
+			errs = append(errs, os.Remove(key))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("node cleanup: %w", err)
+	}
+	if len(kept) > 0 {
+		return &InUseError{Kept: kept}
+	}
+	say("remove the state directory %s", dir)
+	if o.DryRun {
+		return nil
+	}
+	return removeStateDir(dir)
+}
+
+// removeStateDir unmounts the agent's own mounts below dir (mounts/ and staging/, each bound
+// onto itself to set its propagation) and removes dir; any other mount below it stops the
+// removal: RemoveAll would cross into it.
+func removeStateDir(dir string) error {
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	own := map[string]bool{filepath.Join(dir, "mounts"): true, filepath.Join(dir, "staging"): true}
+	var others []string
+	for _, i := range infos {
+		switch {
+		case own[i.Mountpoint]:
+			if err := unix.Unmount(i.Mountpoint, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("node cleanup: unmount %s: %w", i.Mountpoint, err)
+			}
+		case i.Mountpoint != dir:
+			others = append(others, i.Mountpoint)
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("node cleanup: %s keeps mounts that are not the agent's (%s): unmount them, then run the cleanup again",
+			dir, strings.Join(others, ", "))
+	}
+	return os.RemoveAll(dir)
+}
+
+// deviceOf is the device (major:minor) of the mount at path, if path is a mount point.
+func deviceOf(path string) (string, bool, error) {
+	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	if err != nil || len(infos) == 0 {
+		return "", false, err
+	}
+	i := infos[len(infos)-1] // the top one
+	return fmt.Sprintf("%d:%d", i.Major, i.Minor), true, nil
+}
