@@ -27,12 +27,20 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/mountkeeper
 	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
 
-# The container image (deploy/): both binaries (static, no cgo) on an empty base; nothing is
-# pulled. An OCI image-layout tarball: import it on each node with
-# `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
-IMAGE ?= localhost/mountkeeper:latest
-image: build
-	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
+# The container image (deploy/): both binaries (static, no cgo) for each of PLATFORMS on an
+# empty base; nothing is pulled. One OCI image-layout tarball holding an image index (a
+# manifest per architecture) tagged with the version: import it on each node with
+# `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools. The
+# chart's appVersion names the tag of a release (git describe on its tag).
+PLATFORMS ?= amd64 arm64
+IMAGE ?= localhost/mountkeeper:$(VERSION)
+image:
+	@for arch in $(PLATFORMS); do \
+		echo "building linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -ldflags '$(LDFLAGS)' -o bin/linux_$$arch/mountkeeper ./cmd/mountkeeper && \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -o bin/linux_$$arch/mountkeeper-hook ./cmd/mountkeeper-hook || exit 1; \
+	done
+	$(GO) run ./test/tools/mkimage -name $(IMAGE) -bin-dir bin -platforms '$(PLATFORMS)' -o bin/mountkeeper-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

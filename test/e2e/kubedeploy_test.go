@@ -316,11 +316,12 @@ func (n *deployNode) readManifests() {
 }
 
 // installImage builds the image as `make image` does and imports it into the node's
-// containerd, where the DaemonSet's image reference finds it.
+// containerd under the versioned name the DaemonSet's containers give, where they find it.
 func (n *deployNode) installImage() {
 	t := n.t
 	t.Helper()
 	start := time.Now()
+	image := n.templateImage()
 	// The node's mountkeeper (BuildMountkeeper) and its hook, both static (no cgo).
 	var err error
 	if n.hook, err = harness.BuildHook(n.dir); err != nil {
@@ -334,7 +335,7 @@ func (n *deployNode) installImage() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := harness.AgentImageArchive(data, hookData, harness.AgentImage)
+	archive, err := harness.AgentImageArchive(data, hookData, image)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,10 +343,35 @@ func (n *deployNode) installImage() {
 	if err := os.WriteFile(path, archive, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.ctrd.ImportImage(n.ctx, path, harness.AgentImage); err != nil {
+	if err := n.ctrd.ImportImage(n.ctx, path, image); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("image %s built and imported in %v (%d bytes)", harness.AgentImage, time.Since(start).Round(time.Millisecond), len(archive))
+	t.Logf("image %s built and imported in %v (%d bytes)", image, time.Since(start).Round(time.Millisecond), len(archive))
+}
+
+// templateImage returns the one image the DaemonSet's containers name: a versioned tag of
+// harness.AgentImageRepository, never latest.
+func (n *deployNode) templateImage() string {
+	t := n.t
+	t.Helper()
+	images := map[string]bool{}
+	for _, list := range []string{"initContainers", "containers"} {
+		cs, _ := dig(t, n.template, "spec")[list].([]any)
+		for _, c := range cs {
+			images[c.(map[string]any)["image"].(string)] = true
+		}
+	}
+	if len(images) != 1 {
+		t.Fatalf("the DaemonSet's containers name %d images %v, want the agent image alone", len(images), images)
+	}
+	for image := range images {
+		tag, ok := strings.CutPrefix(image, harness.AgentImageRepository+":")
+		if !ok || tag == "" || tag == "latest" {
+			t.Fatalf("the DaemonSet names image %s, want %s:<version>", image, harness.AgentImageRepository)
+		}
+		return image
+	}
+	return ""
 }
 
 // apply creates every shipped object through the API, the ConfigMap with the test's config.

@@ -8,8 +8,9 @@ import (
 	"os"
 )
 
-// AgentImage is the name `make image` gives the mountkeeper image and deploy/ refers to.
-const AgentImage = "localhost/mountkeeper:latest"
+// AgentImageRepository is the repository `make image` names the mountkeeper image in; its
+// tag is the version (git describe), and the chart in deploy/helm names the same tag.
+const AgentImageRepository = "localhost/mountkeeper"
 
 // AgentBinaryPath is where the image holds the binary (its entrypoint).
 const AgentBinaryPath = "/usr/local/bin/mountkeeper"
@@ -18,39 +19,93 @@ const AgentBinaryPath = "/usr/local/bin/mountkeeper"
 // --install-hook` copies to the host as the guard hook.
 const AgentHookPath = "/usr/local/bin/mountkeeper-hook"
 
+// AgentPlatform is one architecture of the agent image: its two static binaries.
+type AgentPlatform struct {
+	Arch         string // GOARCH: amd64, arm64
+	Binary, Hook []byte
+}
+
+// elfArch maps the ELF machines the image is built for to their GOARCH.
+var elfArch = map[elf.Machine]string{elf.EM_X86_64: "amd64", elf.EM_AARCH64: "arm64"}
+
 // AgentImageArchive returns an OCI image-layout tarball (for `ctr images import` or `podman
-// load`) of one image, name, that holds nothing but binary at AgentBinaryPath, hook at
-// AgentHookPath, an empty /tmp and /etc/mountkeeper: no base image is pulled. Both must be
-// statically linked, as BuildMountkeeper and BuildHook (and `make build`) build them: there
-// is no libc in the image.
+// load`) of one image, name, for the architecture binary and hook are built for, that holds
+// nothing but binary at AgentBinaryPath, hook at AgentHookPath, an empty /tmp and
+// /etc/mountkeeper: no base image is pulled. Both must be statically linked, as
+// BuildMountkeeper and BuildHook (and `make build`) build them: there is no libc in the image.
 func AgentImageArchive(binary, hook []byte, name string) ([]byte, error) {
+	arch, err := binaryArch(AgentBinaryPath, binary)
+	if err != nil {
+		return nil, err
+	}
+	img, err := agentImage(name, AgentPlatform{Arch: arch, Binary: binary, Hook: hook})
+	if err != nil {
+		return nil, err
+	}
+	return ociArchive([]imageSpec{img})
+}
+
+// AgentImageIndexArchive returns an OCI image-layout tarball of one multi-platform image,
+// name: an image index with one manifest per platform (`make image` builds amd64 and arm64).
+func AgentImageIndexArchive(name string, platforms []AgentPlatform) ([]byte, error) {
+	var imgs []imageSpec
+	for _, p := range platforms {
+		img, err := agentImage(name, p)
+		if err != nil {
+			return nil, err
+		}
+		imgs = append(imgs, img)
+	}
+	return ociIndexArchive(name, imgs)
+}
+
+// agentImage checks that p's binaries are static and built for p.Arch, and returns its image.
+func agentImage(name string, p AgentPlatform) (imageSpec, error) {
 	for _, b := range []struct {
 		path string
 		data []byte
-	}{{AgentBinaryPath, binary}, {AgentHookPath, hook}} {
-		f, err := elf.NewFile(bytes.NewReader(b.data))
+	}{{AgentBinaryPath, p.Binary}, {AgentHookPath, p.Hook}} {
+		arch, err := binaryArch(b.path, b.data)
 		if err != nil {
-			return nil, fmt.Errorf("the image's %s: %w", b.path, err)
+			return imageSpec{}, err
 		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				return nil, fmt.Errorf("the image's %s is dynamically linked: the image has no libc (build it with `make image`)", b.path)
-			}
+		if arch != p.Arch {
+			return imageSpec{}, fmt.Errorf("the %s image's %s is built for %s (build it with GOARCH=%s)", p.Arch, b.path, arch, p.Arch)
 		}
 	}
-	return ociArchive([]imageSpec{{
+	return imageSpec{
 		name: name,
+		arch: p.Arch,
 		files: []fileEntry{
 			dirEntry("etc", 0o755), dirEntry("etc/mountkeeper", 0o755),
 			dirEntry("tmp", 0o1777),
 			dirEntry("usr", 0o755), dirEntry("usr/local", 0o755), dirEntry("usr/local/bin", 0o755),
-			fileEntryOf(AgentBinaryPath[1:], 0o755, binary),
-			fileEntryOf(AgentHookPath[1:], 0o755, hook),
+			fileEntryOf(AgentBinaryPath[1:], 0o755, p.Binary),
+			fileEntryOf(AgentHookPath[1:], 0o755, p.Hook),
 		},
 		env:        []string{imagePATH},
 		entrypoint: []string{AgentBinaryPath},
 		cmd:        []string{"nri"},
-	}})
+	}, nil
+}
+
+// binaryArch returns the GOARCH a static ELF binary is built for; a dynamically linked one is
+// refused: the image has no libc.
+func binaryArch(path string, data []byte) (string, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return "", fmt.Errorf("the image's %s: %w", path, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("the image's %s is dynamically linked: the image has no libc (build it with `make image`)", path)
+		}
+	}
+	arch, ok := elfArch[f.Machine]
+	if !ok {
+		return "", fmt.Errorf("the image's %s is built for %s, which the image does not support (amd64, arm64)", path, f.Machine)
+	}
+	return arch, nil
 }
 
 // ImportImage imports an OCI image-layout archive into the instance's k8s.io namespace (the
