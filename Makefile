@@ -49,6 +49,7 @@ vet:
 
 tools:
 	bash test/tools/install.sh
+	bash test/tools/install-helm.sh
 
 # unit depends on tools: built before gcc, sshfs or runc are installed, tests would skip.
 unit: tools

@@ -1,0 +1,40 @@
+{{/* The name of every object: the release name, or release-chart when it lacks the chart's. */}}
+{{- define "mountkeeper.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DaemonSet's selector: immutable, so it never changes between versions. */}}
+{{- define "mountkeeper.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "mountkeeper.labels" -}}
+{{ include "mountkeeper.selector" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{- define "mountkeeper.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The agent's config: .Values.config with runtimeClasses built from the class list
+     (the keys only the chart reads, name and scheduling, left out). */}}
+{{- define "mountkeeper.config" -}}
+{{- $classes := dict -}}
+{{- range .Values.runtimeClasses -}}
+{{- if hasKey $classes .name -}}
+{{- fail (printf "runtimeClasses: %q is listed twice; give each class one entry" .name) -}}
+{{- end -}}
+{{- $_ := set $classes .name (omit . "name" "nodeSelector" "tolerations") -}}
+{{- end -}}
+{{- $config := deepCopy .Values.config -}}
+{{- if $classes -}}
+{{- $_ := set $config "runtimeClasses" $classes -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end -}}
