@@ -323,3 +323,39 @@ func TestDuplicateClassRefused(t *testing.T) {
 		t.Fatalf("helm template with class a twice: %v, want it refused naming the class", err)
 	}
 }
+
+// chartValuesBlock matches a fenced yaml block of chart values in the docs: runtimeClasses
+// as a list (a config's is a map, which test/docs loads).
+var chartValuesBlock = regexp.MustCompile("(?ms)^```yaml\n(runtimeClasses:\n\\s+- .*?)^```")
+
+// TestDocValuesExamples renders every chart values example of docs/*.md: what an operator
+// copies passes the schema and gives a config the agent loads.
+func TestDocValuesExamples(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, file := range files {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range chartValuesBlock.FindAllStringSubmatch(string(text), -1) {
+			found++
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, []byte(m[1]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--values", values)
+			if err != nil {
+				t.Errorf("%s: the chart refuses a values example: %v\n%s", filepath.Base(file), err, m[1])
+				continue
+			}
+			checkRendered(t, out)
+		}
+	}
+	if found == 0 {
+		t.Error("no chart values example (a yaml block starting with a runtimeClasses list) in docs/*.md; docs/install.md has one")
+	}
+}
