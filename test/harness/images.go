@@ -67,7 +67,7 @@ func symlinkEntry(name, target string) fileEntry {
 // imageSpec describes one single-layer image.
 type imageSpec struct {
 	name       string
-	arch       string // GOARCH of its binaries; "" is this machine's
+	arch       string      // GOARCH of its binaries; "" is this machine's
 	files      []fileEntry // in tar order: parents before children
 	env        []string
 	entrypoint []string

@@ -7,28 +7,22 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
 // crossBuild builds mountkeeper and mountkeeper-hook for each arch into dir/linux_<arch>, as
 // `make image` does (static, no cgo).
 func crossBuild(t *testing.T, dir string, archs ...string) {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, arch := range archs {
 		for _, cmd := range []string{"mountkeeper", "mountkeeper-hook"} {
-			build := exec.Command("go", "build", "-o", filepath.Join(dir, "linux_"+arch, cmd), "./cmd/"+cmd)
-			build.Dir = root
-			build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-			if out, err := build.CombinedOutput(); err != nil {
-				t.Fatalf("GOARCH=%s go build ./cmd/%s: %v\n%s", arch, cmd, err, out)
+			if _, err := harness.BuildFor(dir, arch, cmd); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
