@@ -75,12 +75,15 @@ func helm(t *testing.T, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// render runs helm template on the chart with the values files.
-func render(t *testing.T, valuesFiles ...string) string {
+// render runs helm template on the chart with the values files, then the --set values.
+func render(t *testing.T, valuesFiles []string, set ...string) string {
 	t.Helper()
 	args := []string{"template", release, chartDir, "--namespace", namespace}
 	for _, f := range valuesFiles {
 		args = append(args, "--values", f)
+	}
+	for _, s := range set {
+		args = append(args, "--set", s)
 	}
 	out, err := helm(t, args...)
 	if err != nil {
@@ -128,7 +131,7 @@ func cmpName(values string) string {
 func TestHelmTemplateGolden(t *testing.T) {
 	for _, values := range valuesCases(t) {
 		t.Run(cmpName(values), func(t *testing.T) {
-			got := render(t, values)
+			got := render(t, []string{values})
 			checkRendered(t, got)
 			golden := strings.TrimSuffix(values, ".values.yaml") + ".golden.yaml"
 			compareGolden(t, golden, got)
@@ -228,15 +231,16 @@ func checkRendered(t *testing.T, rendered string) {
 }
 
 // plainHeader starts each file of deploy/ that the chart renders.
-const plainHeader = "# Rendered from the Helm chart deploy/helm/mountkeeper with its default values (release\n" +
-	"# and namespace mountkeeper): edit the chart, then `go test ./test/chart -update`.\n"
+const plainHeader = "# Rendered from the Helm chart deploy/helm/mountkeeper with its default values and\n" +
+	"# namespace.create=true (release and namespace mountkeeper): edit the chart, then\n" +
+	"# `go test ./test/chart -update`.\n"
 
 var sourceLine = regexp.MustCompile(`(?m)^# Source: mountkeeper/templates/([a-z-]+\.yaml)\n`)
 
-// TestPlainManifests keeps deploy/*.yaml equal to the chart rendered with its defaults: one
-// file per template, as `kubectl apply -f deploy/` installs it.
+// TestPlainManifests keeps deploy/*.yaml equal to the chart rendered with its defaults and
+// the namespace (which `kubectl apply` cannot create otherwise): one file per template.
 func TestPlainManifests(t *testing.T) {
-	rendered := render(t)
+	rendered := render(t, nil, "namespace.create=true")
 	checkRendered(t, rendered)
 	files := map[string]string{}
 	for _, doc := range strings.Split(rendered, "---\n") {
