@@ -17,7 +17,7 @@ TESTFLAGS ?=
 # outlive them.
 PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshare -m --propagation private
 
-.PHONY: all build image test unit e2e demo bench tools vet clean
+.PHONY: all build image test unit e2e demo bench tools demo-tools vet clean
 
 all: build
 
@@ -47,9 +47,14 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 
+# Everything the tests need; demo-tools only what `make demo` uses (containerd, runc, sshd,
+# sshfs: docs/development.md has its cold time).
 tools:
 	bash test/tools/install.sh
 	bash test/tools/install-helm.sh
+
+demo-tools:
+	bash test/tools/install.sh demo
 
 # unit depends on tools: built before gcc, sshfs or runc are installed, tests would skip.
 unit: tools
@@ -60,7 +65,7 @@ e2e: tools build
 
 test: tools vet unit e2e
 
-demo: tools build
+demo: demo-tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(PRIVATE_NS) $(GO) run ./test/demo
 
 # Ratios against a baseline measured in the same run (see test/benchratio).
