@@ -312,19 +312,31 @@ func TestSchemaRejects(t *testing.T) {
 	}
 }
 
-// TestDuplicateClassRefused: the schema cannot say "unique by name"; the chart's template
-// refuses a class listed twice instead of letting the second silently replace the first.
-func TestDuplicateClassRefused(t *testing.T) {
-	values := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(values, []byte(`runtimeClasses:
-  - {name: a, mounts: [{source: /srv/a, destination: /a}]}
-  - {name: a, mounts: [{source: /srv/b, destination: /b}]}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--values", values)
-	if err == nil || !strings.Contains(err.Error(), `runtimeClasses: "a" is listed twice`) {
-		t.Fatalf("helm template with class a twice: %v, want it refused naming the class", err)
+// TestTemplateRefuses: what the schema cannot say, the chart's templates refuse with a message
+// naming the value: a class listed twice (the second would silently replace the first), and
+// a moving tag that IfNotPresent would never roll out.
+func TestTemplateRefuses(t *testing.T) {
+	const class = "runtimeClasses:\n  - {name: a, mounts: [{source: /srv/a, destination: /a}]}\n"
+	for _, tc := range []struct {
+		name, values, want string
+	}{
+		{"a class listed twice", class + "  - {name: a, mounts: [{source: /srv/b, destination: /b}]}\n", `runtimeClasses: "a" is listed twice`},
+		{"latest with IfNotPresent", class + "image: {repository: r/m, tag: latest, pullPolicy: IfNotPresent}\n", "image.tag latest with image.pullPolicy IfNotPresent"},
+		{"latest with Always", class + "image: {repository: r/m, tag: latest, pullPolicy: Always}\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, []byte(tc.values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--values", values)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("helm template: %v, want it refused with %q", err, tc.want)
+			}
+		})
 	}
 }
 

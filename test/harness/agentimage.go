@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // AgentImageRepository is the repository `make image` names the mountkeeper image in; its
@@ -23,6 +24,18 @@ const AgentHookPath = "/usr/local/bin/mountkeeper-hook"
 type AgentPlatform struct {
 	Arch         string // GOARCH: amd64, arm64
 	Binary, Hook []byte
+}
+
+// ReadAgentPlatform reads the binaries of arch that `make image` (or BuildFor) put in
+// dir/linux_<arch>/.
+func ReadAgentPlatform(dir, arch string) (AgentPlatform, error) {
+	p := AgentPlatform{Arch: arch}
+	var err error
+	if p.Binary, err = os.ReadFile(filepath.Join(dir, "linux_"+arch, "mountkeeper")); err != nil {
+		return p, err
+	}
+	p.Hook, err = os.ReadFile(filepath.Join(dir, "linux_"+arch, "mountkeeper-hook"))
+	return p, err
 }
 
 // elfArch maps the ELF machines the image is built for to their GOARCH.

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
@@ -41,15 +40,9 @@ func run(name, binDir string, archs []string, out string) error {
 	}
 	var platforms []harness.AgentPlatform
 	for _, arch := range archs {
-		p := harness.AgentPlatform{Arch: arch}
-		for _, b := range []struct {
-			file string
-			data *[]byte
-		}{{"mountkeeper", &p.Binary}, {"mountkeeper-hook", &p.Hook}} {
-			var err error
-			if *b.data, err = os.ReadFile(filepath.Join(binDir, "linux_"+arch, b.file)); err != nil {
-				return err
-			}
+		p, err := harness.ReadAgentPlatform(binDir, arch)
+		if err != nil {
+			return err
 		}
 		platforms = append(platforms, p)
 	}

@@ -18,8 +18,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
 {{- end -}}
 
+{{/* The image; a moving tag with IfNotPresent is refused: nodes would keep the image they
+     have under it and a new version would never roll out. */}}
 {{- define "mountkeeper.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if and (eq $tag "latest") (eq .Values.image.pullPolicy "IfNotPresent") -}}
+{{- fail "image.tag latest with image.pullPolicy IfNotPresent: nodes keep the image they have under latest and never get a new version; name a versioned tag (make image tags the git describe version), or set image.pullPolicy Always" -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
 {{- end -}}
 
 {{/* The agent's config: .Values.config with runtimeClasses built from the class list
