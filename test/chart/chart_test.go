@@ -92,6 +92,17 @@ func render(t *testing.T, valuesFiles []string, set ...string) string {
 	return out
 }
 
+// templateWith runs helm template on the chart with values (YAML text) and returns its output
+// or its error.
+func templateWith(t *testing.T, values string) (string, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(path, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return helm(t, "template", release, chartDir, "--namespace", namespace, "--values", path)
+}
+
 // valuesCases are the golden cases: testdata/NAME.values.yaml rendered into
 // testdata/NAME.golden.yaml. The chart's defaults are the plain manifests (TestPlainManifests).
 func valuesCases(t *testing.T) []string {
@@ -293,11 +304,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"an unsupported mount type", strings.Replace(good, "propagation:", "type: ext4, propagation:", 1), "/runtimeClasses/0/mounts/0/type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			values := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(values, []byte(tc.values), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--values", values)
+			out, err := templateWith(t, tc.values)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("good values refused: %v", err)
@@ -325,11 +332,7 @@ func TestTemplateRefuses(t *testing.T) {
 		{"latest with Always", class + "image: {repository: r/m, tag: latest, pullPolicy: Always}\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			values := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(values, []byte(tc.values), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			_, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--values", values)
+			_, err := templateWith(t, tc.values)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -359,11 +362,7 @@ func TestDocValuesExamples(t *testing.T) {
 		}
 		for _, m := range chartValuesBlock.FindAllStringSubmatch(string(text), -1) {
 			found++
-			values := filepath.Join(t.TempDir(), "values.yaml")
-			if err := os.WriteFile(values, []byte(m[1]), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--values", values)
+			out, err := templateWith(t, m[1])
 			if err != nil {
 				t.Errorf("%s: the chart refuses a values example: %v\n%s", filepath.Base(file), err, m[1])
 				continue
