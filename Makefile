@@ -18,7 +18,7 @@ TESTFLAGS ?=
 # outlive them.
 PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshare -m --propagation private
 
-.PHONY: all build image test unit e2e demo bench tools vet clean
+.PHONY: all build image test unit e2e demo bench tools demo-tools vet clean
 
 all: build
 
@@ -29,20 +29,35 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(HOOKBIN) ./cmd/mountkeeper-hook
 	CGO_ENABLED=0 $(GO) build -o $(RTBIN) ./cmd/mountkeeper-runtime
 
-# The container image (deploy/): the three binaries (static, no cgo) on an empty base; nothing is
-# pulled. An OCI image-layout tarball: import it on each node with
-# `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools.
-IMAGE ?= localhost/mountkeeper:latest
-image: build
-	$(GO) run ./test/tools/mkimage -binary $(BIN) -hook-binary $(HOOKBIN) -runtime-binary $(RTBIN) -name $(IMAGE) -o bin/mountkeeper-image.tar
+# The container image (deploy/): the three binaries (static, no cgo) for each of PLATFORMS on
+# an empty base; nothing is pulled. One OCI image-layout tarball holding an image index (a
+# manifest per architecture) tagged with the version: import it on each node with
+# `ctr -n k8s.io images import bin/mountkeeper-image.tar`, or push it with your tools. The
+# chart's appVersion names the tag of a release (git describe on its tag).
+PLATFORMS ?= amd64 arm64
+IMAGE ?= localhost/mountkeeper:$(VERSION)
+image:
+	@for arch in $(PLATFORMS); do \
+		echo "building linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -ldflags '$(LDFLAGS)' -o bin/linux_$$arch/mountkeeper ./cmd/mountkeeper && \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -o bin/linux_$$arch/mountkeeper-hook ./cmd/mountkeeper-hook && \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -o bin/linux_$$arch/mountkeeper-runtime ./cmd/mountkeeper-runtime || exit 1; \
+	done
+	$(GO) run ./test/tools/mkimage -name $(IMAGE) -bin-dir bin -platforms '$(PLATFORMS)' -o bin/mountkeeper-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 
+# Everything the tests need; demo-tools only what `make demo` uses (containerd, runc, sshd,
+# sshfs: docs/development.md has its cold time).
 tools:
 	bash test/tools/install.sh
+	bash test/tools/install-helm.sh
+
+demo-tools:
+	bash test/tools/install.sh demo
 
 # unit depends on tools: built before gcc, sshfs or runc are installed, tests would skip.
 unit: tools
@@ -53,7 +68,7 @@ e2e: tools build
 
 test: tools vet unit e2e
 
-demo: tools build
+demo: demo-tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(PRIVATE_NS) $(GO) run ./test/demo
 
 # Ratios against a baseline measured in the same run (see test/benchratio).

@@ -326,11 +326,12 @@ func (n *deployNode) readManifests() {
 }
 
 // installImage builds the image as `make image` does and imports it into the node's
-// containerd, where the DaemonSet's image reference finds it.
+// containerd under the versioned name the DaemonSet's containers give, where they find it.
 func (n *deployNode) installImage() {
 	t := n.t
 	t.Helper()
 	start := time.Now()
+	image := n.templateImage()
 	// The node's mountkeeper (BuildMountkeeper) and its hook, both static (no cgo).
 	var err error
 	if n.hook, err = harness.BuildHook(n.dir); err != nil {
@@ -351,7 +352,7 @@ func (n *deployNode) installImage() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := harness.AgentImageArchive(data, hookData, runtimeData, harness.AgentImage)
+	archive, err := harness.AgentImageArchive(data, hookData, runtimeData, image)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,10 +360,35 @@ func (n *deployNode) installImage() {
 	if err := os.WriteFile(path, archive, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.ctrd.ImportImage(n.ctx, path, harness.AgentImage); err != nil {
+	if err := n.ctrd.ImportImage(n.ctx, path, image); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("image %s built and imported in %v (%d bytes)", harness.AgentImage, time.Since(start).Round(time.Millisecond), len(archive))
+	t.Logf("image %s built and imported in %v (%d bytes)", image, time.Since(start).Round(time.Millisecond), len(archive))
+}
+
+// templateImage returns the one image the DaemonSet's containers name: a versioned tag of
+// harness.AgentImageRepository, never latest.
+func (n *deployNode) templateImage() string {
+	t := n.t
+	t.Helper()
+	images := map[string]bool{}
+	for _, list := range []string{"initContainers", "containers"} {
+		cs, _ := dig(t, n.template, "spec")[list].([]any)
+		for _, c := range cs {
+			images[c.(map[string]any)["image"].(string)] = true
+		}
+	}
+	if len(images) != 1 {
+		t.Fatalf("the DaemonSet's containers name %d images %v, want the agent image alone", len(images), images)
+	}
+	for image := range images {
+		tag, ok := strings.CutPrefix(image, harness.AgentImageRepository+":")
+		if !ok || tag == "" || tag == "latest" {
+			t.Fatalf("the DaemonSet names image %s, want %s:<version>", image, harness.AgentImageRepository)
+		}
+		return image
+	}
+	return ""
 }
 
 // apply creates every shipped object through the API, the ConfigMap with the test's config.
@@ -377,10 +403,6 @@ func (n *deployNode) apply(config string) {
 		"ServiceAccount":     "/api/v1/namespaces/" + deployNS + "/serviceaccounts",
 		"ClusterRole":        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
 		"ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-	}
-	ca, err := os.ReadFile(n.kube.CAFile())
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, file := range []string{"namespace.yaml", "rbac.yaml", "configmap.yaml", "runtimeclass.yaml", "daemonset.yaml"} {
 		objs := n.manifests[file]
@@ -407,22 +429,32 @@ func (n *deployNode) apply(config string) {
 				t.Fatalf("create %s from deploy/%s: %v", kind, file, err)
 			}
 			if kind == "Namespace" {
-				name := dig(t, obj, "metadata")["name"].(string)
-				if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+name+"/serviceaccounts", "", map[string]any{
-					"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default"},
-				}, nil); err != nil {
-					t.Fatal(err)
-				}
-				// What the controller manager's root CA publisher puts in every namespace: the
-				// agent's projected ServiceAccount token volume needs it.
-				if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+name+"/configmaps", "", map[string]any{
-					"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "kube-root-ca.crt"},
-					"data": map[string]any{"ca.crt": string(ca)},
-				}, nil); err != nil {
-					t.Fatal(err)
-				}
+				n.namespaceStandIns(dig(t, obj, "metadata")["name"].(string))
 			}
 		}
+	}
+}
+
+// namespaceStandIns creates in namespace what the controller manager, absent from this node,
+// would: the default ServiceAccount, which admission wants for every pod, and the root CA
+// publisher's kube-root-ca.crt, which the agent's projected ServiceAccount token volume needs.
+func (n *deployNode) namespaceStandIns(namespace string) {
+	t := n.t
+	t.Helper()
+	ca, err := os.ReadFile(n.kube.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+namespace+"/serviceaccounts", "", map[string]any{
+		"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default"},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+namespace+"/configmaps", "", map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "kube-root-ca.crt"},
+		"data": map[string]any{"ca.crt": string(ca)},
+	}, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

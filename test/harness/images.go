@@ -3,6 +3,7 @@ package harness
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,6 +67,7 @@ func symlinkEntry(name, target string) fileEntry {
 // imageSpec describes one single-layer image.
 type imageSpec struct {
 	name       string
+	arch       string      // GOARCH of its binaries; "" is this machine's
 	files      []fileEntry // in tar order: parents before children
 	env        []string
 	entrypoint []string
@@ -179,7 +181,8 @@ func (s *blobStore) addImage(img imageSpec) (descriptor, error) {
 	}
 	layer := s.add(mediaTypeLayer, layerTar)
 
-	cfg := imageConfig{Architecture: runtime.GOARCH, OS: "linux"}
+	arch := cmp.Or(img.arch, runtime.GOARCH)
+	cfg := imageConfig{Architecture: arch, OS: "linux"}
 	cfg.Config.Env = img.env
 	cfg.Config.Entrypoint = img.entrypoint
 	cfg.Config.Cmd = img.cmd
@@ -194,7 +197,7 @@ func (s *blobStore) addImage(img imageSpec) (descriptor, error) {
 	if err != nil {
 		return descriptor{}, err
 	}
-	m.Platform = &platform{Architecture: runtime.GOARCH, OS: "linux"}
+	m.Platform = &platform{Architecture: arch, OS: "linux"}
 	m.Annotations = map[string]string{imageNameAnnotation: img.name, refNameAnnotation: img.name}
 	return m, nil
 }
@@ -210,6 +213,33 @@ func ociArchive(images []imageSpec) ([]byte, error) {
 		}
 		idx.Manifests = append(idx.Manifests, m)
 	}
+	return blobs.layout(idx)
+}
+
+// ociIndexArchive returns an OCI image-layout tarball holding one multi-platform image, name:
+// index.json names an image index that lists one manifest per image of platforms, each with
+// its platform. The runtime picks the manifest of its node's architecture.
+func ociIndexArchive(name string, platforms []imageSpec) ([]byte, error) {
+	var blobs blobStore
+	nested := index{SchemaVersion: 2, MediaType: mediaTypeIndex}
+	for _, img := range platforms {
+		m, err := blobs.addImage(img)
+		if err != nil {
+			return nil, err
+		}
+		m.Annotations = nil // the name belongs to the index
+		nested.Manifests = append(nested.Manifests, m)
+	}
+	d, err := blobs.addJSON(mediaTypeIndex, nested)
+	if err != nil {
+		return nil, err
+	}
+	d.Annotations = map[string]string{imageNameAnnotation: name, refNameAnnotation: name}
+	return blobs.layout(index{SchemaVersion: 2, MediaType: mediaTypeIndex, Manifests: []descriptor{d}})
+}
+
+// layout returns the OCI image-layout tarball of the blobs with idx as index.json.
+func (s *blobStore) layout(idx index) ([]byte, error) {
 	indexJSON, err := json.Marshal(idx)
 	if err != nil {
 		return nil, fmt.Errorf("encode index.json: %w", err)
@@ -220,8 +250,8 @@ func ociArchive(images []imageSpec) ([]byte, error) {
 		dirEntry("blobs", 0o755),
 		dirEntry("blobs/sha256", 0o755),
 	}
-	for _, d := range blobs.order {
-		entries = append(entries, fileEntryOf("blobs/sha256/"+strings.TrimPrefix(d, "sha256:"), 0o644, blobs.data[d]))
+	for _, d := range s.order {
+		entries = append(entries, fileEntryOf("blobs/sha256/"+strings.TrimPrefix(d, "sha256:"), 0o644, s.data[d]))
 	}
 	return tarEntries(entries)
 }

@@ -39,16 +39,28 @@ func build(dir, env, name string) (string, error) {
 	if p := os.Getenv(env); p != "" {
 		return p, nil
 	}
+	out := filepath.Join(dir, name)
+	return out, goBuild(out, name)
+}
+
+// BuildFor cross-builds ./cmd/<name> for linux/arch (GOARCH) into dir/linux_<arch>/<name>,
+// static, as `make image` does, and returns its path.
+func BuildFor(dir, arch, name string) (string, error) {
+	out := filepath.Join(dir, "linux_"+arch, name)
+	return out, goBuild(out, name, "GOOS=linux", "GOARCH="+arch)
+}
+
+// goBuild builds ./cmd/<name> with cgo off and env added into out.
+func goBuild(out, name string, env ...string) error {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..")
-	out := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/%s: %w: %s", name, err, b)
+		return fmt.Errorf("%s go build ./cmd/%s: %w: %s", strings.Join(env, " "), name, err, b)
 	}
-	return out, nil
+	return nil
 }
 
 // Plugin is a `mountkeeper nri` process connected to an instance's NRI socket.

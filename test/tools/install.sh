@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the e2e suite needs on a fresh Debian machine, as root: Debian packages, and
-# containerd, runc, kubelet, kube-apiserver, CRI-O, pinns and promtool built from pinned versions into a
-# cache directory, so a second run is fast.
+# containerd, runc, kubelet, kube-apiserver, CRI-O, pinns and promtool built from pinned versions
+# into a cache directory, so a second run is fast. `install.sh demo` installs only what
+# `make demo` uses (containerd, runc, sshd, sshfs, FUSE, busybox for its image) and stops after
+# runc.
 # Prints the cache's bin directory on its last line.
 set -euo pipefail
 
@@ -15,8 +17,14 @@ CRIO_VERSION=v1.34.0
 PROMETHEUS_MODULE_VERSION=v0.316.0
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
+# The demo's Debian packages: gcc, libc6-dev, libseccomp-dev and pkg-config build runc (cgo,
+# seccomp); busybox-static is the demo container's image; sshd serves the sshfs class.
+ONLY_DEMO=false
+[ "${1:-}" = demo ] && ONLY_DEMO=true
+demo_apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux)
 
 apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server conmon podman glusterfs-server glusterfs-client containernetworking-plugins)
+$ONLY_DEMO && apt_packages=("${demo_apt_packages[@]}")
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -43,6 +51,10 @@ if ! stamp_ok runc "$RUNC_VERSION"; then
 	echo "install.sh: building runc $RUNC_VERSION into $BIN" >&2
 	CGO_ENABLED=1 GOBIN=$BIN go install -tags seccomp github.com/opencontainers/runc@$RUNC_VERSION >&2
 	echo "$RUNC_VERSION" >"$BIN/.runc"
+fi
+if $ONLY_DEMO; then
+	echo "$BIN"
+	exit 0
 fi
 if ! stamp_ok kubernetes "$KUBERNETES_VERSION"; then
 	# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces the k8s.io/* staging

@@ -1,0 +1,66 @@
+{{/* The name of every object: the release name, or release-chart when it lacks the chart's. */}}
+{{- define "mountkeeper.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DaemonSet's selector: immutable, so it never changes between versions. */}}
+{{- define "mountkeeper.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "mountkeeper.labels" -}}
+{{ include "mountkeeper.selector" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* The image; a moving tag with IfNotPresent is refused: nodes would keep the image they
+     have under it and a new version would never roll out. */}}
+{{- define "mountkeeper.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if and (eq $tag "latest") (eq .Values.image.pullPolicy "IfNotPresent") -}}
+{{- fail "image.tag latest with image.pullPolicy IfNotPresent: nodes keep the image they have under latest and never get a new version; name a versioned tag (make image tags the git describe version), or set image.pullPolicy Always" -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+
+{{/* The agent's config: .Values.config with runtimeClasses built from the class list
+     (the keys only the chart reads, name and scheduling, left out). */}}
+{{- define "mountkeeper.config" -}}
+{{- $classes := dict -}}
+{{- range .Values.runtimeClasses -}}
+{{- if hasKey $classes .name -}}
+{{- fail (printf "runtimeClasses: %q is listed twice; give each class one entry" .name) -}}
+{{- end -}}
+{{- $_ := set $classes .name (omit . "name" "nodeSelector" "tolerations") -}}
+{{- end -}}
+{{- $config := deepCopy .Values.config -}}
+{{- if $classes -}}
+{{- $_ := set $config "runtimeClasses" $classes -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/* The runtime's directories on the node the init container reads and writes, as a JSON
+     list: the main config file's directory and, unless it lies below that one, the drop-in's.
+     Each is mounted at its own path, so the paths configure writes are the node's. */}}
+{{- define "mountkeeper.runtimeConfigDirs" -}}
+{{- $main := "" -}}
+{{- $dropIn := "" -}}
+{{- if eq .Values.runtime "containerd" -}}
+{{- $main = dir .Values.containerd.configFile -}}
+{{- $dropIn = dir .Values.containerd.dropIn -}}
+{{- else -}}
+{{- $main = dir .Values.crio.configFile -}}
+{{- $dropIn = clean .Values.crio.configDir -}}
+{{- end -}}
+{{- if or (eq $main $dropIn) (hasPrefix (printf "%s/" (trimSuffix "/" $main)) $dropIn) -}}
+{{- list $main | toJson -}}
+{{- else -}}
+{{- list $main $dropIn | toJson -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,228 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// helmValues are the chart values of TestHelmChart; TAG, DIR, KUBELET and CLASSES are
+// replaced. The node paths keep the chart's defaults: startPluginPod points them at the
+// test's node as it does for deploy/.
+const helmValues = `image:
+  tag: TAG
+runtimeClasses:
+CLASSES
+config:
+  kubeletRoot: KUBELET
+  stateDir: DIR/state
+`
+
+// helmClass is one class of helmValues with a bind of DIR/src/helm/<dst> at /<dst>, each.
+func helmClass(name string, dsts ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - name: %s\n    mounts:\n", name)
+	for _, d := range dsts {
+		fmt.Fprintf(&b, "      - {source: DIR/src/helm/%s, destination: /%s, readOnly: true}\n", d, d)
+	}
+	return b.String()
+}
+
+// TestHelmChart installs, upgrades and uninstalls the chart with the pinned helm against the
+// node's real kube-apiserver, and runs the plugin from the chart's DaemonSet on the real
+// kubelet and containerd. There is no controller manager on this node yet: the DaemonSet is
+// stored but no controller makes its pod, so (as TestKubeDeploy does) the test creates the
+// pod from the DaemonSet's template as the DaemonSet controller would, and replaces it after
+// the upgrade as a rolling update would.
+func TestHelmChart(t *testing.T) {
+	helmBin := filepath.Join(cmp.Or(os.Getenv("MOUNTKEEPER_BIN"), "/var/cache/mountkeeper-test/bin"), "helm")
+	testenv.Require(t, helmBin)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n := &deployNode{kubeNode: newKubeNodeWith(t, ctx, harness.KubeOptions{
+		FeatureGates:              map[string]bool{"KubeletCrashLoopBackOffMax": true},
+		MaxContainerRestartPeriod: time.Second,
+	}, []string{"mk-helm"})}
+	// The chart owns the RuntimeClass of its class.
+	if err := n.api.DeleteRuntimeClass(ctx, "mk-helm"); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := n.kube.AdminKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"a", "b", "c"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, "src", "helm", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(n.dir, "src", "helm", d, "marker"), []byte("helm-"+d+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	helm := func(args ...string) string {
+		t.Helper()
+		home := t.TempDir()
+		cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", kubeconfig)...)
+		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	values := func(tag string, classes ...string) string {
+		t.Helper()
+		text := strings.NewReplacer("TAG", tag, "CLASSES", strings.TrimSuffix(strings.Join(classes, ""), "\n"),
+			"KUBELET", n.kube.RootDir()).Replace(helmValues)
+		text = strings.ReplaceAll(text, "DIR", n.dir)
+		path := filepath.Join(n.dir, "values-"+tag+".yaml")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	chart := filepath.Join(deployDir, "helm", "mountkeeper")
+	exists := func(path string) bool {
+		t.Helper()
+		err := n.api.Do(ctx, "GET", path, "", nil, nil)
+		if err != nil && !harness.IsNotFound(err) {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return err == nil
+	}
+
+	var plugin string
+	t.Run("install: the objects, the plugin pod from the DaemonSet, a class pod with its mount", func(t *testing.T) {
+		out := helm("install", "mountkeeper", chart, "--namespace", deployNS, "--create-namespace", "--values", values("e2e-v1", helmClass("mk-helm", "a")))
+		t.Logf("helm install:\n%s", out)
+		n.namespaceStandIns(deployNS)
+		n.checkChartObjects(t, "e2e-v1", []string{"mk-helm"})
+		// The node listener's RBAC (metrics.nodeListener, on by default); no PodMonitor or
+		// PrometheusRule by default: this API server has no Prometheus Operator CRDs, and the
+		// install above would have failed on them.
+		for _, path := range chartRBAC {
+			if !exists(path) {
+				t.Errorf("the chart did not create %s", path)
+			}
+		}
+		n.installImage()
+		plugin = n.startPluginPod(t)
+		n.checkNodeListener(t, plugin)
+		// The init container declared the class's handler; containerd reads it at start.
+		if err := n.ctrd.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		id := n.runPod(t, "helm-a", "mk-helm", "exec sleep 3600", false, nil, nil)
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/a/marker"); code != 0 || out != "helm-a\n" {
+			t.Errorf("the class pod reads %q (exit %d) at /a/marker, want helm-a", out, code)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("upgrade: a new image tag, a mount and a class added; the new pod serves them", func(t *testing.T) {
+		out := helm("upgrade", "mountkeeper", chart, "--namespace", deployNS,
+			"--values", values("e2e-v2", helmClass("mk-helm", "a", "b"), helmClass("mk-helm-extra", "c")))
+		t.Logf("helm upgrade:\n%s", out)
+		n.checkChartObjects(t, "e2e-v2", []string{"mk-helm", "mk-helm-extra"})
+		// The rolling update's step on this node: the old pod goes, one from the new
+		// template comes.
+		n.deletePluginPod(t, plugin)
+		n.installImage()
+		plugin = n.startPluginPod(t)
+		id := n.runPod(t, "helm-ab", "mk-helm", "exec sleep 3600", false, nil, nil)
+		for _, d := range []string{"a", "b"} {
+			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/"+d+"/marker"); code != 0 || out != "helm-"+d+"\n" {
+				t.Errorf("after the upgrade the class pod reads %q (exit %d) at /%s/marker", out, code, d)
+			}
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("upgrade removing a class deletes its RuntimeClass", func(t *testing.T) {
+		helm("upgrade", "mountkeeper", chart, "--namespace", deployNS, "--values", values("e2e-v2", helmClass("mk-helm", "a", "b")))
+		n.checkChartObjects(t, "e2e-v2", []string{"mk-helm"})
+		if exists("/apis/node.k8s.io/v1/runtimeclasses/mk-helm-extra") {
+			t.Error("RuntimeClass mk-helm-extra is still there after its class was removed from the values")
+		}
+	})
+
+	t.Run("uninstall removes every object of the release", func(t *testing.T) {
+		n.deletePluginPod(t, plugin)
+		t.Logf("helm uninstall:\n%s", helm("uninstall", "mountkeeper", "--namespace", deployNS))
+		for _, path := range append([]string{
+			"/apis/apps/v1/namespaces/" + deployNS + "/daemonsets/mountkeeper",
+			"/api/v1/namespaces/" + deployNS + "/configmaps/mountkeeper-config",
+			"/apis/node.k8s.io/v1/runtimeclasses/mk-helm",
+		}, chartRBAC...) {
+			if exists(path) {
+				t.Errorf("%s is still there after helm uninstall", path)
+			}
+		}
+		if out := helm("list", "--namespace", deployNS, "--all", "--short"); strings.TrimSpace(out) != "" {
+			t.Errorf("helm still lists a release after the uninstall: %q", out)
+		}
+	})
+}
+
+// chartRBAC are the API paths of the agent's ServiceAccount and the ClusterRoles and binding
+// the chart renders for the node listener, release mountkeeper.
+var chartRBAC = []string{
+	"/api/v1/namespaces/" + deployNS + "/serviceaccounts/mountkeeper",
+	"/apis/rbac.authorization.k8s.io/v1/clusterroles/mountkeeper-auth-reviewer",
+	"/apis/rbac.authorization.k8s.io/v1/clusterroles/mountkeeper-metrics-reader",
+	"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/mountkeeper-auth-reviewer",
+}
+
+// checkChartObjects reads what the chart created through the API: the ConfigMap's config
+// loads and has classes, one RuntimeClass per class (handler = name), and the DaemonSet's
+// containers name localhost/mountkeeper:tag; the DaemonSet becomes n.template.
+func (n *deployNode) checkChartObjects(t *testing.T, tag string, classes []string) {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := n.api.Do(n.ctx, "GET", "/api/v1/namespaces/"+deployNS+"/configmaps/mountkeeper-config", "", nil, &cm); err != nil {
+		t.Fatal(err)
+	}
+	config, err := configs.Parse([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("the chart's config does not load: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	if got := config.ClassNames(); strings.Join(got, ",") != strings.Join(classes, ",") {
+		t.Errorf("the chart's config has classes %v, want %v", got, classes)
+	}
+	for _, c := range classes {
+		var rc struct {
+			Handler string `json:"handler"`
+		}
+		if err := n.api.Do(n.ctx, "GET", "/apis/node.k8s.io/v1/runtimeclasses/"+c, "", nil, &rc); err != nil {
+			t.Errorf("RuntimeClass %s: %v", c, err)
+		} else if rc.Handler != c {
+			t.Errorf("RuntimeClass %s has handler %q", c, rc.Handler)
+		}
+	}
+	var ds map[string]any
+	if err := n.api.Do(n.ctx, "GET", "/apis/apps/v1/namespaces/"+deployNS+"/daemonsets/mountkeeper", "", nil, &ds); err != nil {
+		t.Fatal(err)
+	}
+	n.template = dig(t, ds, "spec", "template")
+	if image := n.templateImage(); image != harness.AgentImageRepository+":"+tag {
+		t.Errorf("the DaemonSet names image %s, want tag %s", image, tag)
+	}
+}
