@@ -43,6 +43,10 @@ func (p schemaProp) kind() string {
 	switch {
 	case p.Ref == "#/definitions/duration":
 		return "duration"
+	case p.Ref == "#/definitions/size":
+		return "size"
+	case p.Ref == "#/definitions/subPathCopies":
+		return "object #/definitions/subPathCopies"
 	case p.Ref == "#/definitions/absPath", len(p.Enum) > 0:
 		return "string"
 	case p.Type == "array" && p.Items != nil && p.Items.Ref != "":
@@ -56,6 +60,12 @@ func kindOf(t reflect.Type) string {
 	switch {
 	case t == reflect.TypeFor[Duration]():
 		return "duration"
+	case t == reflect.TypeFor[Size]():
+		return "size"
+	case t == reflect.TypeFor[subPathCopiesFile]():
+		return "object #/definitions/subPathCopies"
+	case t.Kind() == reflect.Int64:
+		return "integer"
 	case t == reflect.TypeFor[[]Mount]():
 		return "array of #/definitions/mount"
 	case t.Kind() == reflect.Pointer:
@@ -118,6 +128,7 @@ func TestChartSchemaMatchesTypes(t *testing.T) {
 		{"config", yamlKeys(reflect.TypeFor[file](), "runtimeClasses"), nil},
 		{"runtimeClass", runtimeClass, chartOnlyClassKeys},
 		{"mount", yamlKeys(reflect.TypeFor[Mount]()), nil},
+		{"subPathCopies", yamlKeys(reflect.TypeFor[subPathCopiesFile]()), nil},
 	} {
 		def, ok := defs[tc.def]
 		if !ok {

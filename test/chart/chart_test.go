@@ -303,6 +303,8 @@ func TestSchemaRejects(t *testing.T) {
 		{"a relative destination", strings.Replace(good, "destination: /shared", "destination: shared", 1), "/runtimeClasses/0/mounts/0/destination"},
 		{"a duration without a unit", good + "config: {mountTimeout: \"30\"}\n", "/config/mountTimeout"},
 		{"an unknown config key", good + "config: {mountTimeOut: 30s}\n", "mountTimeOut"},
+		{"a decimal size suffix (16M is not 16Mi)", good + "config: {subPathCopies: {podBytes: 16M}}\n", "/config/subPathCopies/podBytes"},
+		{"an unknown subPathCopies key", good + "config: {subPathCopies: {podBytess: 1Mi}}\n", "podBytess"},
 		{"an unknown runtime", good + "runtime: docker\n", "/runtime"},
 		{"a plugin index above 99", good + "nri: {socket: /var/run/nri/nri.sock, pluginIndex: 100}\n", "/nri/pluginIndex"},
 		{"maxUnavailable neither a count nor a percentage", good + "updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: half}}\n", "/updateStrategy/rollingUpdate/maxUnavailable"},
