@@ -152,7 +152,7 @@ func (c *Containerd) Restart(ctx context.Context) error {
 
 // startDaemon starts containerd and waits until CRI is ready.
 func (c *Containerd) startDaemon(ctx context.Context) error {
-	d, err := startDaemon(c.opts.BinDir, c.layout.config(), c.log)
+	d, err := startDaemon(c.opts.BinDir, c.layout.config(), c.opts.Network, c.log)
 	if err != nil {
 		return err
 	}
@@ -182,10 +182,14 @@ type daemon struct {
 	err  error         // Wait's result, valid after done
 }
 
-// startDaemon runs containerd with config, its output going to log. PATH gets binDir first
-// so that anything containerd looks up by name (the shim) comes from there.
-func startDaemon(binDir, config string, log *logSink) (*daemon, error) {
+// startDaemon runs containerd with config (in network, unless nil), its output going to
+// log. PATH gets binDir first so that anything containerd looks up by name (the shim) comes
+// from there.
+func startDaemon(binDir, config string, network *NodeNetwork, log *logSink) (*daemon, error) {
 	cmd := exec.Command(filepath.Join(binDir, containerdBin), "--config", config)
+	if network != nil {
+		cmd = network.Command(filepath.Join(binDir, containerdBin), "--config", config)
+	}
 	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return startLogged(cmd, log)
 }
