@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,9 +223,18 @@ func (n *kubeNode) runUpstream(bin, label string) *upstreamRun {
 		"--system-pods-startup-timeout", "1m")
 	cmd.Dir = run.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// ginkgo and its e2e.test processes form a group, killed with it if the test dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	runErr := cmd.Run()
+	runErr := cmd.Start()
+	if runErr == nil {
+		runErr = cmd.Wait()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // any process of the run left over
+	}
 	run.duration = time.Since(start)
+	if err := cleanupLocalDriver(); err != nil {
+		t.Errorf("%s: %v", label, err)
+	}
 	data, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatalf("%s: ginkgo wrote no report (%v, run: %v):\n%s", label, err, runErr, tailFile(logPath, 6000))
@@ -350,4 +360,43 @@ func grepLines(path, substr string, n int) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// localDriverDirs are where the suite's local volume driver keeps its volumes on the node
+// (test/e2e/storage/utils/local.go: hostBase /tmp, "local-driver-<uuid>").
+const localDriverDirs = "/tmp/local-driver-*"
+
+// cleanupLocalDriver removes what the local volume driver left on the host when a spec
+// failed before its own cleanup: mounts below its directories, the loop devices over their
+// files, the directories. A passing run leaves nothing, and nothing is there then.
+func cleanupLocalDriver() error {
+	dirs, err := filepath.Glob(localDriverDirs)
+	if err != nil || len(dirs) == 0 {
+		return err
+	}
+	var errs []string
+	for _, dir := range dirs {
+		if err := harness.UnmountAll(dir); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && strings.HasPrefix(f[1], "/tmp/local-driver-") {
+				if out, err := exec.Command("losetup", "-d", f[0]).CombinedOutput(); err != nil {
+					errs = append(errs, fmt.Sprintf("losetup -d %s: %v: %s", f[0], err, out))
+				}
+			}
+		}
+	}
+	for _, dir := range dirs {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cleanup of the local volume driver's leftovers (%d directories): %s", len(dirs), strings.Join(errs, "; "))
+	}
+	return nil
 }

@@ -29,7 +29,7 @@ func UpstreamImageNames() []string {
 }
 
 // upstreamImageFormat is part of the archive's cache key, as imageFormat.
-const upstreamImageFormat = "mk-upstream-images-v2"
+const upstreamImageFormat = "mk-upstream-images-v3"
 
 // ImportUpstreamImages imports the e2e suite's images into the instance's k8s.io namespace:
 //   - agnhost: the static agnhost binary (built by install.sh from the kubernetes module) at
@@ -103,18 +103,26 @@ func (c *Containerd) ImportUpstreamImages(ctx context.Context, agnhostPath strin
 // hostNsenter is the agnhost image's nsenter (first on PATH; busybox's does the work). The
 // suite's host-exec pods (privileged, the host's / at /rootfs) run `nsenter
 // --mount=/rootfs/proc/1/ns/mnt -- sh -c CMD` to run CMD in the node's mount namespace: the
-// local volume driver makes its directories, tmpfs and bind mounts that way. PID 1 of the
-// machines this suite runs on (a VM's init) does not let even root open its namespaces
-// (permission denied), while kthreadd, PID 2, is always in the initial namespaces: when
-// PID 1's mount namespace cannot be opened, the shim enters PID 2's. Nothing else changes.
+// local volume driver makes its directories, loop devices, file systems and bind mounts that
+// way. Two things differ from upstream's Alpine image and are undone here:
+//   - PID 1 of the machines this suite runs on (a VM's init) does not let even root open its
+//     namespaces (permission denied), while kthreadd, PID 2, is always in the initial
+//     namespaces: when PID 1's mount namespace cannot be opened, the shim enters PID 2's;
+//   - Debian's static busybox runs a program named without a path as its own applet if it
+//     has one, so `sh -c CMD` would be busybox's shell running busybox's losetup and mkfs in
+//     the host's file system: `sh` becomes /bin/sh, the host's shell with the host's tools.
 const hostNsenter = `#!/bin/sh
+program=
 for a do
 	shift
-	case $a in
+	case $program$a in
 	--mount=*/proc/1/ns/mnt)
 		p=${a#--mount=}
 		[ -e "$p" ] || a="--mount=${p%/1/ns/mnt}/2/ns/mnt"
 		;;
+	--) program=next ;;
+	nextsh) a=/bin/sh; program=done ;;
+	next*) program=done ;;
 	esac
 	set -- "$@" "$a"
 done
