@@ -81,14 +81,14 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err := importImages(ctx, c.opts.BinDir, l.socket(), a.path); err != nil {
 		return err
 	}
-	return c.waitImages(ctx)
+	return c.waitImages(ctx, BusyboxImage, PauseImage)
 }
 
-// waitImages waits until CRI lists the imported images: its image store follows
+// waitImages waits until CRI lists the imported images refs: its image store follows
 // containerd's events, so it can lag behind ctr for a moment.
-func (c *Containerd) waitImages(ctx context.Context) error {
+func (c *Containerd) waitImages(ctx context.Context, refs ...string) error {
 	return poll(ctx, readyTimeout, func(ctx context.Context) error {
-		for _, ref := range []string{BusyboxImage, PauseImage} {
+		for _, ref := range refs {
 			ok, err := c.cri.hasImage(ctx, ref)
 			if err != nil {
 				return err

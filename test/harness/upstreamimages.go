@@ -86,18 +86,7 @@ func (c *Containerd) ImportUpstreamImages(ctx context.Context, agnhostPath strin
 	if err := importImages(ctx, c.opts.BinDir, c.layout.socket(), archive); err != nil {
 		return err
 	}
-	return poll(ctx, readyTimeout, func(ctx context.Context) error {
-		for _, ref := range UpstreamImageNames() {
-			ok, err := c.cri.hasImage(ctx, ref)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("CRI does not list image %s", ref)
-			}
-		}
-		return nil
-	})
+	return c.waitImages(ctx, UpstreamImageNames()...)
 }
 
 // hostNsenter is the agnhost image's nsenter (first on PATH; busybox's does the work). The
