@@ -59,10 +59,7 @@ func TestHelmChart(t *testing.T) {
 	if err := n.api.DeleteRuntimeClass(ctx, "mk-helm"); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := n.kube.AdminKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := n.kube.AdminKubeconfig()
 	for _, d := range []string{"a", "b", "c"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, "src", "helm", d), 0o755); err != nil {
 			t.Fatal(err)

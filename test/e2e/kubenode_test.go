@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +31,8 @@ type kubeNode struct {
 	api    *harness.KubeClient
 	plugin *harness.Plugin
 	scopes *scopeEnder // network mount scopes that end with the test
+	// pluginLog receives the plugin's log; nil: the test's log.
+	pluginLog io.Writer
 }
 
 // kubeClassConfig is the plugin config of the kube tests: one class whose handler the
@@ -148,9 +151,13 @@ func (n *kubeNode) startPlugin(repair bool) {
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		n.t.Fatal(err)
 	}
+	var log io.Writer = testWriter{n.t, "mountkeeper"}
+	if n.pluginLog != nil {
+		log = n.pluginLog
+	}
 	var err error
 	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: config,
-		Socket: n.ctrd.NRISocket(), Log: testWriter{n.t, "mountkeeper"}})
+		Socket: n.ctrd.NRISocket(), Log: log})
 	if err != nil {
 		n.t.Fatalf("start mountkeeper: %v", err)
 	}

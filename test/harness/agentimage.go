@@ -145,16 +145,7 @@ func (c *Containerd) ImportImage(ctx context.Context, archive, ref string) error
 	if err := importImages(ctx, c.opts.BinDir, c.layout.socket(), archive); err != nil {
 		return err
 	}
-	return poll(ctx, readyTimeout, func(ctx context.Context) error {
-		ok, err := c.cri.hasImage(ctx, ref)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("CRI does not list image %s", ref)
-		}
-		return nil
-	})
+	return c.waitImages(ctx, ref)
 }
 
 // WriteBusyboxArchive writes an OCI image-layout tarball holding only BusyboxImage, for

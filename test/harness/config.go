@@ -29,30 +29,32 @@ type configData struct {
 	NRIPlugins, NRIPluginConf, NRITimeout    string
 	Pause                                    string
 	SystemdCgroup                            bool
+	RegistryConfig                           string
 }
 
 // writeConfig renders containerd's config for opts into l.config() and creates the
 // directories it names.
 func writeConfig(l layout, opts Options) error {
 	d := configData{
-		Root:          l.path("root"),
-		State:         l.path("state"),
-		Temp:          l.path("tmp"),
-		Opt:           l.path("opt"),
-		ShimSockets:   l.path("s"),
-		CNI:           l.path("cni"),
-		CNIBin:        cmp.Or(opts.CNIBinDir, l.path("cni")),
-		CNIConf:       cmp.Or(opts.CNIConfDir, l.path("cni")),
-		Socket:        l.socket(),
-		NRISocket:     l.nriSocket(),
-		Shim:          filepath.Join(opts.BinDir, shimBin),
-		Runc:          filepath.Join(opts.BinDir, runcBin),
-		RuncRoot:      l.path("runc"),
-		NRI:           opts.NRI,
-		NRIPlugins:    cmp.Or(opts.NRIPluginPath, l.nriPlugins()),
-		NRIPluginConf: cmp.Or(opts.NRIPluginConfigPath, l.nriPluginConf()),
-		Pause:         PauseImage,
-		SystemdCgroup: opts.Systemd != nil,
+		Root:           l.path("root"),
+		State:          l.path("state"),
+		Temp:           l.path("tmp"),
+		Opt:            l.path("opt"),
+		ShimSockets:    l.path("s"),
+		CNI:            l.path("cni"),
+		CNIBin:         cmp.Or(opts.CNIBinDir, l.path("cni")),
+		CNIConf:        cmp.Or(opts.CNIConfDir, l.path("cni")),
+		Socket:         l.socket(),
+		NRISocket:      l.nriSocket(),
+		Shim:           filepath.Join(opts.BinDir, shimBin),
+		Runc:           filepath.Join(opts.BinDir, runcBin),
+		RuncRoot:       l.path("runc"),
+		NRI:            opts.NRI,
+		NRIPlugins:     cmp.Or(opts.NRIPluginPath, l.nriPlugins()),
+		NRIPluginConf:  cmp.Or(opts.NRIPluginConfigPath, l.nriPluginConf()),
+		Pause:          PauseImage,
+		SystemdCgroup:  opts.Systemd != nil,
+		RegistryConfig: opts.RegistryConfigDir,
 	}
 	if opts.NRIRequestTimeout > 0 {
 		d.NRITimeout = opts.NRIRequestTimeout.String()
@@ -69,6 +71,11 @@ func writeConfig(l layout, opts Options) error {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
+	if d.RegistryConfig != "" {
+		if err := writeClosedRegistry(d.RegistryConfig); err != nil {
+			return err
+		}
+	}
 	var b strings.Builder
 	if err := configTemplate.Execute(&b, d); err != nil {
 		return fmt.Errorf("render %s: %w", l.config(), err)
@@ -77,6 +84,21 @@ func writeConfig(l layout, opts Options) error {
 		return fmt.Errorf("write %s: %w", l.config(), err)
 	}
 	return nil
+}
+
+// closedRegistry is a loopback address where nothing listens (port 1, tcpmux, is never
+// served here): a pull sent there is refused at once.
+const closedRegistry = "http://127.0.0.1:1"
+
+// writeClosedRegistry writes dir/_default/hosts.toml, which containerd applies to every
+// registry without a directory of its own: each pull and resolve goes to closedRegistry.
+func writeClosedRegistry(dir string) error {
+	def := filepath.Join(dir, "_default")
+	if err := os.MkdirAll(def, 0o755); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", closedRegistry, closedRegistry)
+	return os.WriteFile(filepath.Join(def, "hosts.toml"), []byte(hosts), 0o644)
 }
 
 // tomlString renders s as a TOML literal string. Paths come from the harness and its caller,
@@ -130,6 +152,10 @@ temp = {{q .Temp}}
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = {{q .Pause}}
+{{- if .RegistryConfig}}
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = {{q .RegistryConfig}}
+{{- end}}
 
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true

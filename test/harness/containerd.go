@@ -89,14 +89,14 @@ func (c *Containerd) start(ctx context.Context) error {
 	if err := importImages(ctx, c.opts.BinDir, l.socket(), a.path); err != nil {
 		return err
 	}
-	return c.waitImages(ctx)
+	return c.waitImages(ctx, BusyboxImage, PauseImage)
 }
 
-// waitImages waits until CRI lists the imported images: its image store follows
+// waitImages waits until CRI lists the imported images refs: its image store follows
 // containerd's events, so it can lag behind ctr for a moment.
-func (c *Containerd) waitImages(ctx context.Context) error {
+func (c *Containerd) waitImages(ctx context.Context, refs ...string) error {
 	return poll(ctx, readyTimeout, func(ctx context.Context) error {
-		for _, ref := range []string{BusyboxImage, PauseImage} {
+		for _, ref := range refs {
 			ok, err := c.cri.hasImage(ctx, ref)
 			if err != nil {
 				return err
@@ -165,7 +165,7 @@ func (c *Containerd) startDaemon(ctx context.Context) error {
 	if sd := c.opts.Systemd; sd != nil {
 		d, err = sd.startService(ctx, ContainerdUnit, containerdBin)
 	} else {
-		d, err = startDaemon(c.opts.BinDir, c.layout.config(), c.log)
+		d, err = startDaemon(c.opts.BinDir, c.layout.config(), c.opts.Network, c.log)
 	}
 	if err != nil {
 		return err
@@ -250,10 +250,14 @@ type daemon struct {
 	err  error         // Wait's result, valid after done
 }
 
-// startDaemon runs containerd with config, its output going to log. PATH gets binDir first
-// so that anything containerd looks up by name (the shim) comes from there.
-func startDaemon(binDir, config string, log *logSink) (*daemon, error) {
+// startDaemon runs containerd with config (in network, unless nil), its output going to
+// log. PATH gets binDir first so that anything containerd looks up by name (the shim) comes
+// from there.
+func startDaemon(binDir, config string, network *NodeNetwork, log *logSink) (*daemon, error) {
 	cmd := exec.Command(filepath.Join(binDir, containerdBin), "--config", config)
+	if network != nil {
+		cmd = network.Command(filepath.Join(binDir, containerdBin), "--config", config)
+	}
 	cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return startLogged(cmd, log)
 }

@@ -65,6 +65,14 @@ type Options struct {
 	// /usr/lib/cni and a dir holding a conflist, for pods without the host network); empty
 	// means an empty directory inside the instance directory (no CNI network).
 	CNIBinDir, CNIConfDir string
+	// Network, if set, is the network namespace containerd (and so its shims, CNI plugins
+	// and pods) runs in; see StartNodeNetwork. Nil: the test process's.
+	Network *NodeNetwork
+	// RegistryConfigDir, if set, is containerd's registry config_path (hosts.toml files
+	// per registry). Start writes a _default/hosts.toml there that sends every pull to a
+	// closed loopback port: no test image comes from a registry, and a pull the harness did
+	// not expect fails at once instead of reaching out.
+	RegistryConfigDir string
 	// Log receives containerd's stdout and stderr, in addition to containerd.log in Dir().
 	// It is detached on Close, so a testing.T-backed writer is safe. May be nil.
 	Log io.Writer

@@ -28,9 +28,11 @@ const KubernetesVersion = "v1.34.4"
 // Binaries a KubeNode needs: kubelet and kube-apiserver from Options.BinDir (install.sh
 // builds them), etcd from Debian's etcd-server.
 const (
-	kubeletBin   = "kubelet"
-	apiserverBin = "kube-apiserver"
-	etcdBin      = "etcd"
+	kubeletBin           = "kubelet"
+	apiserverBin         = "kube-apiserver"
+	controllerManagerBin = "kube-controller-manager"
+	schedulerBin         = "kube-scheduler"
+	etcdBin              = "etcd"
 )
 
 const (
@@ -77,13 +79,28 @@ type KubeOptions struct {
 	// then runs there too, as the service KubeletUnit, with the systemd cgroup driver and the
 	// QoS cgroups (kubepods.slice, ...), as on a kubeadm node. Dir() is bound into it.
 	Systemd *Systemd
+	// Network, if set, is the node's network namespace (the one its containerd runs in):
+	// every component runs in it, the API client dials into it, and kubelet reports
+	// NodeNetworkIP as the node's InternalIP and serves there, so the apiserver reaches it
+	// for exec, logs and attach (which a node without a node IP cannot do).
+	Network *NodeNetwork
+	// ControlPlane also starts kube-controller-manager (namespaces, service accounts,
+	// kube-root-ca.crt, PV binding, garbage collection...) and kube-scheduler, as a real
+	// cluster has: pods then need no nodeName, and controllers (a DaemonSet, the e2e
+	// framework's namespaces) work. Both come from BinDir.
+	ControlPlane bool
 }
 
 // KubeMissing says why a KubeNode cannot start on this machine ("" when it can): a binary
 // that install.sh did not build or install.
 func KubeMissing(opts KubeOptions) string {
 	opts = opts.withDefaults()
-	for _, b := range []string{filepath.Join(opts.BinDir, kubeletBin), filepath.Join(opts.BinDir, apiserverBin)} {
+	bins := []string{kubeletBin, apiserverBin}
+	if opts.ControlPlane {
+		bins = append(bins, controllerManagerBin, schedulerBin)
+	}
+	for _, b := range bins {
+		b = filepath.Join(opts.BinDir, b)
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Sprintf("%s: %v (run test/tools/install.sh)", b, err)
 		}
@@ -128,10 +145,11 @@ type KubeNode struct {
 	log     *logSink
 	sysctls map[string]string // kernel tunables before kubelet started
 
-	etcd, apiserver   *kubeProc
-	kubelet           kubeletProcess // nil until started
-	kubeletArgs       []string       // of unshare: kubelet in its own mount namespace
-	etcdPort, apiPort int
+	etcd, apiserver        *kubeProc
+	controllers, scheduler *kubeProc      // with ControlPlane
+	kubelet                kubeletProcess // nil until started
+	kubeletArgs            []string       // of unshare: kubelet in its own mount namespace
+	etcdPort, apiPort      int
 
 	api    *KubeClient
 	closed bool
@@ -182,7 +200,21 @@ func (k *KubeNode) NodeName() string { return k.opts.NodeName }
 // API is a client with cluster-admin rights.
 func (k *KubeNode) API() *KubeClient { return k.api }
 
-// LogPath is the log file of a component: "etcd", "kube-apiserver" or "kubelet".
+// AdminKubeconfig is a kubeconfig file with cluster-admin rights (for kubectl, an e2e
+// suite, a controller). With a Network, its server is only reachable from inside it.
+func (k *KubeNode) AdminKubeconfig() string { return filepath.Join(k.dir, "admin.kubeconfig") }
+
+// Command is exec.Command for a program that talks to the node: in the node's network
+// namespace when it has one.
+func (k *KubeNode) Command(name string, args ...string) *exec.Cmd {
+	if k.opts.Network != nil {
+		return k.opts.Network.Command(name, args...)
+	}
+	return exec.Command(name, args...)
+}
+
+// LogPath is the log file of a component: "etcd", "kube-apiserver", "kubelet",
+// "kube-controller-manager" or "kube-scheduler".
 func (k *KubeNode) LogPath(component string) string { return filepath.Join(k.dir, component+".log") }
 
 func (k *KubeNode) start(ctx context.Context) error {
@@ -204,6 +236,14 @@ func (k *KubeNode) start(ctx context.Context) error {
 	if err := k.startAPIServer(ctx); err != nil {
 		return err
 	}
+	if err := k.writeKubeconfig(k.AdminKubeconfig(), "admin", k.pki.adminCert(), k.pki.adminKey()); err != nil {
+		return err
+	}
+	if k.opts.ControlPlane {
+		if err := k.startControlPlane(); err != nil {
+			return err
+		}
+	}
 	if err := k.startKubelet(ctx, ports[3]); err != nil {
 		return err
 	}
@@ -223,7 +263,7 @@ func (k *KubeNode) startEtcd(ctx context.Context, client, peer int) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 2 * time.Second}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: k.dialer()}}
 	err = poll(ctx, kubeStartTimeout, func(ctx context.Context) error {
 		if k.etcd.exited() {
 			return errPollStop{fmt.Errorf("etcd exited: %v", k.etcd.err)}
@@ -265,11 +305,13 @@ func (k *KubeNode) startAPIServer(ctx context.Context) error {
 		"--authorization-mode", cmp.Or(k.opts.Authorization, "AlwaysAllow"),
 		"--endpoint-reconciler-type", "none",
 		"--enable-priority-and-fairness=false",
-		"--profiling=false")
+		"--profiling=false",
+		// The node's address: kubelet reports an InternalIP only in a node network.
+		"--kubelet-preferred-address-types", "InternalIP,Hostname")
 	if err != nil {
 		return err
 	}
-	if k.api, err = newKubeClient(fmt.Sprintf("https://127.0.0.1:%d", k.apiPort), p.caCert(), p.adminCert(), p.adminKey()); err != nil {
+	if k.api, err = newKubeClient(k.apiURL(), p.caCert(), p.adminCert(), p.adminKey(), k.dialer()); err != nil {
 		return err
 	}
 	err = poll(ctx, kubeStartTimeout, func(ctx context.Context) error {
@@ -299,7 +341,7 @@ func (k *KubeNode) kubeletConfig(port int) map[string]any {
 	cfg := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
-		"address":                  "127.0.0.1",
+		"address":                  k.nodeIP(),
 		"port":                     port,
 		"readOnlyPort":             0,
 		"healthzPort":              0,
@@ -353,15 +395,7 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 		return err
 	}
 	kubeconfig := filepath.Join(k.dir, "kubelet.kubeconfig")
-	if err := writeJSON(kubeconfig, map[string]any{
-		"apiVersion": "v1", "kind": "Config",
-		"clusters": []any{map[string]any{"name": "mk", "cluster": map[string]any{
-			"server": fmt.Sprintf("https://127.0.0.1:%d", k.apiPort), "certificate-authority": k.pki.caCert()}}},
-		"users": []any{map[string]any{"name": "kubelet", "user": map[string]any{
-			"client-certificate": k.pki.kubeletCert(), "client-key": k.pki.kubeletKey()}}},
-		"contexts":        []any{map[string]any{"name": "mk", "context": map[string]any{"cluster": "mk", "user": "kubelet"}}},
-		"current-context": "mk",
-	}); err != nil {
+	if err := k.writeKubeconfig(kubeconfig, "kubelet", k.pki.kubeletCert(), k.pki.kubeletKey()); err != nil {
 		return err
 	}
 	for _, d := range []string{k.RootDir(), k.PodLogsDir()} {
@@ -376,6 +410,9 @@ func (k *KubeNode) startKubelet(ctx context.Context, port int) error {
 	kubeletArgs := []string{"--config", config, "--kubeconfig", kubeconfig,
 		"--root-dir", k.RootDir(), "--cert-dir", filepath.Join(k.dir, "kubelet-pki"),
 		"--hostname-override", k.opts.NodeName, "--v", "2"}
+	if k.opts.Network != nil {
+		kubeletArgs = append(kubeletArgs, "--node-ip", NodeNetworkIP)
+	}
 	if k.opts.Systemd != nil {
 		if err := k.installKubeletUnit(ctx, kubeletArgs); err != nil {
 			return err
@@ -524,6 +561,9 @@ func (k *KubeNode) Close() error {
 		return nil
 	}
 	var errs []error
+	// Controllers would recreate what deleteAllPods deletes.
+	k.controllers.kill(controlPlaneGrace)
+	k.scheduler.kill(controlPlaneGrace)
 	if k.kubelet != nil && !k.kubelet.exited() && k.apiserver != nil && !k.apiserver.exited() {
 		ctx, cancel := context.WithTimeout(context.Background(), kubePodCleanupTimeout)
 		errs = append(errs, k.deleteAllPods(ctx))
@@ -710,7 +750,7 @@ func (k *KubeNode) startProc(name, bin string, args ...string) (*kubeProc, error
 		file.Close()
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := k.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.Dir = k.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -844,4 +884,61 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// apiURL is the apiserver's address, from inside the node's network.
+func (k *KubeNode) apiURL() string { return fmt.Sprintf("https://127.0.0.1:%d", k.apiPort) }
+
+// nodeIP is the address kubelet serves on.
+func (k *KubeNode) nodeIP() string {
+	if k.opts.Network != nil {
+		return NodeNetworkIP
+	}
+	return "127.0.0.1"
+}
+
+// dialer is how the harness's own clients reach the node's ports.
+func (k *KubeNode) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if k.opts.Network != nil {
+		return k.opts.Network.DialContext
+	}
+	return (&net.Dialer{}).DialContext
+}
+
+// writeKubeconfig writes a kubeconfig for the apiserver with this client certificate.
+func (k *KubeNode) writeKubeconfig(path, user, cert, key string) error {
+	return writeJSON(path, map[string]any{
+		"apiVersion": "v1", "kind": "Config",
+		"clusters": []any{map[string]any{"name": "mk", "cluster": map[string]any{
+			"server": k.apiURL(), "certificate-authority": k.pki.caCert()}}},
+		"users": []any{map[string]any{"name": user, "user": map[string]any{
+			"client-certificate": cert, "client-key": key}}},
+		"contexts":        []any{map[string]any{"name": "mk", "context": map[string]any{"cluster": "mk", "user": user}}},
+		"current-context": "mk",
+	})
+}
+
+// startControlPlane starts kube-controller-manager and kube-scheduler with cluster-admin
+// credentials, no leader election and no serving port of their own (nothing here reads
+// their metrics). They need no wait: what depends on them (a namespace's default
+// ServiceAccount, a pod's binding) is waited for by whoever needs it.
+func (k *KubeNode) startControlPlane() error {
+	var err error
+	k.controllers, err = k.startProc(controllerManagerBin, filepath.Join(k.opts.BinDir, controllerManagerBin),
+		"--kubeconfig", k.AdminKubeconfig(),
+		"--leader-elect=false", "--secure-port=0",
+		"--root-ca-file", k.pki.caCert(),
+		"--service-account-private-key-file", k.pki.saPrivateKey(),
+		"--use-service-account-credentials=false",
+		// A node without CNI-assigned ranges: no IPAM, no cloud routes.
+		"--allocate-node-cidrs=false", "--configure-cloud-routes=false",
+		"--profiling=false")
+	if err != nil {
+		return err
+	}
+	k.scheduler, err = k.startProc(schedulerBin, filepath.Join(k.opts.BinDir, schedulerBin),
+		"--kubeconfig", k.AdminKubeconfig(),
+		"--leader-elect=false", "--secure-port=0",
+		"--profiling=false")
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,7 +25,7 @@ type KubeClient struct {
 	hc   *http.Client
 }
 
-func newKubeClient(base, caFile, certFile, keyFile string) (*KubeClient, error) {
+func newKubeClient(base, caFile, certFile, keyFile string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (*KubeClient, error) {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, err
@@ -39,7 +40,7 @@ func newKubeClient(base, caFile, certFile, keyFile string) (*KubeClient, error) 
 	}
 	return &KubeClient{base: base, hc: &http.Client{
 		Timeout: 30 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Transport: &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{
 			RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 		}},
 	}}, nil

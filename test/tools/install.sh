@@ -56,20 +56,20 @@ if $ONLY_DEMO; then
 	echo "$BIN"
 	exit 0
 fi
-if ! stamp_ok kubernetes "$KUBERNETES_VERSION"; then
-	# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces the k8s.io/* staging
-	# modules with ./staging/src/... directories. A wrapper module (generated here, in the
-	# cache, never in the repository) requires it and replaces each of those modules with its
-	# published release instead (v1.X.Y -> v0.X.Y).
-	echo "install.sh: building kubelet and kube-apiserver $KUBERNETES_VERSION into $BIN (about 10 minutes cold)" >&2
-	mod=$CACHE/kubernetes-build
+# kube_wrapper DIR: a wrapper module in DIR (in the cache, never in the repository) that
+# requires k8s.io/kubernetes. That module cannot be `go install`ed: its go.mod replaces the
+# k8s.io/* staging modules with ./staging/src/... directories; the wrapper replaces each of
+# them with its published release instead (v1.X.Y -> v0.X.Y). The caller writes DIR/tools.go
+# (the packages to keep) and runs go mod tidy.
+kube_wrapper() {
+	local mod=$1 gomod staging_version n
 	rm -rf "$mod"
 	mkdir -p "$mod"
 	gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
 	[ -f "$gomod" ] || { echo "install.sh: no go.mod for k8s.io/kubernetes@$KUBERNETES_VERSION" >&2; exit 1; }
 	staging_version=v0.${KUBERNETES_VERSION#v1.}
 	{
-		echo "module mountkeeper.test/kubernetes-build"
+		echo "module mountkeeper.test/$(basename "$mod")"
 		echo
 		echo "go $(go env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
 		echo
@@ -81,6 +81,11 @@ if ! stamp_ok kubernetes "$KUBERNETES_VERSION"; then
 	} >"$mod/go.mod"
 	n=$(grep -c '^replace ' "$mod/go.mod" || true)
 	[ "$n" -gt 0 ] || { echo "install.sh: found no staging modules in $gomod" >&2; exit 1; }
+}
+if ! stamp_ok kubernetes "$KUBERNETES_VERSION"; then
+	echo "install.sh: building kubelet and kube-apiserver $KUBERNETES_VERSION into $BIN (about 10 minutes cold)" >&2
+	mod=$CACHE/kubernetes-build
+	kube_wrapper "$mod"
 	cat >"$mod/tools.go" <<'GO'
 //go:build tools
 
@@ -95,6 +100,36 @@ GO
 		CGO_ENABLED=0 go build -o "$BIN/kubelet" k8s.io/kubernetes/cmd/kubelet >&2 &&
 		CGO_ENABLED=0 go build -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2)
 	echo "$KUBERNETES_VERSION" >"$BIN/.kubernetes"
+fi
+# The upstream e2e suite (test/e2e/upstream_test.go) and what its cluster needs besides
+# kubelet and kube-apiserver: the controller-manager and the scheduler, kubectl (the framework
+# calls it to dump state on failure), agnhost (the suite's main test image, built into an
+# image by the harness), ginkgo (runs the suite in parallel) and the suite itself, e2e.test.
+# Its own wrapper module and stamp, so kubelet is not rebuilt.
+if ! stamp_ok kubernetes-e2e "$KUBERNETES_VERSION"; then
+	echo "install.sh: building kube-controller-manager, kube-scheduler, kubectl, agnhost, ginkgo and e2e.test $KUBERNETES_VERSION into $BIN (about 10 minutes cold)" >&2
+	mod=$CACHE/kubernetes-e2e-build
+	kube_wrapper "$mod"
+	src=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	[ -f "$src/test/e2e/e2e_test.go" ] || { echo "install.sh: no k8s.io/kubernetes sources at '$src'" >&2; exit 1; }
+	{
+		printf '//go:build tools\n\npackage tools\n\nimport (\n'
+		printf '\t_ "%s"\n' github.com/onsi/ginkgo/v2/ginkgo k8s.io/kubernetes/cmd/kube-controller-manager \
+			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/test/images/agnhost \
+			k8s.io/kubernetes/test/e2e
+		# go mod tidy keeps the modules of the main module's imports, not those of a
+		# dependency's tests: every non-standard import of the suite's test file is listed.
+		sed -n '/^import (/,/^)/p' "$src/test/e2e/e2e_test.go" | grep -o '"[^"/]*\.[^"]*"' | tr -d '"' | sort -u | sed 's/^/\t_ "/; s/$/"/'
+		printf ')\n'
+	} >"$mod/tools.go"
+	(cd "$mod" && go mod tidy >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/kubectl" k8s.io/kubernetes/cmd/kubectl >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/agnhost" k8s.io/kubernetes/test/images/agnhost >&2 &&
+		CGO_ENABLED=0 go build -o "$BIN/ginkgo" github.com/onsi/ginkgo/v2/ginkgo >&2 &&
+		CGO_ENABLED=0 go test -c -o "$BIN/e2e.test" k8s.io/kubernetes/test/e2e >&2)
+	echo "$KUBERNETES_VERSION" >"$BIN/.kubernetes-e2e"
 fi
 if ! stamp_ok crio "$CRIO_VERSION"; then
 	# `go install github.com/cri-o/cri-o/cmd/crio@v1.34.0` fails: the proxy serves that one
