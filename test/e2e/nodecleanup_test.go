@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,11 +39,7 @@ func TestNodeCleanup(t *testing.T) {
 		t.Fatalf("the agent made no guard key: %v", err)
 	}
 	n.plugin.Stop()
-	cleanup := func() (string, error) {
-		out, err := exec.Command(n.bin, "node", "cleanup", "--config", n.config).CombinedOutput()
-		t.Logf("mountkeeper node cleanup: %v\n%s", err, out)
-		return string(out), err
-	}
+	cleanup := n.nodeCleanup
 
 	t.Run("a mount a running container uses is kept, and the container named", func(t *testing.T) {
 		out, err := cleanup()

@@ -1,0 +1,260 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// TestUninstall (issue 24 item 5) on real containerd + runc with sshd over loopback: the node
+// is snapshotted, `runtime configure` runs, the runtime restarts and the plugin starts; a
+// class pod reads an sshfs class mount and a class pod's container gets a private copy of a
+// configMap subPath. While they run, `runtime unconfigure` refuses (the runtime could not
+// stop them without the wrapper) and `node cleanup` refuses naming both containers. Once
+// the pods are removed and the plugin stopped, `runtime unconfigure` and `node cleanup` run:
+// the node is as in the snapshot (uninstallSnapshot).
+func TestUninstall(t *testing.T) {
+	testenv.Require(t, append([]string{"root"}, sshfsNeeds...)...)
+	work := harness.WorkDir(t, "mk-uninst-")
+	sshd := startHelloSSHD(t, work)
+	cfg := "kubeletRoot: SRC/kubelet\n" + strings.NewReplacer("CLASS", "mk-sshfs", "EXPORT", sshd.Export(),
+		"OPTS", strings.Join(sshd.ClientOptions(), ", ")).Replace(upgradeConfig)
+	// No handler of the class in the runtime's config: configure declares it.
+	n := newNodeWithoutPlugin(t, harness.KindContainerd, nil, cfg, "")
+	var keys []string
+	for _, rc := range n.endNetworkScopes().RuntimeClasses {
+		for _, spec := range rc.NetworkSpecs() {
+			keys = append(keys, spec.Key())
+		}
+	}
+	// kubelet's side of a configMap subPath, as kubelet lays it out (the test's own, before
+	// the snapshot: it is not mountkeeper's to remove).
+	kpod := harness.KubeletPod{Root: filepath.Join(n.src(), "kubelet"), UID: "7c0ffee0-uid"}
+	cfgDir := kpod.VolumeDir("kubernetes.io~configmap", "cfg")
+	if _, err := harness.WriteAtomic(cfgDir, map[string]string{"app.conf": "app-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := kpod.BindSubPath(cfgDir, "cfg", "app", 0, "app.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := func() uninstallSnapshot { return n.uninstallSnapshot(keys, work) }
+	before := snap()
+	if len(before.Mounts) == 0 {
+		t.Fatalf("no mount below the test's directories before configure (kubelet's subPath bind at %s): the snapshot sees nothing", target)
+	}
+
+	t.Logf("runtime configure: %s", n.runtimeCommand("configure"))
+	if err := n.rt.Restart(n.ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.startPlugin()
+	cri := n.rt.CRI()
+	// start runs a container in a new class pod, again until the plugin has connected (until
+	// then the guard refuses a class container, which is what it is for).
+	var pods []string
+	start := func(name, uid string, opts harness.ContainerOptions) string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; ; i++ {
+			pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: fmt.Sprintf("%s-%d", name, i), UID: uid, RuntimeHandler: "mk-sshfs"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods = append(pods, pod)
+			opts.Name = name
+			id, err := cri.CreateContainer(n.ctx, pod, opts)
+			if err == nil {
+				if err = cri.StartContainer(n.ctx, id); err == nil {
+					return id
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("class container %s: %v", name, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	reader := start("reader", "", harness.ContainerOptions{Args: []string{"sh", "-c", "cat /data/hello; sleep 1000"}})
+	app := start("app", kpod.UID, harness.ContainerOptions{Mounts: []harness.Mount{{HostPath: target, ContainerPath: "/etc/app.conf", ReadOnly: true}}})
+	if out, _ := n.sh(reader, "cat /data/hello"); out != helloSSHFS {
+		t.Fatalf("the class container reads %q through sshfs, want %q", out, helloSSHFS)
+	}
+	if out, _ := n.sh(app, "cat /etc/app.conf; grep ' /etc/app.conf ' /proc/self/mountinfo"); !strings.HasPrefix(out, "app-v1") || !strings.Contains(out, "mountkeeper-subpath") {
+		t.Fatalf("the subPath container reads %q, want app-v1 from the private copy (mountkeeper-subpath tmpfs)", out)
+	}
+	mounted := snap()
+	if reflect.DeepEqual(mounted, before) {
+		t.Fatal("the pods changed nothing the snapshot sees")
+	}
+	t.Logf("while the pods run, beside the snapshot before configure: %s", before.diff(mounted))
+
+	t.Run("while class pods run, runtime unconfigure refuses", func(t *testing.T) {
+		out, err := exec.Command(n.bin, append([]string{"runtime", "unconfigure"}, n.configureArgs()...)...).CombinedOutput()
+		t.Logf("runtime unconfigure: %v\n%s", err, out)
+		if err == nil || !strings.Contains(string(out), "remove the class pods first") || !strings.Contains(string(out), "runs "+filepath.Join(n.dir, "install", "class", "mk-sshfs")) {
+			t.Errorf("runtime unconfigure with class pods running: %v, want a refusal naming the class's processes", err)
+		}
+	})
+	t.Run("while they run, node cleanup refuses and names them", func(t *testing.T) {
+		n.plugin.Stop()
+		defer n.startPlugin()
+		out, err := n.nodeCleanup()
+		if err == nil {
+			t.Error("node cleanup succeeded while containers use its mounts")
+		}
+		for what, want := range map[string]string{"the sshfs reader": reader, "the subPath copy's container": app,
+			"the copies' tmpfs": filepath.Join(n.src(), "state", "subpath")} {
+			if !strings.Contains(out, want) {
+				t.Errorf("node cleanup's refusal does not name %s (%s)", what, want)
+			}
+		}
+		if after := snap(); !reflect.DeepEqual(after.Mounts, mounted.Mounts) {
+			t.Errorf("the refused cleanup changed the mounts: %s", mounted.diff(after))
+		}
+	})
+
+	for _, pod := range pods {
+		if err := cri.RemovePod(n.ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.plugin.Stop()
+	t.Logf("runtime unconfigure: %s", n.runtimeCommand("unconfigure"))
+	if out, err := n.nodeCleanup(); err != nil {
+		t.Fatalf("node cleanup: %v\n%s", err, out)
+	}
+	// The FUSE daemon leaves after its unmount; give it its moment.
+	var after uninstallSnapshot
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if after = snap(); reflect.DeepEqual(after, before) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("after the uninstall the node differs from before configure: %s", before.diff(after))
+	}
+}
+
+// nodeCleanup runs `mountkeeper node cleanup` on the node's config.
+func (n *node) nodeCleanup() (string, error) {
+	out, err := exec.Command(n.bin, "node", "cleanup", "--config", n.config).CombinedOutput()
+	n.t.Logf("mountkeeper node cleanup: %v\n%s", err, out)
+	return string(out), err
+}
+
+// uninstallSnapshot is what an install of mountkeeper changes on the node and an uninstall
+// must return: every file configure may touch (runtimeFiles: the runtime's config, the drop-in
+// dir, the install dir; byte for byte with mode and owner), whether the state dir exists, the
+// mounts below the test's directories, the network mounts' scopes, and the processes that
+// name the test's directories.
+type uninstallSnapshot struct {
+	Files    map[string]string
+	StateDir bool
+	Mounts   []string // mount ID, root, mount point, type, source
+	Cgroups  []string // below the cgroup2 root
+	Procs    []string // pid and command line
+}
+
+// uninstallSnapshot takes the node's snapshot; keys are the network mounts' keys, whose
+// scopes it looks for, and dirs more directories than the node's own to look below.
+func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapshot {
+	n.t.Helper()
+	dirs = append([]string{n.dir}, dirs...)
+	below := func(s string) bool {
+		return slices.ContainsFunc(dirs, func(d string) bool { return s == d || strings.HasPrefix(s, d+"/") })
+	}
+	mentions := func(s string) bool {
+		return slices.ContainsFunc(dirs, func(d string) bool { return strings.Contains(s, d) })
+	}
+	var s uninstallSnapshot
+	s.Files = n.runtimeFiles()
+	_, err := os.Stat(filepath.Join(n.src(), "state"))
+	s.StateDir = err == nil
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if sep < 5 || sep+2 >= len(f) {
+			continue
+		}
+		if below(f[4]) || f[sep+1] == "fuse.sshfs" && mentions(line) {
+			s.Mounts = append(s.Mounts, strings.Join([]string{f[0], f[3], f[4], f[sep+1], f[sep+2]}, " "))
+		}
+	}
+	// The scopes mountkeeper makes for its network mounts (and on a hybrid host a group in
+	// each cgroup v1 hierarchy), those of this test's mounts: other tests' mounts may come and
+	// go in the same slice meanwhile.
+	root, err := harness.Cgroup2Root()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	slice := filepath.Join(root, "mountkeeper.slice")
+	_ = filepath.WalkDir(slice, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(p, k) }) {
+			s.Cgroups = append(s.Cgroups, p)
+		}
+		return nil
+	})
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if cmd := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "); mentions(cmd) {
+			s.Procs = append(s.Procs, e.Name()+" "+cmd)
+		}
+	}
+	return s
+}
+
+// diff says how b differs from a.
+func (a uninstallSnapshot) diff(b uninstallSnapshot) string {
+	var out []string
+	for p, v := range b.Files {
+		if w, ok := a.Files[p]; !ok {
+			out = append(out, fmt.Sprintf("file added: %s %q", p, v))
+		} else if w != v {
+			out = append(out, fmt.Sprintf("file changed: %s %q, was %q", p, v, w))
+		}
+	}
+	for p := range a.Files {
+		if _, ok := b.Files[p]; !ok {
+			out = append(out, "file removed: "+p)
+		}
+	}
+	if a.StateDir != b.StateDir {
+		out = append(out, fmt.Sprintf("state dir exists: %v, was %v", b.StateDir, a.StateDir))
+	}
+	for _, l := range [][3]any{{"mount", a.Mounts, b.Mounts}, {"cgroup", a.Cgroups, b.Cgroups}, {"process", a.Procs, b.Procs}} {
+		was, now := l[1].([]string), l[2].([]string)
+		for _, x := range now {
+			if !slices.Contains(was, x) {
+				out = append(out, fmt.Sprintf("%s added: %s", l[0], x))
+			}
+		}
+		for _, x := range was {
+			if !slices.Contains(now, x) {
+				out = append(out, fmt.Sprintf("%s gone: %s", l[0], x))
+			}
+		}
+	}
+	slices.Sort(out)
+	return "\n  " + strings.Join(out, "\n  ")
+}
