@@ -96,11 +96,21 @@ func TestSSHFSMountWithoutState(t *testing.T) {
 	})
 }
 
-// startSSHFSServer starts sshd over loopback below tmp, in sc's parent cgroup, exporting a
-// file "hello" with content, and returns the spec that mounts its export and sshd's port.
+// startSSHFSServer starts an sshd (in sc) exporting tmp/export, which holds hello with
+// content, and returns the spec of an sshfs mount of it and sshd's port.
 func startSSHFSServer(t *testing.T, tmp string, sc *CgroupScoper, content string) (netspec.Spec, int) {
 	t.Helper()
-	keys, export := filepath.Join(tmp, "keys"), filepath.Join(tmp, "export")
+	keys, export := prepareSSHFSExport(t, tmp, content)
+	port := freePort(t)
+	startSSHD(t, sc, keys, port)
+	return sshfsSpec(keys, export, port), port
+}
+
+// prepareSSHFSExport makes tmp/keys (sshd's host key, a user key and its authorized_keys) and
+// tmp/export holding hello with content.
+func prepareSSHFSExport(t *testing.T, tmp, content string) (keys, export string) {
+	t.Helper()
+	keys, export = filepath.Join(tmp, "keys"), filepath.Join(tmp, "export")
 	for _, d := range []string{keys, export} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -118,12 +128,15 @@ func startSSHFSServer(t *testing.T, tmp string, sc *CgroupScoper, content string
 	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	startSSHD(t, sc, keys, port)
-	return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: []string{
+	return keys, export
+}
+
+// sshfsSpec is an sshfs mount of export from the sshd on port, with the user key in keys.
+func sshfsSpec(keys, export string, port int, extra ...string) netspec.Spec {
+	return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: append([]string{
 		"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
 		"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
-	}}, port
+	}, extra...)}
 }
 
 // TestSSHFSAdoptsAnEarlierVersionsMount, on a real sshfs mount: a version 0 agent's mount (its

@@ -106,32 +106,9 @@ func TestSSHFS(t *testing.T) {
 	}
 	const grace = 200 * time.Millisecond
 
-	keys := filepath.Join(tmp, "keys")
-	export := filepath.Join(tmp, "export")
-	for _, d := range []string{keys, export} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const content = "exported by sshd over loopback\n"
-	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
-	pub, err := os.ReadFile(filepath.Join(keys, "user.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sshSpec := func(port int, extra ...string) netspec.Spec {
-		return netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + export, Options: append([]string{
-			"port=" + strconv.Itoa(port), "IdentityFile=" + filepath.Join(keys, "user"), "IdentitiesOnly=yes",
-			"StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "BatchMode=yes", "ConnectTimeout=5",
-		}, extra...)}
-	}
+	keys, export := prepareSSHFSExport(t, tmp, content)
+	sshSpec := func(port int, extra ...string) netspec.Spec { return sshfsSpec(keys, export, port, extra...) }
 
 	port1 := freePort(t)
 	startSSHD(t, sc, keys, port1)
