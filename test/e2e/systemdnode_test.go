@@ -27,8 +27,9 @@ import (
 // The embedded kubeNode drives pods through the API as the other kube tests do.
 type systemdNode struct {
 	kubeNode
-	sd     *harness.Systemd
-	config string // mountkeeper's config (kubeClassConfig)
+	sd      *harness.Systemd
+	config  string // mountkeeper's config (kubeClassConfig)
+	wrapper string // mountkeeper-runtime, which configure installs
 }
 
 // newSystemdNode boots the node: systemd (hybrid cgroups, see harness.SystemdOptions), then
@@ -43,13 +44,19 @@ func newSystemdNode(t *testing.T, ctx context.Context) *systemdNode {
 	}
 	n := &systemdNode{kubeNode: *prepareKubeNode(t, ctx)}
 
-	var err error
 	start := time.Now()
-	// The work directory (sources, state, base specs, config) and the binary are bound in:
-	// configure, the guard hook and the class mounts' sources run and resolve inside.
+	// The work directory (sources, state, config) and the binaries are bound in: configure,
+	// the runtime wrapper and the class mounts' sources run and resolve inside, where /tmp is
+	// a tmpfs of the node's own (a checkout under /tmp is not visible there otherwise).
+	var err error
+	if n.wrapper, err = harness.BuildRuntimeWrapper(n.dir); err != nil {
+		t.Fatal(err)
+	}
 	binds := append([]string{n.dir}, harness.KubeletSystemdBinds...)
-	if !strings.HasPrefix(n.bin, n.dir+"/") {
-		binds = append(binds, n.bin)
+	for _, bin := range []string{n.bin, n.wrapper} {
+		if !strings.HasPrefix(bin, n.dir+"/") {
+			binds = append(binds, bin)
+		}
 	}
 	n.sd, err = harness.StartSystemdWith(ctx, filepath.Join(t.TempDir(), "systemd"), harness.SystemdOptions{Binds: binds, CgroupV1: true})
 	if err != nil {
@@ -84,7 +91,7 @@ func newSystemdNode(t *testing.T, ctx context.Context) *systemdNode {
 func (n *systemdNode) configure(extra ...string) string {
 	n.t.Helper()
 	args := append([]string{n.bin, "runtime", "configure", "--runtime", "containerd", "--config", n.config,
-		"--config-file", n.ctrd.ConfigPath()}, extra...)
+		"--config-file", n.ctrd.ConfigPath(), "--runtime-binary", n.wrapper}, extra...)
 	out, err := n.sd.Run(n.ctx, args...)
 	if err != nil {
 		n.t.Fatalf("runtime configure: %v\n%s", err, out)
