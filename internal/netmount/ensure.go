@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
@@ -128,29 +127,6 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	}
 	log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("netmount: mounted")
 	return hostPath, nil
-}
-
-// liveMount says whether a filesystem that answers is mounted at hostPath. One that does not
-// answer in time counts as live (its server may be slow; mounting again would not help). A
-// dead one (ENOTCONN) is unmounted lazily if replace is set, and reported as not live.
-func liveMount(ctx context.Context, sys system, hostPath string, replace bool) (bool, error) {
-	mounted, err := sys.isMounted(hostPath)
-	if err != nil || !mounted {
-		return false, err
-	}
-	perr := sys.probe(hostPath)
-	if perr == nil || errors.Is(perr, bounded.ErrNoAnswer) {
-		return true, nil
-	}
-	if !replace {
-		return false, nil
-	}
-	uctx, cancel := context.WithTimeout(ctx, DefaultUnmountTimeout)
-	defer cancel()
-	if err := sys.unmount(uctx, hostPath, true); err != nil {
-		return false, fmt.Errorf("the mount at %s is dead (%v) and its lazy unmount failed: %w", hostPath, perr, err)
-	}
-	return false, nil
 }
 
 func keyLockPath(dir, key string) string { return filepath.Join(dir, "locks", key+".lock") }
