@@ -273,12 +273,12 @@ func (m *Manager) removeStaleScopesLocked() {
 // system can heal, a dead one is replaced in place (heal.go) with the held mounts' meaning of
 // dead (see health: its daemon gone, an error such as ENOTCONN, or no answer in time), so
 // that the prober does not judge it otherwise one interval later. Else a dead one is
-// unmounted lazily and mounted again, and one that does not answer is kept (see probe).
+// unmounted lazily and mounted again, and one that does not answer is kept (see unusable).
 func (m *Manager) checkAdopted(e *entry) {
 	defer m.wg.Done()
 	var err error
 	if _, heals := m.sys.(healer); heals {
-		if err = m.health(e); err != nil {
+		if err = m.health(e); unusable(err, true) {
 			m.mu.Lock()
 			if !m.closed {
 				m.deadLocked(e, fmt.Errorf("found dead at start-up: %w", err))
@@ -287,7 +287,7 @@ func (m *Manager) checkAdopted(e *entry) {
 			return
 		}
 	} else {
-		err = m.probe(e)
+		err = m.keepOrUnmount(e)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

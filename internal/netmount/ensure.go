@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -57,7 +56,7 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	hostPath := filepath.Join(mountsDir, key)
 	log := c.Log.WithFields(map[string]any{"mount": key, "spec": s.String()})
 
-	if live, err := liveMount(ctx, sys, hostPath, false); err != nil {
+	if live, err := liveMount(ctx, sys, c, s, hostPath, false); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	} else if live {
 		return hostPath, nil
@@ -80,7 +79,7 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	// replaced in place, so running containers of rslave/rshared classes get the new mount
 	// too (heal.go); a system that cannot do that unmounts it lazily first.
 	_, canHeal := sys.(healer)
-	if live, err := liveMount(ctx, sys, hostPath, !canHeal); err != nil {
+	if live, err := liveMount(ctx, sys, c, s, hostPath, !canHeal); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	} else if live {
 		return hostPath, nil
@@ -99,28 +98,17 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	if err := sys.preflight(s); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	}
-	err = os.Mkdir(hostPath, 0o700)
-	if errors.Is(err, fs.ErrExist) {
-		err = os.Chmod(hostPath, 0o700) // nothing is mounted on it
-	}
-	if err != nil {
+	if err := makeMountPoint(hostPath); err != nil {
 		return "", err
 	}
-	cmdSpec, err := writeSecretFile(filepath.Join(dir, "secrets"), s)
-	if err != nil {
-		return "", err
-	}
-	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
-	defer cancel()
-	unit := unitFor(key)
+	unit, secretsDir := unitFor(key), filepath.Join(dir, "secrets")
 	start := time.Now()
-	if err := sys.mount(mctx, cmdSpec, unit, hostPath, c.MountTimeout); err != nil {
-		if mounted, ierr := sys.isMounted(hostPath); ierr == nil && !mounted {
-			sys.killScope(unit)
+	if cleared, err := attemptMount(ctx, sys, c, secretsDir, s, unit, hostPath); err != nil {
+		if cleared {
 			sys.removeScope(unit)
-			removeSecret(filepath.Join(dir, "secrets"), key)
+			removeSecret(secretsDir, key)
 		}
-		return "", fmt.Errorf("%s: %w", s, redactError(s, err))
+		return "", fmt.Errorf("%s: %w", s, err)
 	}
 	if err := writeState(filepath.Join(dir, "state"), key, newState(s, hostPath)); err != nil {
 		log.WithError(err).Warn("netmount: cannot write the mount's state: a plugin started later will not adopt it")

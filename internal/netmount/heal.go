@@ -27,8 +27,9 @@ const MaxHealBackoff = 5 * time.Second
 // leaves held mounts alone.
 type healer interface {
 	// daemonGone says, for a filesystem served by a daemon (FUSE), that the scope of unit has
-	// no process left: the daemon is gone. false when it cannot tell.
-	daemonGone(s netspec.Spec, unit string) bool
+	// no process left: the daemon is gone (the error says so, naming the scope). nil when it
+	// cannot tell.
+	daemonGone(s netspec.Spec, unit string) error
 	// replace puts the filesystem mounted at staging in the place of the dead mount at
 	// target, so that rslave and rshared copies of it see the new one (see replaceDead).
 	replace(target, staging string) error
@@ -93,7 +94,7 @@ func (m *Manager) probeHeld(e *entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e.heal.probing = false
-	if cause == nil || m.closed || e.phase != mounted || m.entries[e.key] != e {
+	if !unusable(cause, true) || m.closed || e.phase != mounted || m.entries[e.key] != e {
 		return
 	}
 	m.deadLocked(e, cause)
@@ -210,7 +211,7 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	if err != nil {
 		return err
 	}
-	if mounted && m.health(e) == nil {
+	if mounted && !unusable(m.health(e), true) {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}
 	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
@@ -221,17 +222,20 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 }
 
 // daemonGone implements healer: a FUSE filesystem (fuse.*, glusterfs) whose cgroup scope
-// (CgroupScoper) exists and has no process. A systemd scope's name is not known here: false.
-func (l *liveSystem) daemonGone(s netspec.Spec, unit string) bool {
+// (CgroupScoper) exists and has no process. A systemd scope's name is not known here: nil.
+func (l *liveSystem) daemonGone(s netspec.Spec, unit string) error {
 	if !strings.HasPrefix(s.Type, "fuse.") && s.Type != "fuse" && s.Type != "glusterfs" {
-		return false
+		return nil
 	}
 	sc, ok := l.scoper.(*CgroupScoper)
 	if !ok {
-		return false
+		return nil
 	}
 	procs, err := os.ReadFile(filepath.Join(sc.Dir(unit), "cgroup.procs"))
-	return err == nil && len(strings.TrimSpace(string(procs))) == 0
+	if err == nil && len(strings.TrimSpace(string(procs))) == 0 {
+		return fmt.Errorf("its daemon is gone (no process in scope %s)", sc.Dir(unit))
+	}
+	return nil
 }
 
 func (l *liveSystem) replace(target, staging string) error { return replaceDead(target, staging) }
@@ -274,20 +278,11 @@ func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, u
 		return err
 	}
 	defer os.Remove(staging)
-	cmdSpec, err := writeSecretFile(filepath.Join(stateDir, "secrets"), s)
-	if err != nil {
-		return err
-	}
-	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
-	defer cancel()
-	if err := sys.mount(mctx, cmdSpec, unit, staging, c.MountTimeout); err != nil {
-		if ok, ierr := sys.isMounted(staging); ierr == nil && !ok {
-			sys.killScope(unit)
-		}
+	if _, err := attemptMount(ctx, sys, c, filepath.Join(stateDir, "secrets"), s, unit, staging); err != nil {
 		if killErr != nil {
 			err = fmt.Errorf("%w (what was left of the dead mount's daemon could not be ended: %v)", err, killErr)
 		}
-		return redactError(s, err)
+		return err
 	}
 	discard := func(cause error) error {
 		// Not m.ctx: an agent shutting down still unmounts what it mounted and will not use.
@@ -299,7 +294,7 @@ func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, u
 		sys.killScope(unit)
 		return cause
 	}
-	if perr := sys.probe(staging); perr != nil {
+	if perr := probeMount(sys, s, unit, staging); unusable(perr, true) {
 		return discard(errors.New("the new mount does not answer either"))
 	}
 	if !mounted {

@@ -98,39 +98,65 @@ func (m *Manager) mountOnce(e *entry) error {
 		return err
 	}
 	if already {
-		if err := m.probe(e); err == nil {
+		if err := m.keepOrUnmount(e); err == nil {
 			m.logFor(e).Info("netmount: a live mount without state is at the host path: taking it over")
 			return m.saveState(e)
 		}
 	}
-	if err := os.Mkdir(e.hostPath, 0o700); errors.Is(err, fs.ErrExist) {
-		err = os.Chmod(e.hostPath, 0o700) // an earlier agent made it 0755; nothing is mounted on it
-	}
-	if err != nil {
+	if err := makeMountPoint(e.hostPath); err != nil {
 		return err
 	}
-	cmdSpec, err := writeSecretFile(m.secretsDir, e.spec)
+	cleared, err := attemptMount(m.ctx, m.sys, m.cfg, m.secretsDir, e.spec, e.unit, e.hostPath)
 	if err != nil {
+		if cleared {
+			m.removeFailedScope(e)
+		}
 		return err
-	}
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
-	defer cancel()
-	if err := m.sys.mount(ctx, cmdSpec, e.unit, e.hostPath, m.cfg.MountTimeout); err != nil {
-		m.cleanFailedAttempt(e)
-		return redactError(e.spec, err)
 	}
 	return m.saveState(e)
 }
 
-// cleanFailedAttempt kills what a failed attempt left in the mount's scope, unless the
-// attempt mounted after all, and removes the scope.
-func (m *Manager) cleanFailedAttempt(e *entry) {
-	if mounted, err := m.sys.isMounted(e.hostPath); err != nil || mounted {
-		return
+// makeMountPoint makes path a directory of root's alone (0700) to mount on: an earlier agent
+// made them 0755. Nothing is mounted on it.
+func makeMountPoint(path string) error {
+	err := os.Mkdir(path, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		err = os.Chmod(path, 0o700)
 	}
-	if err := m.sys.killScope(e.unit); err != nil {
-		m.logFor(e).WithError(err).Warn("netmount: cannot kill what the failed mount attempt left running")
+	return err
+}
+
+// attemptMount is one mount of s at target, its helper run in the scope of unit: what every
+// mount makes, a first mount (mountOnce), a heal's new one (replaceInPlace) and a hook's
+// (EnsureMounted). The secret goes to a root-only file the helper reads (writeSecretFile),
+// mount(8) is bounded by c.MountTimeout (past it the helper's process group is killed:
+// system.mount), and the error is redacted. After a failure that left nothing mounted at
+// target, what the attempt left running in the scope (a FUSE daemon that detached, then hung)
+// is killed and cleared is true: the scope may then be removed.
+func attemptMount(ctx context.Context, sys system, c Config, secretsDir string, s netspec.Spec, unit, target string) (cleared bool, err error) {
+	cmdSpec, err := writeSecretFile(secretsDir, s)
+	if err != nil {
+		return false, err
 	}
+	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
+	defer cancel()
+	err = sys.mount(mctx, cmdSpec, unit, target, c.MountTimeout)
+	if err == nil {
+		return false, nil
+	}
+	if mounted, ierr := sys.isMounted(target); ierr == nil && !mounted {
+		if kerr := sys.killScope(unit); kerr != nil {
+			c.Log.WithError(kerr).WithFields(logrus.Fields{"mount": s.Key(), "spec": s.String(), "scope": unit}).
+				Warn("netmount: cannot kill what the failed mount attempt left running")
+		}
+		cleared = true
+	}
+	return cleared, redactError(s, err)
+}
+
+// removeFailedScope removes the scope of e's failed attempt, cleared by attemptMount: its
+// processes may take a moment to go.
+func (m *Manager) removeFailedScope(e *entry) {
 	var err error
 	for range 20 {
 		if err = m.sys.removeScope(e.unit); err == nil {
