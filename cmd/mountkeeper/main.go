@@ -171,7 +171,7 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 				return nil, err
 			}
 			m.Register(metrics.NetworkMounts(mgr.Status, mgr.Totals))
-			return managerMounter{mgr}, nil
+			return managerMounter{mgr, log}, nil
 		}).WithMountsLeftBehind(func(cfg *configs.Config) bool { return netmount.LeftBehind(cfg.StateDir) }).
 		WithMetrics(m).WithConfigSource(from)
 	m.Register(metrics.GuardRefusals(plugin.StateDir, func(err error) { log.Warnf("metrics: guard refusals: %v", err) }))

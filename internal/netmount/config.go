@@ -112,3 +112,45 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// Reconfigure puts in force the settings of a reloaded config (ConfigFrom) in the running
+// Manager: a config reload changes how the network mounts are run, not only which ones the
+// plugin asks for. From the call on:
+//   - MountTimeout bounds every mount attempt that starts, first mounts and heals alike;
+//   - Grace is the grace period of every mount without users, those already waiting
+//     included: each goes once the new Grace has passed since its last user left;
+//   - ProbeInterval paces the prober from the next probe (0 stops it, a value starts it);
+//   - FirstWait bounds Acquire's waits; Uses names the class mounts in Status and in the log
+//     of a death; Wanted is what a mount found later is checked against.
+//
+// StateDir cannot change in a running Manager (it holds its lock, and its mounts are bound
+// into running containers): a new one is logged and takes effect at the next start. The
+// Manager's own settings (Scoper, Env, UnmountTimeout, RetryBackoff, Log) stay.
+func (m *Manager) Reconfigure(c Config) {
+	c = c.withDefaults()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if c.StateDir != m.cfg.StateDir {
+		m.log.WithField("stateDir", c.StateDir).Warnf("netmount: the network mounts stay in %s until the agent restarts: a running agent cannot move them", m.cfg.StateDir)
+	}
+	m.cfg.MountTimeout, m.cfg.Grace, m.cfg.ProbeInterval = c.MountTimeout, c.Grace, c.ProbeInterval
+	m.cfg.FirstWait, m.cfg.Uses, m.cfg.Wanted = c.FirstWait, c.Uses, c.Wanted
+	for _, e := range m.entries {
+		if e.graceTimer != nil {
+			m.armGraceLocked(e, max(0, c.Grace-time.Since(e.graceSince)))
+		}
+	}
+	close(m.reconfigured)
+	m.reconfigured = make(chan struct{})
+}
+
+// config is a copy of the Manager's config, for work that runs without m.mu (Reconfigure
+// changes it).
+func (m *Manager) config() Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg
+}

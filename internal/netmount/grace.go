@@ -18,9 +18,20 @@ func (m *Manager) startGraceLocked(e *entry) {
 	if m.closed {
 		return
 	}
-	gen := e.graceGen
-	e.graceTimer = time.AfterFunc(m.cfg.Grace, func() { m.graceOver(e, gen) })
+	e.graceSince = time.Now()
+	m.armGraceLocked(e, m.cfg.Grace)
 	m.logFor(e).WithField("grace", m.cfg.Grace).Debug("netmount: no users left: unmounting after the grace period")
+}
+
+// armGraceLocked ends e's grace period in d (from now), disarming a pending timer; its start
+// (graceSince) stays.
+func (m *Manager) armGraceLocked(e *entry, d time.Duration) {
+	if e.graceTimer != nil {
+		e.graceTimer.Stop()
+	}
+	e.graceGen++
+	gen := e.graceGen
+	e.graceTimer = time.AfterFunc(d, func() { m.graceOver(e, gen) })
 }
 
 func (m *Manager) stopGraceLocked(e *entry) {

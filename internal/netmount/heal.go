@@ -56,21 +56,29 @@ type heal struct {
 	lastTook     time.Duration // the last recovery, from the death to the new mount
 }
 
-// startProber starts probing the held mounts every ProbeInterval, if the system can heal.
+// startProber starts probing the held mounts every ProbeInterval, if the system can heal; a
+// Reconfigure changes the interval from then on (0: no probes).
 func (m *Manager) startProber() {
-	if _, ok := m.sys.(healer); !ok || m.cfg.ProbeInterval <= 0 {
+	if _, ok := m.sys.(healer); !ok {
 		return
 	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(m.cfg.ProbeInterval)
-		defer t.Stop()
 		for {
+			m.mu.Lock()
+			every, reconfigured := m.cfg.ProbeInterval, m.reconfigured
+			m.mu.Unlock()
+			var tick <-chan time.Time // nil: not probed until a Reconfigure sets an interval
+			if every > 0 {
+				tick = time.After(every) // collected once unreferenced, fired or not (Go 1.23)
+			}
 			select {
 			case <-m.ctx.Done():
 				return
-			case <-t.C:
+			case <-reconfigured:
+				continue // a new interval, from now
+			case <-tick:
 			}
 			m.mu.Lock()
 			for _, e := range m.entries {
@@ -214,7 +222,7 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	if mounted && !unusable(m.health(e), true) {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}
-	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
+	if err := replaceInPlace(m.ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {
 		return err
 	}

@@ -39,6 +39,8 @@ type Manager struct {
 	// totals are the deaths and recoveries of every mount this Manager held, released ones
 	// included: what Prometheus' counters need, which must never go down (heal.go, Totals).
 	totals Totals
+	// reconfigured is closed and replaced by every Reconfigure, for the prober.
+	reconfigured chan struct{}
 }
 
 type phase int
@@ -79,6 +81,7 @@ type entry struct {
 
 	graceGen   int // bumping it disarms a pending grace timer
 	graceTimer *time.Timer
+	graceSince time.Time // start of the pending grace period
 
 	heal heal // deaths and recoveries (heal.go)
 }
@@ -137,6 +140,8 @@ func newManager(c Config, sys system) (*Manager, error) {
 		secretsDir: filepath.Join(dir, "secrets"),
 		lock:       lock,
 		entries:    make(map[string]*entry),
+
+		reconfigured: make(chan struct{}),
 	}
 	if err := m.prepare(); err != nil {
 		lock.Close()

@@ -34,8 +34,10 @@ func (m *Manager) ensureLocked(s netspec.Spec) *entry {
 		e = m.newEntry(s)
 		m.entries[e.key] = e
 	}
-	e.spec = s
 	if e.retired { // a mount of s's key after all, found at start-up: check it as any
+		// Its spec was the state's, redacted. Any other entry of the key has s already, and
+		// its mount attempts read it without m.mu.
+		e.spec = s
 		m.unretireLocked(e)
 	}
 	switch e.phase {
@@ -79,7 +81,7 @@ func (m *Manager) prepareMount(e *entry) (unlock func(), err error) {
 	if err := m.sys.preflight(e.spec); err != nil {
 		return nil, err
 	}
-	lctx, cancel := context.WithTimeout(m.ctx, m.cfg.MountTimeout)
+	lctx, cancel := context.WithTimeout(m.ctx, m.config().MountTimeout)
 	defer cancel()
 	return lockKey(lctx, filepath.Dir(m.stateDir), e.key)
 }
@@ -106,7 +108,7 @@ func (m *Manager) mountOnce(e *entry) error {
 	if err := makeMountPoint(e.hostPath); err != nil {
 		return err
 	}
-	cleared, err := attemptMount(m.ctx, m.sys, m.cfg, m.secretsDir, e.spec, e.unit, e.hostPath)
+	cleared, err := attemptMount(m.ctx, m.sys, m.config(), m.secretsDir, e.spec, e.unit, e.hostPath)
 	if err != nil {
 		if cleared {
 			m.removeFailedScope(e)

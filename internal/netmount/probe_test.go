@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -21,7 +22,7 @@ type healingFake struct {
 
 func (h healingFake) daemonGone(netspec.Spec, string) error { return h.gone }
 func (h healingFake) replace(string, string) error          { return nil }
-func (h healingFake) prepareStaging(string) error           { return nil }
+func (h healingFake) prepareStaging(dir string) error       { return os.MkdirAll(dir, 0o700) }
 
 // TestProbeRule: one probe (probeMount) and one rule (unusable) for every path that asks
 // whether a mount is usable. A mount that answers is usable everywhere, one that fails or
