@@ -1,5 +1,5 @@
 // Command mountkeeper makes container volume mounts correct and durable. It wires command-line
-// flags to the packages that do the work; see README.md.
+// flags to the packages that do the work; docs/commands.md describes each command.
 package main
 
 import (
