@@ -210,15 +210,11 @@ func (m *Manager) healLoop(e *entry) {
 // filesystem is mounted again in e's scope at a staging path, probed, and put in place of
 // the dead mount (see replaceDead).
 func (m *Manager) healOnce(e *entry, attempt int) error {
-	unlock, err := m.prepareMount(e)
+	unlock, mounted, err := m.prepareMount(e)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	mounted, err := m.sys.isMounted(e.hostPath)
-	if err != nil {
-		return err
-	}
 	if mounted && !unusable(m.health(e), true) {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}

@@ -76,29 +76,34 @@ func (m *Manager) mountLoop(e *entry) {
 }
 
 // prepareMount is what every mount attempt (first mount or heal) starts with: the preflight,
-// then the key's lock, which a hook (EnsureMounted) mounting the same spec takes too.
-func (m *Manager) prepareMount(e *entry) (unlock func(), err error) {
+// then the key's lock, which a hook (EnsureMounted) mounting the same spec takes too, then
+// whether something is mounted at e's host path (a hook may have mounted it meanwhile).
+func (m *Manager) prepareMount(e *entry) (unlock func(), mounted bool, err error) {
 	if err := m.sys.preflight(e.spec); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	lctx, cancel := context.WithTimeout(m.ctx, m.config().MountTimeout)
 	defer cancel()
-	return lockKey(lctx, filepath.Dir(m.stateDir), e.key)
+	unlock, err = lockKey(lctx, filepath.Dir(m.stateDir), e.key)
+	if err != nil {
+		return nil, false, err
+	}
+	if mounted, err = m.sys.isMounted(e.hostPath); err != nil {
+		unlock()
+		return nil, false, err
+	}
+	return unlock, mounted, nil
 }
 
 // mountOnce makes one attempt: preflight, then mount(8) in the mount's scope, bounded by
 // MountTimeout. A live mount already at the host path (an agent died between mounting and
 // writing the state) is taken over.
 func (m *Manager) mountOnce(e *entry) error {
-	unlock, err := m.prepareMount(e)
+	unlock, already, err := m.prepareMount(e)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	already, err := m.sys.isMounted(e.hostPath)
-	if err != nil {
-		return err
-	}
 	if already {
 		if err := m.keepOrUnmount(e); err == nil {
 			m.logFor(e).Info("netmount: a live mount without state is at the host path: taking it over")

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -68,37 +66,11 @@ func TestNetworkReload(t *testing.T) {
 	before := config("30s", "1h", "1h", "onDemand")
 	cfg := n.scopes.add(t, []byte(before)) // the scopes of all three end with the test
 	spec := func(class string) string { return cfg.RuntimeClasses[class].Mounts[0].Network.Key() }
-	cm := filepath.Join(n.dir, "configmap")
-	update := func(content string) {
-		t.Helper()
-		old, err := harness.WriteAtomic(cm, map[string]string{"config.yaml": content})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if old != "" {
-			os.RemoveAll(old)
-		}
-	}
-	update(before)
-	sock := filepath.Join(n.dir, "ops.sock")
-	plugin, err := harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: filepath.Join(cm, "config.yaml"),
-		Socket: n.ctrd.NRISocket(), Log: testWriter{t, "mountkeeper"}, Args: []string{"--listen", "unix:" + sock}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(plugin.Stop)
+	plugin := startConfigMapPlugin(t, n, before)
 	mounts := func() map[string]nri.NetworkMount {
 		t.Helper()
-		out, err := exec.Command(n.bin, "status", "--address", "unix:"+sock, "--output", "json").Output()
-		if err != nil {
-			t.Fatalf("mountkeeper status: %v", err)
-		}
-		var st nri.Status
-		if err := json.Unmarshal(out, &st); err != nil {
-			t.Fatalf("status --output json: %v: %s", err, out)
-		}
 		byKey := make(map[string]nri.NetworkMount)
-		for _, m := range st.NetworkMounts {
+		for _, m := range plugin.status().NetworkMounts {
 			byKey[m.Key] = m
 		}
 		return byKey
@@ -122,7 +94,7 @@ func TestNetworkReload(t *testing.T) {
 		t.Fatalf("before the reload: mounts %v, want mk-reload's only (the others on demand)", m)
 	}
 
-	update(config("2s", "2s", "500ms", "eager"))
+	plugin.update(config("2s", "2s", "500ms", "eager"))
 
 	t.Run("a class made eager is mounted with no pod", func(t *testing.T) {
 		eventually(t, 20*time.Second, "mk-eager's mount", func() bool { return mounts()[spec("mk-eager")].State == "mounted" })
