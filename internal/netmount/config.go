@@ -136,15 +136,22 @@ func (m *Manager) Reconfigure(c Config) {
 	if c.StateDir != m.cfg.StateDir {
 		m.log.WithField("stateDir", c.StateDir).Warnf("netmount: the network mounts stay in %s until the agent restarts: a running agent cannot move them", m.cfg.StateDir)
 	}
+	graceChanged, probeChanged := c.Grace != m.cfg.Grace, c.ProbeInterval != m.cfg.ProbeInterval
 	m.cfg.MountTimeout, m.cfg.Grace, m.cfg.ProbeInterval = c.MountTimeout, c.Grace, c.ProbeInterval
 	m.cfg.FirstWait, m.cfg.Uses, m.cfg.Wanted = c.FirstWait, c.Uses, c.Wanted
-	for _, e := range m.entries {
-		if e.graceTimer != nil {
-			m.armGraceLocked(e, max(0, c.Grace-time.Since(e.graceSince)))
+	// The same config again (an NRI reconnect puts the config in force anew) leaves the grace
+	// timers and the prober's pace alone.
+	if graceChanged {
+		for _, e := range m.entries {
+			if e.graceTimer != nil {
+				m.armGraceLocked(e, max(0, c.Grace-time.Since(e.graceSince)))
+			}
 		}
 	}
-	close(m.reconfigured)
-	m.reconfigured = make(chan struct{})
+	if probeChanged {
+		close(m.reconfigured)
+		m.reconfigured = make(chan struct{})
+	}
 }
 
 // config is a copy of the Manager's config, for work that runs without m.mu (Reconfigure

@@ -39,7 +39,8 @@ type Manager struct {
 	// totals are the deaths and recoveries of every mount this Manager held, released ones
 	// included: what Prometheus' counters need, which must never go down (heal.go, Totals).
 	totals Totals
-	// reconfigured is closed and replaced by every Reconfigure, for the prober.
+	// reconfigured is closed and replaced by a Reconfigure that changes ProbeInterval, for
+	// the prober.
 	reconfigured chan struct{}
 }
 
