@@ -107,7 +107,7 @@ func TestExampleContainerdBaseSpec(t *testing.T) {
 }
 
 // TestExampleContainerdBaseSpecFromRuncSpec re-derives the base spec from `runc spec` and the
-// edits the README lists, so the example stays what the docs say it is.
+// edits configs/examples/README.md lists, so the example stays what the docs say it is.
 func TestExampleContainerdBaseSpecFromRuncSpec(t *testing.T) {
 	runc := os.Getenv("MOUNTKEEPER_BIN")
 	if runc == "" {
@@ -123,7 +123,7 @@ func TestExampleContainerdBaseSpecFromRuncSpec(t *testing.T) {
 	}
 	var want oci.Spec
 	decodeStrict(t, readFile(t, filepath.Join(dir, "config.json")), &want)
-	// The README's edits.
+	// The edits configs/examples/README.md lists.
 	want.Process.Terminal = false
 	caps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID",
 		"CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}

@@ -18,7 +18,7 @@ import (
 //
 // Hook mode leaves the mounts in place: a hook runs once per container event and keeps no
 // count of the containers using a mount, so it cannot know when the last one is gone. Only the
-// NRI plugin unmounts (after unmountGrace); the README says so.
+// NRI plugin unmounts (after unmountGrace); docs/network-filesystems.md says so.
 type ManagerNetwork struct {
 	cfg *configs.Config
 	log *logrus.Logger

@@ -24,6 +24,13 @@ type Mounter interface {
 	ReleaseUnused()
 }
 
+// Reconfigurer is a Mounter that takes the settings of every config put in force after the
+// one it was made with (netmount.Manager.Reconfigure: timeouts, probe interval, grace), so
+// that a reload changes how the network mounts are run, not only which ones are asked for.
+type Reconfigurer interface {
+	Reconfigure(*configs.Config)
+}
+
 // WithMounter sets how the plugin makes its Mounter, the first time a config has network
 // mounts. cmd passes a netmount.Manager; tests a fake.
 func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) *Plugin {

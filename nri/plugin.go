@@ -141,8 +141,9 @@ func (p *Plugin) config() *configs.Config {
 // (re)connect). It makes the Mounter cfg needs first: a config whose mounter cannot start
 // (no cgroup2, state dir not writable) is refused with the config in force untouched, and at
 // Configure fails the plugin's registration loudly instead of each container later. Then cfg
-// is put in force with the mounter and the subPath copies it needs (one engine rebuild), the
-// eager classes' network filesystems are mounted (holdEager) and the guard key is loaded.
+// is put in force with the mounter and the subPath copies it needs (one engine rebuild), a
+// mounter made for an earlier config takes cfg's settings (Reconfigurer), the eager classes'
+// network filesystems are mounted (holdEager) and the guard key is loaded.
 //
 // One apply at a time (applyMu): Configure and a reload may come together, and two at once
 // could each start a mounter for the same state dir.
@@ -168,6 +169,9 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 	p.cfg, p.net, p.subPaths, p.copies = cfg, net, subPaths, next
 	p.rebuildLocked()
 	p.mu.Unlock()
+	if r, ok := held.(Reconfigurer); ok {
+		r.Reconfigure(cfg)
+	}
 	holdEager(net, cfg, held != nil)
 	p.sweepOldCopies(old, next)
 	p.startGuard(cfg)

@@ -4,7 +4,7 @@
 // hook: `mountkeeper hook guard ...`) runs unchanged with this binary as its path. A hook starts once per
 // container, so its start-up is paid on every container start; this binary links only what
 // the hook needs (no NRI, ttrpc, protobuf or Prometheus, and no cgo), which starts in about
-// a third of the time the whole mountkeeper binary takes (README, Speed).
+// a third of the time the whole mountkeeper binary takes (docs/benchmarks.md).
 package main
 
 import (

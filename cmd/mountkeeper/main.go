@@ -1,5 +1,5 @@
 // Command mountkeeper makes container volume mounts correct and durable. It wires command-line
-// flags to the packages that do the work; see README.md.
+// flags to the packages that do the work; docs/commands.md describes each command.
 package main
 
 import (
@@ -12,9 +12,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
@@ -174,7 +171,7 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 				return nil, err
 			}
 			m.Register(metrics.NetworkMounts(mgr.Status, mgr.Totals))
-			return managerMounter{mgr}, nil
+			return managerMounter{mgr, log}, nil
 		}).WithMountsLeftBehind(func(cfg *configs.Config) bool { return netmount.LeftBehind(cfg.StateDir) }).
 		WithMetrics(m).WithConfigSource(from)
 	m.Register(metrics.GuardRefusals(plugin.StateDir, func(err error) { log.Warnf("metrics: guard refusals: %v", err) }))
@@ -182,7 +179,7 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	defer stop()
 	if *listen != "" {
 		h := ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}
-		go serveOps(ctx, *listen, func(l net.Listener) error { return ops.Serve(ctx, l, h) }, log)
+		go ops.ServeRetrying(ctx, *listen, func(l net.Listener) error { return ops.Serve(ctx, l, h) }, log.WithField("flag", "--listen"))
 	}
 	if err := node.start(ctx, m.Handler(), log); err != nil {
 		// Only the node listener is off: containers must not lose their mounts because the
@@ -190,59 +187,10 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 		log.Errorf("the node listener for metrics is off: %v", err)
 	}
 	if _, err := os.Stat(from); err == nil {
-		go reloadOnChange(ctx, plugin, from, log)
+		// A refused config is logged and counted by ReloadConfig itself.
+		go watch.Reload(ctx, from, func(data []byte) { _ = plugin.ReloadConfig(data, from) }, log)
 	}
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
-}
-
-// serveOps serves on address with serve until ctx ends. A listener that cannot be opened (the
-// port still held by a predecessor that is going away) is retried every 2s: the plugin keeps
-// serving the runtime meanwhile, since without it containers lose their mounts.
-func serveOps(ctx context.Context, address string, serve func(net.Listener) error, log *logrus.Logger) {
-	for {
-		l, err := ops.Listen(address)
-		if err == nil {
-			if err := serve(l); err != nil {
-				log.Errorf("serving %s: %v", address, err)
-			}
-			return
-		}
-		log.Warnf("--listen %s: %v: retrying in 2s (the plugin serves the runtime meanwhile)", address, err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// reloadOnChange reloads the config at path when it changes (a ConfigMap's ..data swap
-// included) and on SIGHUP.
-func reloadOnChange(ctx context.Context, plugin *nri.Plugin, path string, log *logrus.Logger) {
-	reload := func(data []byte, err error) {
-		if err != nil {
-			log.WithField("config", path).Errorf("config reload: %v", err)
-			return
-		}
-		_ = plugin.ReloadConfig(data, path) // it logs and counts a refusal itself
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				reload(os.ReadFile(path))
-			}
-		}
-	}()
-	if err := watch.Watch(ctx, path, reload); err != nil {
-		log.WithField("config", path).Warnf("cannot watch the config for changes (SIGHUP still reloads): %v", err)
-		<-ctx.Done()
-	}
 }
 
 func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {

@@ -68,6 +68,6 @@ func (f *metricsFlags) start(ctx context.Context, h http.Handler, log *logrus.Lo
 		Verb: "get", Path: "/metrics", Timeout: *f.timeout, AllowTTL: *f.cache,
 		Failed: func(err error) { log.Warnf("--metrics-listen: a scrape got 503: %v", err) },
 	})
-	go serveOps(ctx, *f.listen, func(l net.Listener) error { return ops.ServeMetrics(ctx, l, h, guard, cert) }, log)
+	go ops.ServeRetrying(ctx, *f.listen, func(l net.Listener) error { return ops.ServeMetrics(ctx, l, h, guard, cert) }, log.WithField("flag", "--metrics-listen"))
 	return nil
 }

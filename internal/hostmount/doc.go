@@ -3,7 +3,7 @@
 // Reading the mount table is package mounttable's job; bounding calls that may hang is package
 // bounded's.
 //
-// It is a top-level package because the NRI plugin (nri/) and the OCI hook (hook/) both need it,
+// It is a package of its own because the NRI plugin (nri/) and the OCI hook (hook/) both need it,
 // and it has side effects: it belongs neither in specmod, which is pure, nor in configs.
 // The side effects sit behind Inspector so that Checker's rules are table-testable; Live is the
 // real implementation.

@@ -1,6 +1,7 @@
 package netmount
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -245,4 +246,62 @@ func LeftBehind(stateDir string) bool {
 	}
 	live, err := (&liveSystem{}).mountsBelow(dir)
 	return err == nil && len(live) > 0
+}
+
+// removeStaleScopesLocked removes the empty scopes an earlier agent left: one killed during a
+// mount attempt never removed the attempt's scope. A scope with processes (a helper still at
+// work, a FUSE daemon) fails to go and stays; the scopes of the mounts just adopted or being
+// mounted again are not touched.
+func (m *Manager) removeStaleScopesLocked() {
+	units, err := m.sys.scopes()
+	if err != nil {
+		m.log.WithError(err).Warn("netmount: cannot list the mount scopes")
+		return
+	}
+	inUse := make(map[string]bool, len(m.entries))
+	for _, e := range m.entries {
+		inUse[e.unit] = true
+	}
+	for _, u := range units {
+		if !inUse[u] && strings.HasPrefix(u, "mount-") && m.sys.removeScope(u) == nil {
+			m.log.WithField("scope", u).Debug("netmount: removed an empty scope an earlier agent left")
+		}
+	}
+}
+
+// checkAdopted probes a mount found at start-up: a live one is adopted as mounted. Where the
+// system can heal, a dead one is replaced in place (heal.go) with the held mounts' meaning of
+// dead (see health: its daemon gone, an error such as ENOTCONN, or no answer in time), so
+// that the prober does not judge it otherwise one interval later. Else a dead one is
+// unmounted lazily and mounted again, and one that does not answer is kept (see unusable).
+func (m *Manager) checkAdopted(e *entry) {
+	defer m.wg.Done()
+	var err error
+	if _, heals := m.sys.(healer); heals {
+		if err = m.health(e); unusable(err, true) {
+			m.mu.Lock()
+			if !m.closed {
+				m.deadLocked(e, fmt.Errorf("found dead at start-up: %w", err))
+			}
+			m.mu.Unlock()
+			return
+		}
+	} else {
+		err = m.keepOrUnmount(e)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	if err != nil {
+		m.logFor(e).WithError(err).Warn("netmount: the mount found at start-up is dead: mounting it again")
+		m.startMountLocked(e)
+		return
+	}
+	m.logFor(e).Info("netmount: adopted the mount found at start-up")
+	e.phase, e.mountedAt = mounted, time.Now()
+	m.saveState(e) // rewritten: an older agent's state may hold secrets in clear
+	m.graceIfUnusedLocked(e)
+	e.broadcast()
 }

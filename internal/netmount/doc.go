@@ -2,7 +2,7 @@
 // such as sshfs) on the host, once per distinct (type, source, options), and shares each mount
 // among the containers that use it.
 //
-// It is a top-level package because the network-filesystem mounter is shared by the NRI plugin
+// It is a package of its own because the network-filesystem mounter is shared by the NRI plugin
 // (nri/) and the OCI hook mode (hook/), and because it has heavy side effects (it runs mount
 // helpers, creates cgroups or systemd scopes, keeps state on disk): it is neither spec editing,
 // which specmod keeps pure, nor configuration, which is configs' job.
@@ -19,6 +19,12 @@
 //     and adopts every mount a previous agent left (adopt.go: whatever its key, version or
 //     spec; released only once no running container uses it), all with bounded time on every
 //     call that may touch the network. State files carry their format's version (statefile.go).
+//     Its files by concern: config.go (Config, and Reconfigure for a reloaded config),
+//     manager.go (the Manager, its entries and phases), adopt.go, mount.go (the mount loop and
+//     the one mount attempt every mount makes), retry.go (the one retry loop of mounts and
+//     heals), claims.go (Acquire, Hold, Release), grace.go, unmount.go, probe.go (the one
+//     probe and the one rule for what its answer means), heal.go (the prober and the
+//     replacement of dead mounts under running containers), status.go.
 //   - EnsureMounted is the hooks' one-shot path: it finds a live mount or mounts one, under a
 //     lock of that mount's key only (the Manager takes it too).
 //   - No secret reaches a command line: CIFS and Ceph secrets go through a root-only file

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
@@ -58,7 +56,7 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	hostPath := filepath.Join(mountsDir, key)
 	log := c.Log.WithFields(map[string]any{"mount": key, "spec": s.String()})
 
-	if live, err := liveMount(ctx, sys, hostPath, false); err != nil {
+	if live, err := liveMount(ctx, sys, c, s, hostPath, false); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	} else if live {
 		return hostPath, nil
@@ -81,7 +79,7 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	// replaced in place, so running containers of rslave/rshared classes get the new mount
 	// too (heal.go); a system that cannot do that unmounts it lazily first.
 	_, canHeal := sys.(healer)
-	if live, err := liveMount(ctx, sys, hostPath, !canHeal); err != nil {
+	if live, err := liveMount(ctx, sys, c, s, hostPath, !canHeal); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	} else if live {
 		return hostPath, nil
@@ -100,57 +98,23 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	if err := sys.preflight(s); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	}
-	err = os.Mkdir(hostPath, 0o700)
-	if errors.Is(err, fs.ErrExist) {
-		err = os.Chmod(hostPath, 0o700) // nothing is mounted on it
-	}
-	if err != nil {
+	if err := makeMountPoint(hostPath); err != nil {
 		return "", err
 	}
-	cmdSpec, err := writeSecretFile(filepath.Join(dir, "secrets"), s)
-	if err != nil {
-		return "", err
-	}
-	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
-	defer cancel()
-	unit := unitFor(key)
+	unit, secretsDir := unitFor(key), filepath.Join(dir, "secrets")
 	start := time.Now()
-	if err := sys.mount(mctx, cmdSpec, unit, hostPath, c.MountTimeout); err != nil {
-		if mounted, ierr := sys.isMounted(hostPath); ierr == nil && !mounted {
-			sys.killScope(unit)
+	if cleared, err := attemptMount(ctx, sys, c, secretsDir, s, unit, hostPath); err != nil {
+		if cleared {
 			sys.removeScope(unit)
-			removeSecret(filepath.Join(dir, "secrets"), key)
+			removeSecret(secretsDir, key)
 		}
-		return "", fmt.Errorf("%s: %w", s, redactError(s, err))
+		return "", fmt.Errorf("%s: %w", s, err)
 	}
 	if err := writeState(filepath.Join(dir, "state"), key, newState(s, hostPath)); err != nil {
 		log.WithError(err).Warn("netmount: cannot write the mount's state: a plugin started later will not adopt it")
 	}
 	log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("netmount: mounted")
 	return hostPath, nil
-}
-
-// liveMount says whether a filesystem that answers is mounted at hostPath. One that does not
-// answer in time counts as live (its server may be slow; mounting again would not help). A
-// dead one (ENOTCONN) is unmounted lazily if replace is set, and reported as not live.
-func liveMount(ctx context.Context, sys system, hostPath string, replace bool) (bool, error) {
-	mounted, err := sys.isMounted(hostPath)
-	if err != nil || !mounted {
-		return false, err
-	}
-	perr := sys.probe(hostPath)
-	if perr == nil || errors.Is(perr, bounded.ErrNoAnswer) {
-		return true, nil
-	}
-	if !replace {
-		return false, nil
-	}
-	uctx, cancel := context.WithTimeout(ctx, DefaultUnmountTimeout)
-	defer cancel()
-	if err := sys.unmount(uctx, hostPath, true); err != nil {
-		return false, fmt.Errorf("the mount at %s is dead (%v) and its lazy unmount failed: %w", hostPath, perr, err)
-	}
-	return false, nil
 }
 
 func keyLockPath(dir, key string) string { return filepath.Join(dir, "locks", key+".lock") }

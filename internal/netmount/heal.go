@@ -27,8 +27,9 @@ const MaxHealBackoff = 5 * time.Second
 // leaves held mounts alone.
 type healer interface {
 	// daemonGone says, for a filesystem served by a daemon (FUSE), that the scope of unit has
-	// no process left: the daemon is gone. false when it cannot tell.
-	daemonGone(s netspec.Spec, unit string) bool
+	// no process left: the daemon is gone (the error says so, naming the scope). nil when it
+	// cannot tell.
+	daemonGone(s netspec.Spec, unit string) error
 	// replace puts the filesystem mounted at staging in the place of the dead mount at
 	// target, so that rslave and rshared copies of it see the new one (see replaceDead).
 	replace(target, staging string) error
@@ -55,99 +56,29 @@ type heal struct {
 	lastTook     time.Duration // the last recovery, from the death to the new mount
 }
 
-// MountStatus is one held network mount, as `mountkeeper status` shows it.
-type MountStatus struct {
-	Key      string   `json:"key"`
-	Spec     string   `json:"spec"` // redacted
-	HostPath string   `json:"hostPath"`
-	State    string   `json:"state"` // idle, mounting, checking, mounted, dead, recovering, unmounting
-	Users    int      `json:"users"`
-	Scope    string   `json:"scope"`
-	Classes  []string `json:"classes,omitempty"` // "class (propagation)"
-	// Attempt is the mount or recovery attempt under way or last made.
-	Attempt      int        `json:"attempt,omitempty"`
-	LastError    string     `json:"lastError,omitempty"`
-	Since        time.Time  `json:"since"` // mounted at, or start of the current phase
-	Deaths       int        `json:"deaths"`
-	Recoveries   int        `json:"recoveries"`
-	LastDeath    *time.Time `json:"lastDeath,omitempty"`
-	LastRecovery *time.Time `json:"lastRecovery,omitempty"`
-	// LastRecoverySeconds is how long the last recovery took, from the death found to the new
-	// mount in place.
-	LastRecoverySeconds float64 `json:"lastRecoverySeconds,omitempty"`
-}
-
-// Totals count the deaths and recoveries of every mount a Manager held since it started:
-// unlike the sums over Status, they do not drop when a mount is released.
-type Totals struct{ Deaths, Recoveries int }
-
-// Totals returns the Manager's deaths and recoveries so far.
-func (m *Manager) Totals() Totals {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.totals
-}
-
-// Status is a snapshot of the mounts the Manager holds, sorted by key.
-func (m *Manager) Status() []MountStatus {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]MountStatus, 0, len(m.entries))
-	for _, e := range m.entries {
-		st := MountStatus{
-			Key: e.key, Spec: e.spec.String(), HostPath: e.hostPath, State: e.phase.String(),
-			Users: len(e.users), Scope: m.scopeName(e.unit), Attempt: e.attempt,
-			Deaths: e.heal.deaths, Recoveries: e.heal.recoveries, Since: e.since,
-		}
-		for _, u := range m.cfg.Uses[e.key] {
-			st.Classes = append(st.Classes, u.Class+" ("+u.Propagation+")")
-		}
-		if e.phase == mounted {
-			st.Since = e.mountedAt
-		}
-		if e.lastErr != nil {
-			st.LastError = e.lastErr.Error()
-		}
-		if !e.heal.lastDeath.IsZero() {
-			t := e.heal.lastDeath
-			st.LastDeath = &t
-		}
-		if !e.heal.lastRecovery.IsZero() {
-			t := e.heal.lastRecovery
-			st.LastRecovery = &t
-			st.LastRecoverySeconds = e.heal.lastTook.Seconds()
-		}
-		out = append(out, st)
-	}
-	slices.SortFunc(out, func(a, b MountStatus) int { return strings.Compare(a.Key, b.Key) })
-	return out
-}
-
-func (m *Manager) scopeName(unit string) string {
-	switch sc := m.cfg.Scoper.(type) {
-	case *CgroupScoper:
-		return sc.Dir(unit)
-	case *SystemdScoper:
-		return "mountkeeper-" + unit + "-*.scope"
-	}
-	return unit
-}
-
-// startProber starts probing the held mounts every ProbeInterval, if the system can heal.
+// startProber starts probing the held mounts every ProbeInterval, if the system can heal; a
+// Reconfigure changes the interval from then on (0: no probes).
 func (m *Manager) startProber() {
-	if _, ok := m.sys.(healer); !ok || m.cfg.ProbeInterval <= 0 {
+	if _, ok := m.sys.(healer); !ok {
 		return
 	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		t := time.NewTicker(m.cfg.ProbeInterval)
-		defer t.Stop()
 		for {
+			m.mu.Lock()
+			every, reconfigured := m.cfg.ProbeInterval, m.reconfigured
+			m.mu.Unlock()
+			var tick <-chan time.Time // nil: not probed until a Reconfigure sets an interval
+			if every > 0 {
+				tick = time.After(every) // collected once unreferenced, fired or not (Go 1.23)
+			}
 			select {
 			case <-m.ctx.Done():
 				return
-			case <-t.C:
+			case <-reconfigured:
+				continue // a new interval, from now
+			case <-tick:
 			}
 			m.mu.Lock()
 			for _, e := range m.entries {
@@ -171,20 +102,10 @@ func (m *Manager) probeHeld(e *entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e.heal.probing = false
-	if cause == nil || m.closed || e.phase != mounted || m.entries[e.key] != e {
+	if !unusable(cause, true) || m.closed || e.phase != mounted || m.entries[e.key] != e {
 		return
 	}
 	m.deadLocked(e, cause)
-}
-
-// health is nil if e answers, or why it is dead: its daemon gone, an error (ENOTCONN), or
-// no answer within ProbeTimeout (see system.probe).
-func (m *Manager) health(e *entry) error {
-	h := m.sys.(healer)
-	if h.daemonGone(e.spec, e.unit) {
-		return fmt.Errorf("its daemon is gone (no process in scope %s)", m.scopeName(e.unit))
-	}
-	return m.sys.probe(e.hostPath)
 }
 
 // deadLocked marks e dead and starts replacing it.
@@ -289,19 +210,15 @@ func (m *Manager) healLoop(e *entry) {
 // filesystem is mounted again in e's scope at a staging path, probed, and put in place of
 // the dead mount (see replaceDead).
 func (m *Manager) healOnce(e *entry, attempt int) error {
-	unlock, err := m.prepareMount(e)
+	unlock, mounted, err := m.prepareMount(e)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	mounted, err := m.sys.isMounted(e.hostPath)
-	if err != nil {
-		return err
-	}
-	if mounted && m.health(e) == nil {
+	if mounted && !unusable(m.health(e), true) {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}
-	if err := replaceInPlace(m.ctx, m.sys, m.cfg, e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
+	if err := replaceInPlace(m.ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {
 		return err
 	}
@@ -309,17 +226,20 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 }
 
 // daemonGone implements healer: a FUSE filesystem (fuse.*, glusterfs) whose cgroup scope
-// (CgroupScoper) exists and has no process. A systemd scope's name is not known here: false.
-func (l *liveSystem) daemonGone(s netspec.Spec, unit string) bool {
+// (CgroupScoper) exists and has no process. A systemd scope's name is not known here: nil.
+func (l *liveSystem) daemonGone(s netspec.Spec, unit string) error {
 	if !strings.HasPrefix(s.Type, "fuse.") && s.Type != "fuse" && s.Type != "glusterfs" {
-		return false
+		return nil
 	}
 	sc, ok := l.scoper.(*CgroupScoper)
 	if !ok {
-		return false
+		return nil
 	}
 	procs, err := os.ReadFile(filepath.Join(sc.Dir(unit), "cgroup.procs"))
-	return err == nil && len(strings.TrimSpace(string(procs))) == 0
+	if err == nil && len(strings.TrimSpace(string(procs))) == 0 {
+		return fmt.Errorf("its daemon is gone (no process in scope %s)", sc.Dir(unit))
+	}
+	return nil
 }
 
 func (l *liveSystem) replace(target, staging string) error { return replaceDead(target, staging) }
@@ -362,20 +282,11 @@ func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, u
 		return err
 	}
 	defer os.Remove(staging)
-	cmdSpec, err := writeSecretFile(filepath.Join(stateDir, "secrets"), s)
-	if err != nil {
-		return err
-	}
-	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
-	defer cancel()
-	if err := sys.mount(mctx, cmdSpec, unit, staging, c.MountTimeout); err != nil {
-		if ok, ierr := sys.isMounted(staging); ierr == nil && !ok {
-			sys.killScope(unit)
-		}
+	if _, err := attemptMount(ctx, sys, c, filepath.Join(stateDir, "secrets"), s, unit, staging); err != nil {
 		if killErr != nil {
 			err = fmt.Errorf("%w (what was left of the dead mount's daemon could not be ended: %v)", err, killErr)
 		}
-		return redactError(s, err)
+		return err
 	}
 	discard := func(cause error) error {
 		// Not m.ctx: an agent shutting down still unmounts what it mounted and will not use.
@@ -387,7 +298,7 @@ func replaceInPlace(ctx context.Context, sys system, c Config, s netspec.Spec, u
 		sys.killScope(unit)
 		return cause
 	}
-	if perr := sys.probe(staging); perr != nil {
+	if perr := probeMount(sys, s, unit, staging); unusable(perr, true) {
 		return discard(errors.New("the new mount does not answer either"))
 	}
 	if !mounted {

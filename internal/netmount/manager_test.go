@@ -30,6 +30,7 @@ type fakeSystem struct {
 	probeErr     map[string]error
 	mounted      map[string]bool
 	mountCalls   map[string][]time.Time // target -> start of each attempt
+	timeouts     []time.Duration        // the timeout of each attempt, in order
 	unmountCalls []string               // "target" or "-l target"
 	removed      []string               // scopes
 	killed       []string               // scopes
@@ -65,6 +66,7 @@ func (f *fakeSystem) preflight(netspec.Spec) error {
 func (f *fakeSystem) mount(ctx context.Context, s netspec.Spec, unit, target string, timeout time.Duration) error {
 	f.mu.Lock()
 	f.mountCalls[target] = append(f.mountCalls[target], time.Now())
+	f.timeouts = append(f.timeouts, timeout)
 	attempt, fn := len(f.mountCalls[target]), f.mountFn
 	f.mu.Unlock()
 	if unit != "mount-"+filepath.Base(target) {

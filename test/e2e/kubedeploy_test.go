@@ -127,7 +127,7 @@ func TestKubeDeploy(t *testing.T) {
 			t.Errorf("init container log: %q, want it to have written containerd's config", log)
 		}
 		n.checkNodeListener(t, plugin)
-		// The node-install step an operator does once (deploy/README): restart containerd.
+		// The node-install step an operator does once (docs/install.md): restart containerd.
 		if err := n.ctrd.Restart(ctx); err != nil {
 			t.Fatal(err)
 		}

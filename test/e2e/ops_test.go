@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -32,28 +31,11 @@ func TestOperations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cm := filepath.Join(n.dir, "configmap")
 	class := func(name string) string {
 		return fmt.Sprintf("stateDir: %s\nruntimeClasses:\n  %s:\n    mounts: [{source: %s, destination: /%s}]\n", filepath.Join(n.dir, "state"), name, filepath.Join(n.src(), name[len(name)-1:]), name)
 	}
-	update := func(content string) {
-		t.Helper()
-		old, err := harness.WriteAtomic(cm, map[string]string{"config.yaml": content})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if old != "" {
-			os.RemoveAll(old)
-		}
-	}
-	update(class("mk-ops-a"))
-	sock := filepath.Join(n.dir, "ops.sock")
-	plugin, err := harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: filepath.Join(cm, "config.yaml"),
-		Socket: n.ctrd.NRISocket(), Log: testWriter{t, "mountkeeper"}, Args: []string{"--listen", "unix:" + sock}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(plugin.Stop)
+	plugin := startConfigMapPlugin(t, n, class("mk-ops-a"))
+	update, sock := plugin.update, plugin.sock
 
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -73,20 +55,13 @@ func TestOperations(t *testing.T) {
 		t.Helper()
 		eventually(t, 20*time.Second, what, ok)
 	}
-	status := func() map[string]any {
-		t.Helper()
-		out, err := exec.Command(n.bin, "status", "--address", "unix:"+sock, "--output", "json").Output()
-		if err != nil {
-			t.Fatalf("mountkeeper status: %v", err)
+	classes := func() string { return fmt.Sprint(plugin.status().Classes) }
+	reloads := func() string {
+		if r := plugin.status().LastReload; r != nil {
+			return fmt.Sprint(*r)
 		}
-		var st map[string]any
-		if err := json.Unmarshal(out, &st); err != nil {
-			t.Fatalf("status --output json: %v: %s", err, out)
-		}
-		return st
+		return ""
 	}
-	classes := func() string { return fmt.Sprint(status()["classes"]) }
-	reloads := func() string { st := status(); return fmt.Sprint(st["lastReload"]) }
 
 	if code, body := get("/healthz"); code != 200 {
 		t.Errorf("/healthz: %d %s", code, body)
@@ -118,8 +93,8 @@ func TestOperations(t *testing.T) {
 
 	update("runtimeClasses: {mk-ops-a: {mounts: [{source: relative/path, destination: /a}]}}\n")
 	waitFor("the invalid config to be refused", func() bool {
-		r, _ := status()["lastReload"].(map[string]any)
-		return r != nil && r["applied"] == false
+		r := plugin.status().LastReload
+		return r != nil && !r.Applied
 	})
 	if c := classes(); c != "[mk-ops-b]" {
 		t.Errorf("after an invalid reload the classes are %s, want the old [mk-ops-b]", c)

@@ -43,7 +43,7 @@ const upstreamFocus = `\[Driver: (hostPath|hostPathSymlink|emptydir|local)\].* s
 const upstreamFocusEnv = "MOUNTKEEPER_UPSTREAM_FOCUS"
 
 // upstreamSkip leaves out the tests that cannot run on this node, each for its reason
-// (the README lists them):
+// (docs/subpath.md lists them):
 //   - [Disruptive]: "should unmount if pod is gracefully/force deleted while kubelet is
 //     down" stop and start kubelet on the node over SSH (systemctl); the suite's node has no
 //     SSH and kubelet is not a service;
@@ -56,7 +56,7 @@ const upstreamSkip = `\[Disruptive\]|\[Feature:Windows\]`
 const upstreamProcs = 12
 
 // upstreamMinSpecs is how many specs upstreamFocus selects that the suite does not skip
-// itself (the README's count); fewer fail the test. A developer's upstreamFocusEnv lifts it.
+// itself (docs/subpath.md's count); fewer fail the test. A developer's upstreamFocusEnv lifts it.
 const upstreamMinSpecs = 167
 
 // upstreamProcsEnv, if set, replaces upstreamProcs.

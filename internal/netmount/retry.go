@@ -1,0 +1,65 @@
+package netmount
+
+import (
+	"time"
+)
+
+// retry is one kind of retried work on an entry, for retryLoop. begin, succeeded and failed
+// run with m.mu held; the last two return the log line to write once it is released.
+type retry struct {
+	maxBackoff time.Duration
+	begin      func()                  // before each attempt (the entry's phase)
+	try        func(attempt int) error // the attempt, without the lock
+	succeeded  func(attempt int) func()
+	failed     func(attempt int, err error, retryIn time.Duration) func() // sets e.lastErr
+}
+
+// retryLoop runs r.try on e until it succeeds or the Manager is closed, waiting RetryBackoff
+// (doubling, at most r.maxBackoff) between attempts, and keeps e's attempt, times and phase
+// for Status and Acquire's waiters (broadcast after every change).
+func (m *Manager) retryLoop(e *entry, r retry) {
+	defer m.wg.Done()
+	backoff := m.cfg.RetryBackoff
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		r.begin()
+		e.attempt++
+		e.since, e.retryAt = time.Now(), time.Time{}
+		e.broadcast()
+		attempt := e.attempt
+		m.mu.Unlock()
+
+		err := r.try(attempt)
+
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		if err == nil {
+			e.phase, e.lastErr, e.mountedAt = mounted, nil, time.Now()
+			logLine := r.succeeded(attempt)
+			m.graceIfUnusedLocked(e)
+			e.broadcast()
+			m.mu.Unlock()
+			logLine()
+			return
+		}
+		logLine := r.failed(attempt, err, backoff)
+		e.retryAt = time.Now().Add(backoff)
+		e.broadcast()
+		m.mu.Unlock()
+		logLine()
+
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, r.maxBackoff)
+	}
+}

@@ -1,0 +1,83 @@
+package netmount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/internal/bounded"
+)
+
+// unmount unmounts e (umount, then umount -l if that does not finish within UnmountTimeout),
+// removes its state, host directory and scope.
+func (m *Manager) unmount(e *entry) {
+	defer m.wg.Done()
+	log := m.logFor(e)
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+	err := m.sys.unmount(ctx, e.hostPath, false)
+	cancel()
+	if errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
+		log.WithError(err).Warn("netmount: unmount did not finish in time: unmounting lazily")
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+		err = m.sys.unmount(ctx, e.hostPath, true)
+		cancel()
+	}
+
+	if err == nil {
+		if rerr := removeState(m.stateDir, e.dir); rerr != nil {
+			log.WithError(rerr).Error("netmount: cannot remove the state of an unmounted mount")
+		}
+		removeSecret(m.secretsDir, e.dir)
+		removeSecret(m.secretsDir, e.key)
+		if rerr := os.Remove(e.hostPath); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			log.WithError(rerr).Debug("netmount: host directory of an unmounted mount not removed")
+		}
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	if err != nil {
+		// Busy (used outside any container) or stuck: keep it and try again later.
+		log.WithError(err).Warn("netmount: unmount failed: keeping the mount, trying again after the grace period")
+		e.phase, e.lastErr = mounted, fmt.Errorf("unmount: %w", err)
+		if len(e.users) == 0 && !e.wanted {
+			m.startGraceLocked(e)
+		}
+		e.broadcast()
+		m.mu.Unlock()
+		return
+	}
+	e.phase = idle
+	unit := e.unit // the scope the unmounted mount's daemon ran in
+	if e.wanted {
+		e.setDir(m.mountsDir, e.key) // an adopted mount of another key is mounted again at its spec's
+		m.startMountLocked(e)
+	} else {
+		delete(m.entries, e.key)
+		e.broadcast()
+	}
+	m.mu.Unlock()
+	log.Info("netmount: unmounted")
+
+	// A FUSE daemon exits shortly after its unmount; its scope can go once it has.
+	for i := 0; ; i++ {
+		rerr := m.sys.removeScope(unit)
+		if rerr == nil {
+			return
+		}
+		if i == 50 {
+			log.WithError(rerr).Warn("netmount: scope of an unmounted mount not removed")
+			return
+		}
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
