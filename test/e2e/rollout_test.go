@@ -5,9 +5,19 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,6 +92,7 @@ func TestHelmRollout(t *testing.T) {
 			"installDir":     filepath.Join(n.dir, "hookbin"),
 			"nri":            map[string]any{"socket": n.ctrd.NRISocket()},
 			"log":            map[string]any{"level": "debug"},
+			"metrics":        map[string]any{"nodeListener": map[string]any{"enabled": true, "port": 9659, "tls": map[string]any{"secretName": "mountkeeper-metrics-tls"}}},
 			"runtimeClasses": []any{map[string]any{"name": "mk-sshfs", "mounts": []any{classMount}}},
 			"config":         config,
 		}
@@ -133,10 +144,27 @@ func TestHelmRollout(t *testing.T) {
 		}
 	}()
 
+	// The node listener's certificate (metrics.nodeListener.tls.secretName): a Secret made
+	// before the install, as cert-manager would.
+	// (The controller manager gives it its default ServiceAccount.)
+	if err := n.api.Do(ctx, "POST", "/api/v1/namespaces", "", map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": deployNS},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tlsCert, tlsKey := selfSignedPair(t, metricsServerName)
+	if err := n.api.Do(ctx, "POST", "/api/v1/namespaces/"+deployNS+"/secrets", "", map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": map[string]any{"name": "mountkeeper-metrics-tls"},
+		"stringData": map[string]any{"tls.crt": string(tlsCert), "tls.key": string(tlsKey), "ca.crt": string(tlsCert)},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	start := time.Now()
-	helm("install", "mountkeeper", chart, "--create-namespace", "--values", values("e2e-a"), "--post-renderer", postRender)
+	helm("install", "mountkeeper", chart, "--values", values("e2e-a"), "--post-renderer", postRender)
 	plugin := n.waitRollout(t, "e2e-a", 120*time.Second)
 	t.Logf("helm install: agent pod %s of the DaemonSet connected after %v", plugin, time.Since(start).Round(time.Millisecond))
+	n.checkListenerCertificate(t, plugin, tlsCert)
 	// The init container declared the class's handler; containerd reads it at start.
 	if err := n.ctrd.Restart(ctx); err != nil {
 		t.Fatal(err)
@@ -206,6 +234,7 @@ func TestHelmRollout(t *testing.T) {
 			if !strings.Contains(log, "mountkeeper "+s.tag+": config from") || !strings.Contains(log, "adopted the mount found at start-up") {
 				t.Errorf("the new agent pod %s does not log version %s and an adoption:\n%s", plugin, s.tag, log)
 			}
+			n.checkListenerCertificate(t, plugin, tlsCert)
 			outcome := "started without a refusal (an agent was connected when its container was created)"
 			if refusal != "" {
 				outcome = "refused by the guard, then started with its mount once the new agent was up"
@@ -366,4 +395,56 @@ func mountIDAt(t *testing.T, point string) string {
 		t.Fatalf("no mount at %s", point)
 	}
 	return id
+}
+
+// metricsServerName is the DNS name of the node listener's certificate in TestHelmRollout.
+const metricsServerName = "mountkeeper-metrics.test"
+
+// selfSignedPair returns a self-signed server certificate for name and its key, PEM.
+func selfSignedPair(t *testing.T, name string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// checkListenerCertificate connects to the agent pod's node listener as a scraper that trusts
+// only certPEM and checks the name in it: the handshake succeeds only if the agent serves the
+// Secret's certificate (its default is self-signed per start), and a scrape without a token
+// gets 401.
+func (n *deployNode) checkListenerCertificate(t *testing.T, plugin string, certPEM []byte) {
+	t.Helper()
+	pod, err := n.api.GetPod(n.ctx, deployNS, plugin)
+	if err != nil || pod.Status.HostIP == "" {
+		t.Fatalf("agent pod's host IP: %q, %v", pod.Status.HostIP, err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(certPEM)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: metricsServerName}, DisableKeepAlives: true}}
+	url := "https://" + net.JoinHostPort(pod.Status.HostIP, "9659") + "/metrics"
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Errorf("node listener of %s with the Secret's certificate: %v\n%s", plugin, err, n.podLog(plugin, "mountkeeper"))
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("scrape %s without a token: HTTP %d, want 401", url, resp.StatusCode)
+	}
 }
