@@ -52,8 +52,7 @@ func newTestCA(t *testing.T) *testCA {
 }
 
 // issue writes a server certificate for name with this serial, and its key, as PEM files
-// (tls.crt and tls.key of a kubernetes.io/tls Secret) in dir, replacing them atomically as
-// kubelet updates a Secret volume.
+// tls.crt and tls.key of a kubernetes.io/tls Secret volume in dir (writeSecretVolume).
 func (ca *testCA) issue(t *testing.T, dir, name string, serial int64) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -73,19 +72,37 @@ func (ca *testCA) issue(t *testing.T, dir, name string, serial int64) (certFile,
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeAtomic(t, certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	writeAtomic(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	return certFile, keyFile
+	writeSecretVolume(t, dir, map[string][]byte{
+		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	})
+	return filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 }
 
-func writeAtomic(t *testing.T, path string, data []byte) {
+// writeSecretVolume lays files out as kubelet updates a Secret volume: a new timestamped
+// directory, the ..data symlink swapped to it atomically (rename), each file a symlink
+// through ..data.
+func writeSecretVolume(t *testing.T, dir string, files map[string][]byte) {
 	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	gen, err := os.MkdirTemp(dir, "..gen_")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(gen, name), data, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, name)); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,8 +121,8 @@ func scrape(t *testing.T, addr string, tc *tls.Config) (int64, string, error) {
 	return resp.TLS.PeerCertificates[0].SerialNumber.Int64(), string(body), nil
 }
 
-// TestServeMetricsWithCertificate serves /metrics with an operator's certificate (files as a
-// kubernetes.io/tls Secret mounts them): a client that trusts only the issuing CA and checks
+// TestServeMetricsWithCertificate serves /metrics with an operator's certificate (files laid
+// out as kubelet keeps a kubernetes.io/tls Secret volume): a client that trusts only the issuing CA and checks
 // the name gets the metrics; the Secret renewed in place is served from the next connection
 // on; a broken update keeps the last good pair; a client trusting another CA is refused. With
 // no files, a self-signed certificate is served.
@@ -135,8 +152,10 @@ func TestServeMetricsWithCertificate(t *testing.T) {
 		serial int64
 	}{
 		{"the operator's certificate", func() {}, 100},
-		{"renewed in place: served from the next connection", func() { ca.issue(t, dir, "mountkeeper.test", 101) }, 101},
-		{"a broken update keeps the last good pair", func() { writeAtomic(t, certFile, []byte("not a certificate")) }, 101},
+		{"renewed (..data swapped): served from the next connection", func() { ca.issue(t, dir, "mountkeeper.test", 101) }, 101},
+		{"a broken update keeps the last good pair", func() {
+			writeSecretVolume(t, dir, map[string][]byte{"tls.crt": []byte("not a certificate"), "tls.key": []byte("nor a key")})
+		}, 101},
 	} {
 		step.change()
 		serial, body, err := scrape(t, addr, verified)
