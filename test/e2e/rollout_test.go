@@ -51,7 +51,7 @@ const rolloutMidScript = `if grep -q " /data .* - fuse.sshfs " /proc/self/mounti
 // As in TestKubeDeploy, --host-namespaces-pid names the test process (a helm post-renderer
 // adds it): PID 1 of this machine is a sandbox process whose namespaces cannot be opened.
 func TestHelmRollout(t *testing.T) {
-	helmBin := filepath.Join(cmp.Or(os.Getenv("MOUNTKEEPER_BIN"), "/var/cache/mountkeeper-test/bin"), "helm")
+	helmBin := pinnedHelm()
 	testenv.Require(t, append([]string{helmBin}, sshfsNeeds...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -111,14 +111,7 @@ func TestHelmRollout(t *testing.T) {
 	kubeconfig := n.kube.AdminKubeconfig()
 	helm := func(args ...string) string {
 		t.Helper()
-		home := t.TempDir()
-		cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", kubeconfig, "--namespace", deployNS)...)
-		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
+		return runHelm(t, ctx, helmBin, kubeconfig, append(args, "--namespace", deployNS)...)
 	}
 	chart := filepath.Join(deployDir, "helm", "mountkeeper")
 	defer func() {
@@ -447,4 +440,23 @@ func (n *deployNode) checkListenerCertificate(t *testing.T, plugin string, certP
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("scrape %s without a token: HTTP %d, want 401", url, resp.StatusCode)
 	}
+}
+
+// pinnedHelm is the helm test/tools/install-helm.sh builds into the cache.
+func pinnedHelm() string {
+	return filepath.Join(cmp.Or(os.Getenv("MOUNTKEEPER_BIN"), "/var/cache/mountkeeper-test/bin"), "helm")
+}
+
+// runHelm runs helm against kubeconfig's cluster with a home of its own and returns its
+// output; a failure fails the test.
+func runHelm(t *testing.T, ctx context.Context, helmBin, kubeconfig string, args ...string) string {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", kubeconfig)...)
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

@@ -103,6 +103,7 @@ func TestTroubleshootingEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	running := func(pod string) { (&deployNode{kubeNode: n}).waitRunning(t, pod, 60*time.Second) }
 	seen := map[string]string{}
 	expectEvent := func(c troubleshootCase) {
 		t.Helper()
@@ -146,7 +147,7 @@ func TestTroubleshootingEvents(t *testing.T) {
 	}
 	t.Cleanup(plugin.Stop)
 	// The pod refused before the plugin's first start now starts, with its mount.
-	n.waitPodRunning(t, "ts-before-first-start")
+	running("ts-before-first-start")
 	for _, c := range []troubleshootCase{
 		{"ts-missing", "mk-ts-missing", "does not exist on the host"},
 		{"ts-private", "mk-ts-private", "is private, but rslave (HostToContainer) needs it shared or slave"},
@@ -166,7 +167,7 @@ func TestTroubleshootingEvents(t *testing.T) {
 	if _, err := n.api.CreatePod(ctx, "default", p); err != nil {
 		t.Fatal(err)
 	}
-	n.waitPodRunning(t, "ts-subpath")
+	running("ts-subpath")
 	var fallback string
 	for _, l := range strings.Split(plugin.Log(), "\n") {
 		if strings.Contains(l, "it keeps kubelet's bind (over_budget)") {
@@ -181,19 +182,4 @@ func TestTroubleshootingEvents(t *testing.T) {
 
 	plugin.Stop()
 	expectEvent(troubleshootCase{"ts-plugin-stopped", "mk-ts-ok", "did not handle this container"})
-}
-
-// waitPodRunning waits until the pod's container runs.
-func (n *kubeNode) waitPodRunning(t *testing.T, name string) {
-	t.Helper()
-	if _, err := n.api.WaitPod(n.ctx, "default", name, 60*time.Second, func(p *harness.Pod) error {
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Running != nil {
-				return nil
-			}
-		}
-		return errors.New("not running: " + statusText(p))
-	}); err != nil {
-		t.Fatal(err)
-	}
 }
