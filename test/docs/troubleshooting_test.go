@@ -133,10 +133,13 @@ func stringLiterals(path string) ([]string, error) {
 	return out, nil
 }
 
-// uniqueLiteral returns the one literal holding anchor.
+// uniqueLiteral returns the one literal holding anchor, or the literal that is anchor itself.
 func uniqueLiteral(literals []string, anchor string) (string, error) {
 	var found []string
 	for _, s := range literals {
+		if s == anchor {
+			return s, nil
+		}
 		if strings.Contains(s, anchor) && !contains(found, s) {
 			found = append(found, s)
 		}

@@ -35,6 +35,9 @@ runtimeClasses:
   mk-ts-nfs:
     mounts:
       - {type: nfs, source: "127.0.0.1:/export", destination: /nfs, options: [vers=4.1]}
+  mk-ts-s3fs:
+    mounts:
+      - {type: fuse.s3fs, source: "mk-bucket", destination: /s3}
   mk-ts-dead:
     mounts:
       - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, options: [SSHOPTS]}
@@ -53,7 +56,8 @@ type troubleshootCase struct {
 // and test/docs checks the quotes against the code's format strings. Each must appear:
 // a class pod before the plugin ever ran (no guard key yet), a handler the runtime does not
 // have yet (containerd not restarted), a missing source, a private host mount under
-// HostToContainer, NFS on a node without mount.nfs, an sshfs server that is down, a class pod
+// HostToContainer, NFS on a node without mount.nfs and s3fs without its program (each names
+// its packages), an sshfs server that is down, a class pod
 // while the plugin is stopped; and a configMap subPath over the pod's copy budget, which starts
 // with kubelet's bind (never worse) and logs the fallback.
 func TestTroubleshootingEvents(t *testing.T) {
@@ -82,7 +86,7 @@ func TestTroubleshootingEvents(t *testing.T) {
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	classes := []string{"mk-ts-ok", "mk-ts-missing", "mk-ts-private", "mk-ts-nfs", "mk-ts-dead", "mk-ts-unconfigured"}
+	classes := []string{"mk-ts-ok", "mk-ts-missing", "mk-ts-private", "mk-ts-nfs", "mk-ts-s3fs", "mk-ts-dead", "mk-ts-unconfigured"}
 	for _, c := range classes {
 		if err := n.api.CreateRuntimeClass(ctx, c, c); err != nil {
 			t.Fatal(err)
@@ -151,10 +155,24 @@ func TestTroubleshootingEvents(t *testing.T) {
 	for _, c := range []troubleshootCase{
 		{"ts-missing", "mk-ts-missing", "does not exist on the host"},
 		{"ts-private", "mk-ts-private", "is private, but rslave (HostToContainer) needs it shared or slave"},
-		{"ts-nfs", "mk-ts-nfs", "nfs-common"},
 		{"ts-dead", "mk-ts-dead", "not ready"},
 	} {
 		expectEvent(c)
+	}
+	// A missing mount helper and a missing FUSE program, each named with its packages; on a
+	// machine that has one, that refusal cannot happen (said, not skipped silently).
+	for _, c := range []struct {
+		troubleshootCase
+		program string
+	}{
+		{troubleshootCase{"ts-nfs", "mk-ts-nfs", "install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}, "/sbin/mount.nfs"},
+		{troubleshootCase{"ts-s3fs", "mk-ts-s3fs", "install s3fs (Debian/Ubuntu) or s3fs-fuse (RHEL/Fedora)"}, "s3fs"},
+	} {
+		if p, err := exec.LookPath(c.program); err == nil {
+			t.Logf("%s is installed here (%s): pod %s would mount, not be refused; not produced", c.program, p, c.pod)
+			continue
+		}
+		expectEvent(c.troubleshootCase)
 	}
 
 	// A configMap subPath over subPathCopies.podBytes (4Ki): kubelet's bind, and a warning.
