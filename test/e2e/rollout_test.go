@@ -158,6 +158,25 @@ func TestHelmRollout(t *testing.T) {
 	plugin := n.waitRollout(t, "e2e-a", 120*time.Second)
 	t.Logf("helm install: agent pod %s of the DaemonSet connected after %v", plugin, time.Since(start).Round(time.Millisecond))
 	n.checkListenerCertificate(t, plugin, tlsCert)
+	// The chart's update strategy is what the DaemonSet controller rolls by: one node's agent
+	// pod away at a time, no second one beside it.
+	var ds struct {
+		Spec struct {
+			UpdateStrategy struct {
+				Type          string `json:"type"`
+				RollingUpdate struct {
+					MaxUnavailable any `json:"maxUnavailable"`
+					MaxSurge       any `json:"maxSurge"`
+				} `json:"rollingUpdate"`
+			} `json:"updateStrategy"`
+		} `json:"spec"`
+	}
+	if err := n.api.Do(ctx, "GET", "/apis/apps/v1/namespaces/"+deployNS+"/daemonsets/mountkeeper", "", nil, &ds); err != nil {
+		t.Fatal(err)
+	}
+	if u := ds.Spec.UpdateStrategy; u.Type != "RollingUpdate" || fmt.Sprint(u.RollingUpdate.MaxUnavailable) != "1" || fmt.Sprint(u.RollingUpdate.MaxSurge) != "0" {
+		t.Errorf("the DaemonSet's update strategy is %+v, want RollingUpdate, maxUnavailable 1, maxSurge 0", u)
+	}
 	// The init container declared the class's handler; containerd reads it at start.
 	if err := n.ctrd.Restart(ctx); err != nil {
 		t.Fatal(err)
