@@ -24,7 +24,7 @@ type metricsFlags struct {
 func addMetricsFlags(fs *flag.FlagSet) *metricsFlags {
 	return &metricsFlags{
 		listen:    fs.String("metrics-listen", "", "also serve /metrics alone here (host:port, e.g. the node's address), over HTTPS, to callers Kubernetes allows to get /metrics (TokenReview and SubjectAccessReview; default: off)"),
-		cert:      fs.String("metrics-tls-cert", "", "with --metrics-listen: certificate file (default: a self-signed one made at start)"),
+		cert:      fs.String("metrics-tls-cert", "", "with --metrics-listen: certificate file, PEM, read again at each connection (default: a self-signed one made at start)"),
 		key:       fs.String("metrics-tls-key", "", "with --metrics-listen: the certificate's key file"),
 		api:       fs.String("kube-api", kubeauth.InClusterServer(), "with --metrics-listen: the Kubernetes API server, https://host:port (default: from KUBERNETES_SERVICE_HOST/PORT)"),
 		tokenFile: fs.String("kube-token-file", kubeauth.DefaultTokenFile, "with --metrics-listen: the agent's bearer token for the API server, read at every call"),

@@ -117,12 +117,13 @@ func LocalMux(h Handlers) *http.ServeMux {
 	return mux
 }
 
-// ServeMetrics answers /metrics alone on l, over TLS with cert, until ctx ends; guard decides
-// who may scrape (kubeauth.Guard).
-func ServeMetrics(ctx context.Context, l net.Listener, metrics http.Handler, guard func(http.Handler) http.Handler, cert tls.Certificate) error {
+// ServeMetrics answers /metrics alone on l, over TLS with the certificate cert gives at each
+// handshake (MetricsCertificate), until ctx ends; guard decides who may scrape
+// (kubeauth.Guard).
+func ServeMetrics(ctx context.Context, l net.Listener, metrics http.Handler, guard func(http.Handler) http.Handler, cert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", guard(metrics))
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{GetCertificate: cert, MinVersion: tls.VersionTLS12}
 	return serve(ctx, l, mux, tc, DefaultLimits)
 }
 

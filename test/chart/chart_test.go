@@ -309,6 +309,8 @@ func TestSchemaRejects(t *testing.T) {
 		{"a plugin index above 99", good + "nri: {socket: /var/run/nri/nri.sock, pluginIndex: 100}\n", "/nri/pluginIndex"},
 		{"maxUnavailable neither a count nor a percentage", good + "updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: half}}\n", "/updateStrategy/rollingUpdate/maxUnavailable"},
 		{"an unsupported mount type", strings.Replace(good, "propagation:", "type: ext4, propagation:", 1), "/runtimeClasses/0/mounts/0/type"},
+		{"a TLS Secret name that is no object name", good + "metrics: {nodeListener: {enabled: true, port: 9659, tls: {secretName: My_Cert}}}\n", "/metrics/nodeListener/tls/secretName"},
+		{"a misspelled TLS key", good + "metrics: {nodeListener: {enabled: true, port: 9659, tls: {secret: my-cert}}}\n", "secret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := templateWith(t, tc.values)

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,7 +45,7 @@ func helmClass(name string, dsts ...string) string {
 // pod from the DaemonSet's template as the DaemonSet controller would, and replaces it after
 // the upgrade as a rolling update would.
 func TestHelmChart(t *testing.T) {
-	helmBin := filepath.Join(cmp.Or(os.Getenv("MOUNTKEEPER_BIN"), "/var/cache/mountkeeper-test/bin"), "helm")
+	helmBin := pinnedHelm()
 	testenv.Require(t, helmBin)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -70,14 +68,7 @@ func TestHelmChart(t *testing.T) {
 	}
 	helm := func(args ...string) string {
 		t.Helper()
-		home := t.TempDir()
-		cmd := exec.CommandContext(ctx, helmBin, append(args, "--kubeconfig", kubeconfig)...)
-		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
+		return runHelm(t, ctx, helmBin, kubeconfig, args...)
 	}
 	values := func(tag string, classes ...string) string {
 		t.Helper()

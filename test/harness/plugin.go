@@ -21,6 +21,15 @@ func BuildMountkeeper(dir string) (string, error) {
 	return build(dir, "MOUNTKEEPER_BINARY", "mountkeeper")
 }
 
+// BuildMountkeeperVersion builds cmd/mountkeeper into dir/mountkeeper stamped with version, as
+// the Makefile's LDFLAGS stamp `git describe`: two builds of one tree with two stamps are two
+// versions of the agent (a rolling update's before and after), each saying its version in its
+// first log line. It ignores $MOUNTKEEPER_BINARY, which has one stamp.
+func BuildMountkeeperVersion(dir, version string) (string, error) {
+	out := filepath.Join(dir, "mountkeeper")
+	return out, goBuildFlags(out, "mountkeeper", []string{"-ldflags=-X main.version=" + version})
+}
+
 // BuildHook builds cmd/mountkeeper-hook into dir, or returns $MOUNTKEEPER_HOOK_BINARY when
 // set (make test builds it once).
 func BuildHook(dir string) (string, error) {
@@ -52,9 +61,14 @@ func BuildFor(dir, arch, name string) (string, error) {
 
 // goBuild builds ./cmd/<name> with cgo off and env added into out.
 func goBuild(out, name string, env ...string) error {
+	return goBuildFlags(out, name, nil, env...)
+}
+
+// goBuildFlags is goBuild with flags added to go build's.
+func goBuildFlags(out, name string, flags []string, env ...string) error {
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(self), "..", "..")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+name)
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, flags...), "./cmd/"+name)...)
 	cmd.Dir = root
 	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {

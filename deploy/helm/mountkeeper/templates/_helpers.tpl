@@ -64,3 +64,11 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 {{- list $main $dropIn | toJson -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret of the node listener's certificate, "" when the listener is off or serves a
+     self-signed one. */}}
+{{- define "mountkeeper.metricsTLSSecret" -}}
+{{- if .Values.metrics.nodeListener.enabled -}}
+{{- .Values.metrics.nodeListener.tls.secretName -}}
+{{- end -}}
+{{- end -}}
