@@ -137,14 +137,19 @@ func TestUninstall(t *testing.T) {
 		t.Fatalf("node cleanup: %v\n%s", err, out)
 	}
 	// The FUSE daemon leaves after its unmount; give it its moment.
-	var after uninstallSnapshot
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if after = snap(); reflect.DeepEqual(after, before) || time.Now().After(deadline) {
-			break
-		}
-	}
-	if !reflect.DeepEqual(after, before) {
+	if after := waitSnapshot(snap, before, 5*time.Second); !reflect.DeepEqual(after, before) {
 		t.Errorf("after the uninstall the node differs from before configure: %s", before.diff(after))
+	}
+}
+
+// waitSnapshot takes snapshots until one equals want or within has passed, and returns the
+// last: what an uninstall leaves may take a moment to go (a FUSE daemon after its unmount, a
+// pod's processes).
+func waitSnapshot(snap func() uninstallSnapshot, want uninstallSnapshot, within time.Duration) uninstallSnapshot {
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		if got := snap(); reflect.DeepEqual(got, want) || time.Now().After(deadline) {
+			return got
+		}
 	}
 }
 
