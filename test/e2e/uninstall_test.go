@@ -24,15 +24,21 @@ import (
 // configMap subPath. While they run, `runtime unconfigure` refuses (the runtime could not
 // stop them without the wrapper) and `node cleanup` refuses naming both containers. Once
 // the pods are removed and the plugin stopped, `runtime unconfigure` and `node cleanup` run:
-// the node is as in the snapshot (uninstallSnapshot).
+// the node is as in the snapshot (uninstallSnapshot). On containerd and on CRI-O.
 func TestUninstall(t *testing.T) {
+	for _, kind := range []harness.RuntimeKind{harness.KindContainerd, harness.KindCRIO} {
+		t.Run(string(kind), func(t *testing.T) { uninstall(t, kind) })
+	}
+}
+
+func uninstall(t *testing.T, kind harness.RuntimeKind) {
 	testenv.Require(t, append([]string{"root"}, sshfsNeeds...)...)
 	work := harness.WorkDir(t, "mk-uninst-")
 	sshd := startHelloSSHD(t, work)
 	cfg := "kubeletRoot: SRC/kubelet\n" + strings.NewReplacer("CLASS", "mk-sshfs", "EXPORT", sshd.Export(),
 		"OPTS", strings.Join(sshd.ClientOptions(), ", ")).Replace(upgradeConfig)
 	// No handler of the class in the runtime's config: configure declares it.
-	n := newNodeWithoutPlugin(t, harness.KindContainerd, nil, cfg, "")
+	n := newNodeWithoutPlugin(t, kind, nil, cfg, "")
 	var keys []string
 	for _, rc := range n.endNetworkScopes().RuntimeClasses {
 		for _, spec := range rc.NetworkSpecs() {
@@ -123,6 +129,9 @@ func TestUninstall(t *testing.T) {
 		}
 		if after := snap(); !reflect.DeepEqual(after.Mounts, mounted.Mounts) {
 			t.Errorf("the refused cleanup changed the mounts: %s", mounted.diff(after))
+		}
+		if _, err := os.Stat(filepath.Join(n.src(), "state", "guard.key")); err != nil {
+			t.Errorf("the refused cleanup removed the guard key: %v", err)
 		}
 	})
 
