@@ -18,12 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// helmUninstallValues are TestHelmUninstall's chart values: the node's paths (containerd's
-// config, the NRI socket, the install and state directories), the test process as the
+// helmUninstallValues are TestHelmUninstall's chart values: a class with a bind mount and an
+// sshfs mount, the node's paths (containerd's config, the NRI socket, the install and state
+// directories), the test process as the
 // "host's init" (hostNamespacesPID: this machine's PID 1 is a sandbox whose namespaces
 // cannot be opened, and the test's are the node's), no node listener. Upper-case words are
 // replaced.
@@ -44,6 +47,7 @@ runtimeClasses:
   - name: mk-helm
     mounts:
       - {source: DIR/src/helm, destination: /helm, readOnly: true}
+      - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: HostToContainer, options: [SSHOPTS]}
 config:
   kubeletRoot: KUBELET
   stateDir: DIR/state
@@ -55,19 +59,20 @@ config:
 // scheduler places helm's hook pod), in a network of its own where a stand-in for kube-proxy
 // lets the hook pod reach the API server at the kubernetes Service's address.
 //
-//   - helm install, containerd restarted for the class's handler, a class pod reads its mount;
-//     the pod removed, helm uninstall succeeds and the node's runtime config and the chart's
-//     files (byte for byte, mode), the state directory, its mounts and the agent's processes
-//     are as before the install.
+//   - helm install, containerd restarted for the class's handler, a class pod reads its bind
+//     mount and its sshfs mount (sshd on the host, forwarded into the node's network); the pod
+//     removed, helm uninstall succeeds and the node's runtime config and the chart's files
+//     (byte for byte, mode), the state directory, its mounts, the sshfs mount's scope and the
+//     agent's and FUSE daemon's processes are as before the install.
 //   - installed again with a class pod running, helm uninstall fails within uninstall.timeout
 //     and says which node refused and why (the class's shim), printed by helm from the hook's
-//     log; the node keeps its config and the pod its mount. Once the pod is removed the
+//     log; the node keeps its config and the pod its mounts. Once the pod is removed the
 //     uninstall DaemonSet finishes the node by itself; deleted as the message says, the node
 //     is as before the install again.
 func TestHelmUninstall(t *testing.T) {
 	bin := cmp.Or(os.Getenv("MOUNTKEEPER_BIN"), "/var/cache/mountkeeper-test/bin")
 	helmBin := filepath.Join(bin, "helm")
-	testenv.Require(t, "root", helmBin)
+	testenv.Require(t, append([]string{"root", helmBin}, sshfsNeeds...)...)
 	if why := harness.NodeNetworkMissing(); why != "" {
 		testenv.Skip(t, "no node network: %s", why)
 	}
@@ -91,6 +96,14 @@ func TestHelmUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
+	// The sshfs server runs on the host; the agent, in the node's network, reaches it at the
+	// same address through a forwarder.
+	sshd := startHelloSSHD(t, harness.WorkDir(t, "mk-hsshd-"))
+	fwd, err := network.ForwardHostPort(sshd.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fwd.Close() })
 	if err := waitNodeReady(ctx, n.api, n.kube.NodeName(), 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +120,8 @@ func TestHelmUninstall(t *testing.T) {
 	configDir := filepath.Dir(n.ctrd.ConfigPath())
 	values := filepath.Join(n.dir, "values.yaml")
 	text := strings.NewReplacer("TAG", tag, "CONFIG", n.ctrd.ConfigPath(), "DROPIN", filepath.Join(configDir, "conf.d", "99-mountkeeper.toml"),
-		"SOCKET", n.ctrd.NRISocket(), "HOST_PID", strconv.Itoa(os.Getpid()), "KUBELET", n.kube.RootDir()).Replace(helmUninstallValues)
+		"SOCKET", n.ctrd.NRISocket(), "HOST_PID", strconv.Itoa(os.Getpid()), "KUBELET", n.kube.RootDir(),
+		"EXPORT", sshd.Export(), "SSHOPTS", strings.Join(sshd.ClientOptions(), ", ")).Replace(helmUninstallValues)
 	if err := os.WriteFile(values, []byte(strings.ReplaceAll(text, "DIR", n.dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +134,29 @@ func TestHelmUninstall(t *testing.T) {
 		return string(out), err
 	}
 	chart := filepath.Join(deployDir, "helm", "mountkeeper")
-	snap := func() uninstallSnapshot { return n.helmSnapshot(configDir) }
+	// The agent's config as the chart renders it: its network mounts' scopes end with the test,
+	// and the snapshot looks for them.
+	rendered, err := n.kube.Command(helmBin, "template", "mountkeeper", filepath.Join(deployDir, "helm", "mountkeeper"),
+		"--namespace", deployNS, "--values", values, "--show-only", "templates/configmap.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(rendered, &cm); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, rc := range n.scopes.add(t, []byte(cm.Data["config.yaml"])).RuntimeClasses {
+		for _, spec := range rc.NetworkSpecs() {
+			keys = append(keys, spec.Key())
+		}
+	}
+	if len(keys) != 1 {
+		t.Fatalf("the chart's config has network mounts %v, want the sshfs one", keys)
+	}
+	snap := func() uninstallSnapshot { return n.helmSnapshot(configDir, keys) }
 	before := snap()
 
 	// install: the agent's pod from the DaemonSet controller, containerd restarted for the
@@ -138,6 +174,12 @@ func TestHelmUninstall(t *testing.T) {
 		id := n.runPod(t, pod, "mk-helm", "exec sleep 3600", false, nil, nil)
 		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/helm/marker"); code != 0 || out != "helm-u\n" {
 			t.Fatalf("the class pod reads %q (exit %d) at /helm/marker, want helm-u", out, code)
+		}
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/data/hello"); code != 0 || out != helloSSHFS {
+			t.Fatalf("the class pod reads %q (exit %d) at /data/hello through sshfs, want %q", out, code, helloSSHFS)
+		}
+		if len(snap().Cgroups) == 0 {
+			t.Fatalf("no scope of the sshfs mount %v: the snapshot would not see one left behind", keys)
 		}
 		if _, err := os.Stat(filepath.Join(n.dir, "state", "guard.key")); err != nil {
 			t.Fatalf("no guard key after the install: %v", err)
@@ -207,8 +249,10 @@ func TestHelmUninstall(t *testing.T) {
 			t.Errorf("the refused uninstall removed the guard key: %v", err)
 		}
 		id := n.waitRunning(t, "helm-u2", 10*time.Second)
-		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/helm/marker"); code != 0 || out != "helm-u\n" {
-			t.Errorf("after the refused uninstall the class pod reads %q (exit %d)", out, code)
+		for file, want := range map[string]string{"/helm/marker": "helm-u\n", "/data/hello": helloSSHFS} {
+			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", file); code != 0 || out != want {
+				t.Errorf("after the refused uninstall the class pod reads %q (exit %d) at %s, want %q", out, code, file, want)
+			}
 		}
 
 		// The pod removed, the uninstall DaemonSet's pod finishes by itself (kubelet retries
@@ -284,10 +328,10 @@ func (n *deployNode) waitConnected(t *testing.T, pod string, times int) {
 
 // helmSnapshot is an uninstallSnapshot of a kube node with the chart installed: containerd's
 // config, its conf.d and the install directory, each file and directory (content digest,
-// mode), the
+// mode), the scopes of the network mounts of keys, the
 // state directory, the mounts below the test's directory, and the processes of the agent and
 // the uninstall (their command lines name the node's paths or mountkeeper).
-func (n *deployNode) helmSnapshot(configDir string) uninstallSnapshot {
+func (n *deployNode) helmSnapshot(configDir string, keys []string) uninstallSnapshot {
 	t := n.t
 	t.Helper()
 	s := uninstallSnapshot{Files: map[string]string{}}
@@ -311,6 +355,7 @@ func (n *deployNode) helmSnapshot(configDir string) uninstallSnapshot {
 	}
 	_, err := os.Stat(filepath.Join(n.dir, "state"))
 	s.StateDir = err == nil
+	s.Cgroups = scopeCgroups(t, keys)
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)

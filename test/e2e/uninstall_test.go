@@ -25,11 +25,7 @@ import (
 // stop them without the wrapper) and `node cleanup` refuses naming both containers. Once
 // the pods are removed and the plugin stopped, `runtime unconfigure` and `node cleanup` run:
 // the node is as in the snapshot (uninstallSnapshot). On containerd and on CRI-O.
-func TestUninstall(t *testing.T) {
-	for _, kind := range []harness.RuntimeKind{harness.KindContainerd, harness.KindCRIO} {
-		t.Run(string(kind), func(t *testing.T) { uninstall(t, kind) })
-	}
-}
+func TestUninstall(t *testing.T) { forEachRuntime(t, uninstall) }
 
 func uninstall(t *testing.T, kind harness.RuntimeKind) {
 	testenv.Require(t, append([]string{"root"}, sshfsNeeds...)...)
@@ -211,20 +207,7 @@ func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapsho
 			s.Mounts = append(s.Mounts, strings.Join([]string{f[0], f[3], f[4], f[sep+1], f[sep+2]}, " "))
 		}
 	}
-	// The scopes mountkeeper makes for its network mounts (and on a hybrid host a group in
-	// each cgroup v1 hierarchy), those of this test's mounts: other tests' mounts may come and
-	// go in the same slice meanwhile.
-	root, err := harness.Cgroup2Root()
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	slice := filepath.Join(root, "mountkeeper.slice")
-	_ = filepath.WalkDir(slice, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(p, k) }) {
-			s.Cgroups = append(s.Cgroups, p)
-		}
-		return nil
-	})
+	s.Cgroups = scopeCgroups(n.t, keys)
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -236,6 +219,25 @@ func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapsho
 		}
 	}
 	return s
+}
+
+// scopeCgroups are the scopes mountkeeper makes for its network mounts of keys (and on a
+// hybrid host a group in each cgroup v1 hierarchy): those of this test's mounts, since other
+// tests' mounts may come and go in the same slice meanwhile.
+func scopeCgroups(t *testing.T, keys []string) []string {
+	t.Helper()
+	root, err := harness.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(root, "mountkeeper.slice"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(p, k) }) {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }
 
 // diff says how b differs from a.

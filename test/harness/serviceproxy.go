@@ -15,46 +15,23 @@ import (
 // (KUBERNETES_SERVICE_HOST/PORT). Its serving certificate names it.
 const KubernetesServiceIP = "10.96.0.1"
 
-// ServiceProxy stands in for kube-proxy for the one Service a pod of this node needs without
-// CNI routes or DNS: `kubernetes`. In the node's network namespace (KubeOptions.Network; the
-// host's network is shared and is not changed) it puts KubernetesServiceIP on the loopback
-// device and forwards KubernetesServiceIP:443 to the API server, as kube-proxy's rules do, so
-// that a hostNetwork pod using its in-cluster config (a Helm hook's) reaches the API. Close
-// ends it; the address goes with the namespace.
-type ServiceProxy struct {
+// Forwarder copies each connection accepted on its listener to one it dials, both ways, until
+// either side ends. Close stops accepting.
+type Forwarder struct {
 	l    net.Listener
-	wg   sync.WaitGroup
 	once sync.Once
 }
 
-// StartServiceProxy starts the stand-in; the node must have a Network.
-func (k *KubeNode) StartServiceProxy() (*ServiceProxy, error) {
-	n := k.opts.Network
-	if n == nil {
-		return nil, errors.New("the service proxy needs a node network (KubeOptions.Network)")
-	}
-	if out, err := n.Command("ip", "addr", "add", KubernetesServiceIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip addr add %s in the node network: %w: %s", KubernetesServiceIP, err, out)
-	}
-	l, err := n.Listen("tcp", net.JoinHostPort(KubernetesServiceIP, "443"))
-	if err != nil {
-		return nil, err
-	}
-	p := &ServiceProxy{l: l}
-	api := net.JoinHostPort("127.0.0.1", strconv.Itoa(k.apiPort))
-	p.wg.Add(1)
+func forward(l net.Listener, dial func() (net.Conn, error)) *Forwarder {
 	go func() {
-		defer p.wg.Done()
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			p.wg.Add(1)
 			go func() {
-				defer p.wg.Done()
 				defer c.Close()
-				up, err := n.DialContext(context.Background(), "tcp", api)
+				up, err := dial()
 				if err != nil {
 					return
 				}
@@ -66,14 +43,48 @@ func (k *KubeNode) StartServiceProxy() (*ServiceProxy, error) {
 			}()
 		}
 	}()
-	return p, nil
+	return &Forwarder{l: l}
 }
 
-// Close stops accepting and ends the open connections' copies (their peers see EOF).
-func (p *ServiceProxy) Close() error {
-	if p == nil {
+// Close stops accepting; open connections end when a side does.
+func (f *Forwarder) Close() error {
+	if f == nil {
 		return nil
 	}
-	p.once.Do(func() { p.l.Close() })
+	f.once.Do(func() { f.l.Close() })
 	return nil
+}
+
+// StartServiceProxy stands in for kube-proxy for the one Service a pod of this node needs
+// without CNI routes or DNS: `kubernetes`. In the node's network namespace (KubeOptions.Network;
+// the host's network is not changed) it puts KubernetesServiceIP on the loopback device and
+// forwards KubernetesServiceIP:443 to the API server, as kube-proxy's rules do, so that a
+// hostNetwork pod using its in-cluster config (a Helm hook's) reaches the API. The address
+// goes with the namespace.
+func (k *KubeNode) StartServiceProxy() (*Forwarder, error) {
+	n := k.opts.Network
+	if n == nil {
+		return nil, errors.New("the service proxy needs a node network (KubeOptions.Network)")
+	}
+	if out, err := n.Command("ip", "addr", "add", KubernetesServiceIP+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("ip addr add %s in the node network: %w: %s", KubernetesServiceIP, err, out)
+	}
+	l, err := n.Listen("tcp", net.JoinHostPort(KubernetesServiceIP, "443"))
+	if err != nil {
+		return nil, err
+	}
+	api := net.JoinHostPort("127.0.0.1", strconv.Itoa(k.apiPort))
+	return forward(l, func() (net.Conn, error) { return n.DialContext(context.Background(), "tcp", api) }), nil
+}
+
+// ForwardHostPort makes the host's 127.0.0.1:port reachable inside the namespace at the same
+// address: a server of the test (sshd) for a client the node runs (a FUSE mount the agent
+// makes from its hostNetwork pod).
+func (n *NodeNetwork) ForwardHostPort(port int) (*Forwarder, error) {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	l, err := n.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return forward(l, func() (net.Conn, error) { return net.Dial("tcp", addr) }), nil
 }
