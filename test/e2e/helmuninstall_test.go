@@ -69,6 +69,10 @@ config:
 //     log; the node keeps its config and the pod its mounts. Once the pod is removed the
 //     uninstall DaemonSet finishes the node by itself; deleted as the message says, the node
 //     is as before the install again.
+//   - installed again, a pod of no class holding the sshfs host mount (a hostPath of it) and
+//     the class pod removed: runtime unconfigure goes through, node cleanup refuses naming the
+//     holder's container and where it has the mount; the mount and the guard key stay. The
+//     holder removed, the node is finished by itself and as before the install.
 func TestHelmUninstall(t *testing.T) {
 	bin := cmp.Or(os.Getenv("MOUNTKEEPER_BIN"), "/var/cache/mountkeeper-test/bin")
 	helmBin := filepath.Join(bin, "helm")
@@ -207,6 +211,46 @@ func TestHelmUninstall(t *testing.T) {
 		}
 	}
 	uninstallDS := "/apis/apps/v1/namespaces/" + deployNS + "/daemonsets/mountkeeper-uninstall"
+	// finishByItself waits until the uninstall DaemonSet's pod, left by a refused uninstall,
+	// is done (kubelet retries its init containers), deletes the DaemonSet as the message
+	// says, and checks the node.
+	finishByItself := func(t *testing.T) {
+		t.Helper()
+		if err := harnessPoll(ctx, 90*time.Second, func() error {
+			pods, err := n.api.ListPods(ctx, deployNS)
+			if err != nil {
+				return err
+			}
+			for _, p := range pods {
+				if p.Metadata.Labels["app.kubernetes.io/component"] == "uninstall" {
+					for _, c := range p.Status.ContainerStatuses {
+						if c.Name == "uninstalled" && c.Ready {
+							return nil
+						}
+					}
+					return fmt.Errorf("uninstall pod %s: %s", p.Metadata.Name, statusText(&p))
+				}
+			}
+			return errors.New("no uninstall pod")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.api.Do(ctx, "DELETE", uninstallDS, "", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := harnessPoll(ctx, 60*time.Second, func() error {
+			pods, err := n.api.ListPods(ctx, deployNS)
+			for _, p := range pods {
+				if p.Metadata.Labels["app.kubernetes.io/component"] == "uninstall" {
+					return fmt.Errorf("uninstall pod %s still there", p.Metadata.Name)
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		asBefore(t)
+	}
 
 	t.Run("helm uninstall with no class pod left: the node as before the install", func(t *testing.T) {
 		install(t, "helm-u1")
@@ -223,7 +267,9 @@ func TestHelmUninstall(t *testing.T) {
 		if out, _ := helm("list", "--namespace", deployNS, "--all", "--short"); strings.TrimSpace(out) != "" {
 			t.Errorf("helm still lists a release: %q", out)
 		}
-		_ = out
+		if !strings.Contains(out, "uninstalled") {
+			t.Errorf("helm uninstall's output: %q", out)
+		}
 		asBefore(t)
 	})
 	if t.Failed() {
@@ -255,32 +301,43 @@ func TestHelmUninstall(t *testing.T) {
 			}
 		}
 
-		// The pod removed, the uninstall DaemonSet's pod finishes by itself (kubelet retries
-		// its init containers); then it is deleted as the message says.
 		deletePod(t, "helm-u2")
-		if err := harnessPoll(ctx, 90*time.Second, func() error {
-			pods, err := n.api.ListPods(ctx, deployNS)
-			if err != nil {
-				return err
-			}
-			for _, p := range pods {
-				if p.Metadata.Labels["app.kubernetes.io/component"] == "uninstall" {
-					for _, c := range p.Status.ContainerStatuses {
-						if c.Name == "uninstalled" && c.Ready {
-							return nil
-						}
-					}
-					return fmt.Errorf("uninstall pod %s: %s", p.Metadata.Name, statusText(&p))
-				}
-			}
-			return errors.New("no uninstall pod")
-		}); err != nil {
-			t.Fatal(err)
+		finishByItself(t)
+	})
+
+	t.Run("a pod of no class holds the sshfs mount: node cleanup refuses naming its container, the mount and the guard key stay", func(t *testing.T) {
+		install(t, "helm-u3")
+		// An operator's debugging pod with a hostPath of the sshfs host mount: no class, so
+		// runtime unconfigure goes through, and node cleanup finds its container holding it.
+		hostMount := filepath.Join(n.dir, "state", "mounts", keys[0])
+		holder := n.runPod(t, "helm-holder", "", "exec sleep 3600", false,
+			[]any{map[string]any{"name": "data", "hostPath": map[string]any{"path": hostMount}}},
+			[]any{map[string]any{"name": "data", "mountPath": "/x", "readOnly": true}})
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, holder, "cat", "/x/hello"); code != 0 || out != helloSSHFS {
+			t.Fatalf("the holder reads %q (exit %d) at /x/hello", out, code)
 		}
-		if err := n.api.Do(ctx, "DELETE", uninstallDS, "", nil, nil); err != nil {
-			t.Fatal(err)
+		deletePod(t, "helm-u3")
+		out, err := helm("uninstall", "mountkeeper", "--namespace", deployNS, "--timeout", "3m")
+		if err == nil {
+			t.Fatal("helm uninstall succeeded while a pod holds the network mount")
 		}
-		asBefore(t)
+		for _, want := range []string{"node " + n.kube.NodeName(), "node-cleanup", "kept because a running container still uses it",
+			hostMount, holder, "has it at /x"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("helm uninstall's output does not say %q", want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(configDir, "conf.d", "99-mountkeeper.toml")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("runtime unconfigure did not remove the drop-in (%v): no class pod ran", err)
+		}
+		if _, err := os.Stat(filepath.Join(n.dir, "state", "guard.key")); err != nil {
+			t.Errorf("the refused cleanup removed the guard key: %v", err)
+		}
+		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, holder, "cat", "/x/hello"); code != 0 || out != helloSSHFS {
+			t.Errorf("after the refused cleanup the holder reads %q (exit %d) at /x/hello", out, code)
+		}
+		deletePod(t, "helm-holder")
+		finishByItself(t)
 	})
 }
 
