@@ -1,5 +1,6 @@
-// Package hostns moves `mountkeeper nri` into the host's mount and cgroup namespaces when it is
-// started in a container (a DaemonSet pod with hostPID: true and privileged):
+// Package hostns moves `mountkeeper nri` (and `runtime configure|unconfigure` and `node
+// cleanup`, the chart's init container and uninstall) into the host's mount and cgroup
+// namespaces when it is started in a container (a pod with hostPID: true and privileged):
 //   - the mount namespace, so that it sees the host's paths and mount table (class sources,
 //     the kubelet root, the NRI socket, its state dir), checks propagation against the host's
 //     mounts, and mounts network filesystems and subPath repairs where the host and kubelet
