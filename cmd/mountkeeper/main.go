@@ -40,6 +40,7 @@ commands:
   check     check that this node can make the config's network filesystem mounts
   runtime   runtime configure: write containerd's or CRI-O's config for the runtime classes
   node      node cleanup: after the agent is stopped, release its mounts and remove its state
+            (node wait-uninstall, node uninstalled: the chart's uninstall hook)
   status    show what the running plugin reports (its --listen address)
   version   print the version
 `

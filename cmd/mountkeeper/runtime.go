@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -9,11 +10,25 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/hostns"
+	"github.com/mountkeeper/mountkeeper/internal/reexec"
 	"github.com/mountkeeper/mountkeeper/internal/runtimeconfig"
 )
 
-const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart]
-       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart]`
+// runtimeInHostNamespaces is the reexec entry hostns.Enter starts in the host's namespaces
+// for `runtime configure|unconfigure --host-namespaces`: the command again (its first
+// argument), which may not enter a second time.
+const runtimeInHostNamespaces = "mountkeeper-runtime-in-host-namespaces"
+
+func init() {
+	reexec.Register(runtimeInHostNamespaces, func() {
+		err := runRuntimeIn(os.Args[1:], os.Stdout, os.Stderr, runtimeconfig.Systemd{}, true)
+		os.Exit(cli.ExitStatus(err, os.Stderr))
+	})
+}
+
+const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart] [--host-namespaces]
+       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
 
 // runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
 // work): it parses the flags, shows the plan (--dry-run) or applies it, and restarts the
@@ -23,16 +38,27 @@ func runRuntime(args []string, stdout, stderr io.Writer) error {
 }
 
 func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeconfig.Restarter) error {
+	return runRuntimeIn(args, stdout, stderr, restarter, false)
+}
+
+// runRuntimeIn is runRuntimeWith; inHost says this process is the one hostns.Enter started.
+func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconfig.Restarter, inHost bool) error {
 	if len(args) == 0 || (args[0] != "configure" && args[0] != "unconfigure") {
 		fmt.Fprintln(stderr, runtimeUsage)
 		return cli.ErrUsage
 	}
 	undo := args[0] == "unconfigure"
 	flags := cli.NewFlags("mountkeeper runtime "+args[0], stderr)
+	var configPath *string
 	var loadConfig func() (*configs.Config, string, error)
 	if !undo {
-		_, loadConfig = cli.ConfigFlag(flags)
+		configPath, loadConfig = cli.ConfigFlag(flags)
 	}
+	// The chart runs both from a pod: the runtime's files, the install directory (and the
+	// directories configure creates, which unconfigure removes) and the processes are the
+	// host's.
+	enter := flags.Bool(hostns.Flag, false, "enter the mount and cgroup namespaces of PID 1 first (the chart's init container and uninstall: a pod with hostPID: true, privileged)")
+	hostPID := flags.String(hostns.PIDFlag, "1", "with --host-namespaces: whose namespaces to enter")
 	var o runtimeconfig.Options
 	flags.StringVar(&o.Runtime, "runtime", "", "the runtime: containerd or crio")
 	flags.StringVar(&o.ConfigFile, "config-file", "", "the runtime's main config (default "+runtimeconfig.ContainerdConfigPath+", "+runtimeconfig.CRIOConfigPath+"); containerd's gets one imports entry at most, CRI-O's none")
@@ -51,6 +77,12 @@ func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeco
 	restart := flags.Bool("restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
 	if err := cli.Parse(flags, args[1:]); err != nil {
 		return err
+	}
+	if *enter {
+		if inHost {
+			return fmt.Errorf("--%s: already re-executed in the host's namespaces", hostns.Flag)
+		}
+		return enterHostForRuntime(flags, args[0], *hostPID, configPath, *wrapper)
 	}
 	if !undo {
 		for name, v := range map[string]string{"--install-hook": *installHook, "--hook-path": *hookPath} {
@@ -117,6 +149,31 @@ func runRuntimeWith(args []string, stdout, stderr io.Writer, restarter runtimeco
 		fmt.Fprintln(stdout, line)
 	}
 	return err
+}
+
+// enterHostForRuntime re-executes `runtime <command>` in the host's namespaces with the flags
+// given, except those that led here. configure's config (--config) and the wrapper it installs
+// (--runtime-binary, default beside this binary) are files of the container: they are handed
+// over through descriptors.
+func enterHostForRuntime(flags *flag.FlagSet, command, hostPID string, configPath *string, wrapper string) error {
+	rest := []string{command}
+	flags.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case hostns.Flag, hostns.PIDFlag, "config", "runtime-binary":
+		default:
+			rest = append(rest, "--"+f.Name+"="+f.Value.String())
+		}
+	})
+	if command == "unconfigure" {
+		return hostns.Enter(runtimeInHostNamespaces, rest, hostPID, "", nil)
+	}
+	if wrapper == "" {
+		var err error
+		if wrapper, err = besideSelf(runtimeconfig.WrapperName); err != nil {
+			return err
+		}
+	}
+	return hostns.Enter(runtimeInHostNamespaces, rest, hostPID, *configPath, map[string]string{"runtime-binary": wrapper})
 }
 
 // besideSelf is name in this binary's directory (make build and the image put mountkeeper's

@@ -1,5 +1,6 @@
-// Package hostns moves `mountkeeper nri` into the host's mount and cgroup namespaces when it is
-// started in a container (a DaemonSet pod with hostPID: true and privileged):
+// Package hostns moves `mountkeeper nri` (and `runtime configure|unconfigure` and `node
+// cleanup`, the chart's init container and uninstall) into the host's mount and cgroup
+// namespaces when it is started in a container (a pod with hostPID: true and privileged):
 //   - the mount namespace, so that it sees the host's paths and mount table (class sources,
 //     the kubelet root, the NRI socket, its state dir), checks propagation against the host's
 //     mounts, and mounts network filesystems and subPath repairs where the host and kubelet
@@ -49,28 +50,18 @@ const flagText = "--" + Flag
 // that led here) in the mount and cgroup namespaces of pid (1: the host's init, seen with
 // hostPID). The config at configPath and files (flag name -> a path in the container: the
 // ServiceAccount token, the CA, the TLS certificate) are handed over as /proc/self/fd/N/<name>
-// through their directories. It returns only on failure.
+// through their directories; configPath "" hands over no config (a command without one). It
+// returns only on failure.
 func Enter(entry string, args []string, pid, configPath string, files map[string]string) error {
 	if n, err := strconv.Atoi(pid); err != nil || n < 1 {
 		return fmt.Errorf("--%s %q: not a process ID", PIDFlag, pid)
 	}
-	_, err := os.Stat(configPath)
-	var configDir *os.File
-	if err == nil {
-		configDir, err = os.Open(filepath.Dir(configPath))
-	}
-	switch {
-	case err == nil:
-		// Go opens files close-on-exec; this one must survive the exec.
-		if _, err := unix.FcntlInt(configDir.Fd(), unix.F_SETFD, 0); err != nil {
-			return fmt.Errorf("%s: keep %s open across exec: %w", flagText, filepath.Dir(configPath), err)
+	var err error
+	if configPath != "" {
+		args, err = handOverConfig(args, configPath)
+		if err != nil {
+			return err
 		}
-		args = append(args, "--config", "/proc/self/fd/"+strconv.Itoa(int(configDir.Fd()))+"/"+filepath.Base(configPath))
-	case os.IsNotExist(err) && configPath == configs.DefaultPath:
-		// No file at the default path in the container: the re-executed process looks on the
-		// host, then falls back to the embedded default, as without the flag.
-	default:
-		return fmt.Errorf("%s: %w", flagText, err)
 	}
 	// Through the directory, not the file: kubelet updates a projected ServiceAccount token
 	// and a Secret volume by swapping their ..data symlink.
@@ -121,4 +112,28 @@ func Enter(entry string, args []string, pid, configPath string, files map[string
 	argv := append([]string{entry}, args...)
 	err = unix.Exec("/proc/self/fd/"+strconv.Itoa(int(self.Fd())), argv, os.Environ())
 	return fmt.Errorf("%s: re-execute: %w", flagText, err)
+}
+
+// handOverConfig adds --config naming the config at configPath through a descriptor of its
+// directory that survives the exec.
+func handOverConfig(args []string, configPath string) ([]string, error) {
+	_, err := os.Stat(configPath)
+	var configDir *os.File
+	if err == nil {
+		configDir, err = os.Open(filepath.Dir(configPath))
+	}
+	switch {
+	case err == nil:
+		// Go opens files close-on-exec; this one must survive the exec.
+		if _, err := unix.FcntlInt(configDir.Fd(), unix.F_SETFD, 0); err != nil {
+			return nil, fmt.Errorf("%s: keep %s open across exec: %w", flagText, filepath.Dir(configPath), err)
+		}
+		return append(args, "--config", "/proc/self/fd/"+strconv.Itoa(int(configDir.Fd()))+"/"+filepath.Base(configPath)), nil
+	case os.IsNotExist(err) && configPath == configs.DefaultPath:
+		// No file at the default path in the container: the re-executed process looks on the
+		// host, then falls back to the embedded default, as without the flag.
+		return args, nil
+	default:
+		return nil, fmt.Errorf("%s: %w", flagText, err)
+	}
 }

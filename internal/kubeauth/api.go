@@ -1,18 +1,12 @@
 package kubeauth
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
-	"strings"
-	"time"
 )
 
 // In a pod, where the API server and the ServiceAccount's credentials are.
@@ -33,40 +27,16 @@ func InClusterServer() string {
 }
 
 // APIReviewer is a Reviewer that asks the API server at Server over HTTPS.
-type APIReviewer struct {
-	server    string
-	tokenFile string
-	hc        *http.Client
-}
+type APIReviewer struct{ c *Client }
 
 // NewAPIReviewer asks server (https://host:port), trusting the CA in caFile, with the bearer
 // token in tokenFile, read at every call (kubelet rotates a projected ServiceAccount token).
 func NewAPIReviewer(server, tokenFile, caFile string) (*APIReviewer, error) {
-	if !strings.HasPrefix(server, "https://") {
-		return nil, fmt.Errorf("API server %q: want an https:// URL (the tokens it checks must not travel in clear)", server)
-	}
-	ca, err := os.ReadFile(caFile)
+	c, err := NewClient(server, tokenFile, caFile)
 	if err != nil {
-		return nil, fmt.Errorf("the API server's CA: %w", err)
+		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("no certificate in %s", caFile)
-	}
-	if _, err := os.Stat(tokenFile); err != nil {
-		return nil, fmt.Errorf("the agent's token: %w", err)
-	}
-	return &APIReviewer{server: strings.TrimSuffix(server, "/"), tokenFile: tokenFile, hc: &http.Client{
-		Transport: &http.Transport{
-			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: 5 * time.Second,
-		},
-		// Each call is bounded by its context (Options.Timeout); this bounds a caller that
-		// forgot one.
-		Timeout: 30 * time.Second,
-	}}, nil
+	return &APIReviewer{c}, nil
 }
 
 // Authenticate posts a TokenReview.
@@ -106,37 +76,10 @@ func (a *APIReviewer) Authorize(ctx context.Context, u User, verb, path string) 
 }
 
 func (a *APIReviewer) post(ctx context.Context, path string, body, out any) error {
-	own, err := os.ReadFile(a.tokenFile)
-	if err != nil {
-		return fmt.Errorf("the agent's token: %w", err)
+	err := a.c.Do(ctx, http.MethodPost, path, body, out)
+	var status *StatusError
+	if errors.As(err, &status) {
+		return fmt.Errorf("%w (does the agent's ServiceAccount have deploy/rbac.yaml's rights?)", err)
 	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.server+path, bytes.NewReader(data))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(own)))
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var status struct{ Message string }
-		msg := strings.TrimSpace(string(answer))
-		if json.Unmarshal(answer, &status) == nil && status.Message != "" {
-			msg = status.Message
-		}
-		return fmt.Errorf("POST %s: %s: %s (does the agent's ServiceAccount have deploy/rbac.yaml's rights?)", path, resp.Status, msg)
-	}
-	return json.Unmarshal(answer, out)
+	return err
 }

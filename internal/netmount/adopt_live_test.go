@@ -1,6 +1,7 @@
 package netmount
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,7 +144,8 @@ func sshfsSpec(keys, export string, port int, extra ...string) netspec.Spec {
 // state file without version or key, its spec without the FUSE default options, so its key
 // is not the one this agent gives the same config entry) is adopted for that entry: Acquire
 // answers its path, the same daemon serves, no second mount is made, and its state is
-// rewritten in this version's format under its old dir.
+// rewritten in this version's format under its old dir. Before that agent starts, a hook
+// (hook mode, EnsureMounted) shares the same mount.
 func TestSSHFSAdoptsAnEarlierVersionsMount(t *testing.T) {
 	tmp, sc, ok := inPrivateNamespace(t)
 	if !ok {
@@ -172,6 +174,14 @@ func TestSSHFSAdoptsAnEarlierVersionsMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	daemons := daemonsOf(t, path)
+
+	// Hook mode after the upgrade (no plugin): the hook shares the earlier mount too.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	hookPath, err := EnsureMounted(ctx, cfg, now)
+	cancel()
+	if err != nil || hookPath != path || len(mountsAt(t, HostPath(cfg.StateDir, now))) != 0 {
+		t.Fatalf("the hook's EnsureMounted = %s, %v (%d mounts at this version's path); want the earlier mount %s", hookPath, err, len(mountsAt(t, HostPath(cfg.StateDir, now))), path)
+	}
 
 	cfg.Wanted = []netspec.Spec{now}
 	m2, err := NewManager(cfg)

@@ -22,6 +22,8 @@ import (
 //   - otherwise it takes the lock of s's key alone (a flock on StateDir/locks/<key>.lock,
 //     shared with the plugin's Manager), only while it mounts: hooks of the same spec wait for
 //     each other and then find the mount made; hooks of other specs do not wait;
+//   - an earlier version's live mount of s under another key (after an upgrade) is shared, as
+//     the plugin's start-up adopts it, not mounted a second time;
 //   - it writes the mount's state, so that a plugin started later adopts the mount if its
 //     config has the spec.
 func EnsureMounted(ctx context.Context, c Config, s netspec.Spec) (string, error) {
@@ -84,6 +86,12 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	} else if live {
 		return hostPath, nil
 	}
+	if earlier, err := earlierMountOf(ctx, sys, dir, mountsDir, s); err != nil {
+		return "", fmt.Errorf("%s: %w", s, err)
+	} else if earlier != "" {
+		log.WithField("made_as", filepath.Base(earlier)).Info("netmount: an earlier version's mount of this spec under another key: sharing it")
+		return earlier, nil
+	}
 	if canHeal {
 		if dead, err := sys.isMounted(hostPath); err != nil {
 			return "", err
@@ -115,6 +123,32 @@ func ensureMounted(ctx context.Context, c Config, sys system, s netspec.Spec) (s
 	}
 	log.WithField("took", time.Since(start).Round(time.Millisecond)).Info("netmount: mounted")
 	return hostPath, nil
+}
+
+// earlierMountOf is the host path of a live mount below mountsDir that an earlier version
+// made for s under another key (its state stands for s), or "": the plugin's start-up adopts
+// such a mount for s by the same rule (planAdoption), and the hook shares it as the plugin
+// does instead of mounting the export a second time. Looked for only when s's own path has no
+// live mount, under s's key lock.
+func earlierMountOf(ctx context.Context, sys system, stateDir, mountsDir string, s netspec.Spec) (string, error) {
+	live, err := sys.mountsBelow(mountsDir)
+	if err != nil || len(live) == 0 {
+		return "", err
+	}
+	states, _ := readStates(filepath.Join(stateDir, "state")) // an unreadable one stands for nothing
+	for _, f := range planAdoption(mountsDir, live, states, []netspec.Spec{s}).found {
+		if !f.serves || f.dir == s.Key() {
+			continue
+		}
+		// The rule liveMount applies, with the earlier mount's own scope.
+		path := filepath.Join(mountsDir, f.dir)
+		if mounted, err := sys.isMounted(path); err != nil {
+			return "", err
+		} else if mounted && !unusable(probeMount(sys, s, unitFor(f.dir), path), false) {
+			return path, nil
+		}
+	}
+	return "", nil
 }
 
 func keyLockPath(dir, key string) string { return filepath.Join(dir, "locks", key+".lock") }

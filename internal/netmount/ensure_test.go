@@ -130,3 +130,44 @@ func TestEnsureMountedReplacesADeadMount(t *testing.T) {
 		t.Errorf("%d mounts, unmounts %q; want a lazy unmount and a mount", n, u)
 	}
 }
+
+// After an upgrade, the hook shares the mount an earlier version made for the same config
+// entry under another key (its state stands for the spec, as the plugin's start-up adopts
+// it: planAdoption), instead of mounting the export a second time; a mount whose state stands
+// for another spec (retired) is not given to it.
+func TestEnsureMountedSharesAnEarlierVersionsMount(t *testing.T) {
+	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@h:/x", Options: []string{"port=22"}}
+	now := netspec.Spec{Type: sshfs.Type, Source: sshfs.Source, Options: netspec.WithFUSEDefaults(sshfs.Type, sshfs.Options)}
+	other := netspec.Spec{Type: "fuse.sshfs", Source: "root@h:/y"}
+	for _, tc := range []struct {
+		name  string
+		state state // of the earlier mount, at mounts/<its key>
+		made  netspec.Spec
+		share bool
+	}{
+		{"the previous release's mount of the same entry", state{Type: sshfs.Type, Source: sshfs.Source, Options: sshfs.Options}, sshfs, true},
+		{"a mount of another export", newState(other, ""), other, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sys := newFakeSystem()
+			earlier := filepath.Join(dir, "mounts", tc.made.Key())
+			sys.mounted[earlier] = true
+			os.MkdirAll(filepath.Join(dir, "state"), 0o700)
+			if err := writeState(filepath.Join(dir, "state"), tc.made.Key(), tc.state); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			path, err := ensureMounted(ctx, Config{StateDir: dir, Log: quietLog()}, sys, now)
+			own := filepath.Join(dir, "mounts", now.Key())
+			want, mounts := own, 1
+			if tc.share {
+				want, mounts = earlier, 0
+			}
+			if err != nil || path != want || sys.calls(own) != mounts {
+				t.Errorf("ensureMounted = %q, %v, %d mounts at its own path; want %s, %d", path, err, sys.calls(own), want, mounts)
+			}
+		})
+	}
+}

@@ -71,7 +71,7 @@ func (k Kept) String() string {
 }
 
 // InUseError is the cleanup's answer when something was kept: everything else is done, and the
-// state directory stays for what is left. Running the cleanup again once those containers are
+// state directory (with the guard key) stays for what is left. Running the cleanup again once those containers are
 // gone finishes it.
 type InUseError struct{ Kept []Kept }
 
@@ -180,18 +180,23 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	}
-	key := filepath.Join(dir, guard.KeyFile)
-	if _, err := os.Lstat(key); err == nil {
-		say("remove the guard key %s", key)
-		if !o.DryRun {
-			errs = append(errs, os.Remove(key))
-		}
-	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("node cleanup: %w", err)
 	}
 	if len(kept) > 0 {
+		// The guard key stays with the state directory: the containers named still run on
+		// a node whose guard (the runtime wrapper, still in place until unconfigure) checks
+		// their pods' next containers against it. It goes with the run that finishes.
 		return &InUseError{Kept: kept}
+	}
+	key := filepath.Join(dir, guard.KeyFile)
+	if _, err := os.Lstat(key); err == nil {
+		say("remove the guard key %s", key)
+		if !o.DryRun {
+			if err := os.Remove(key); err != nil {
+				return fmt.Errorf("node cleanup: %w", err)
+			}
+		}
 	}
 	say("remove the state directory %s", dir)
 	if o.DryRun {

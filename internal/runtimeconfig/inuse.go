@@ -35,7 +35,7 @@ func InUse(procRoot string, links []string) ([]string, error) {
 			options, _ = os.ReadFile(filepath.Join(cwd, "options.json"))
 		}
 		if link := usedLink(links, args, options); link != "" {
-			out = append(out, fmt.Sprintf("pid %d (%s) runs %s", pid, filepath.Base(args[0]), link))
+			out = append(out, fmt.Sprintf("pid %d (%s%s) runs %s", pid, filepath.Base(args[0]), whose(args), link))
 		}
 	}
 	return out, nil
@@ -53,6 +53,31 @@ func usedLink(links, args []string, options []byte) string {
 		if len(options) > 0 && bytes.Contains(options, []byte(strconv.Quote(l))) {
 			return l
 		}
+	}
+	return ""
+}
+
+// whose names, from a runtime process's command line, what it runs for, so that the operator
+// finds the pod: CRI-O's conmon the container (-n, its name k8s_<container>_<pod>_<namespace>_...,
+// else -c, its ID), containerd's shim its pod sandbox (-id); "" for another process.
+func whose(args []string) string {
+	value := func(flags ...string) string {
+		for i := 1; i+1 < len(args); i++ {
+			for _, f := range flags {
+				if args[i] == f {
+					return args[i+1]
+				}
+			}
+		}
+		return ""
+	}
+	switch {
+	case value("-n", "--name") != "":
+		return ", container " + value("-n", "--name")
+	case value("-c", "--cid") != "":
+		return ", container " + value("-c", "--cid")
+	case value("-id") != "":
+		return ", pod sandbox " + value("-id")
 	}
 	return ""
 }

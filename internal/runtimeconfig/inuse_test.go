@@ -9,7 +9,8 @@ import (
 )
 
 // TestInUse: conmon naming a link on its command line and a runc shim whose bundle's
-// options.json names one are found; other processes are not.
+// options.json names one are found, each with what it runs for (conmon's container name, the
+// shim's pod sandbox); other processes are not.
 func TestInUse(t *testing.T) {
 	proc := t.TempDir()
 	link := "/opt/mountkeeper/bin/class/mk"
@@ -20,8 +21,8 @@ func TestInUse(t *testing.T) {
 	other := t.TempDir()
 	os.WriteFile(filepath.Join(other, "options.json"), []byte(`{"binary_name":"/usr/bin/runc"}`), 0o600)
 	for pid, p := range map[string]struct{ cmdline, cwd string }{
-		"100": {"/usr/bin/conmon\x00-b\x00/b\x00-r\x00" + link + "\x00", "/"},
-		"200": {"/usr/bin/containerd-shim-runc-v2\x00-namespace\x00k8s.io\x00", bundle},
+		"100": {"/usr/bin/conmon\x00-b\x00/b\x00-c\x00c0ffee\x00-n\x00k8s_app_web-0_shop_uid_0\x00-r\x00" + link + "\x00", "/"},
+		"200": {"/usr/bin/containerd-shim-runc-v2\x00-namespace\x00k8s.io\x00-id\x00abc123\x00-address\x00/run/containerd/containerd.sock\x00", bundle},
 		"300": {"/usr/bin/containerd-shim-runc-v2\x00-namespace\x00k8s.io\x00", other},
 		"400": {"/bin/sh\x00-c\x00echo " + link + "x\x00", "/"},
 	} {
@@ -31,7 +32,7 @@ func TestInUse(t *testing.T) {
 	}
 	os.MkdirAll(filepath.Join(proc, "self"), 0o755)
 	got, err := InUse(proc, []string{link})
-	want := []string{"pid 100 (conmon) runs " + link, "pid 200 (containerd-shim-runc-v2) runs " + link}
+	want := []string{"pid 100 (conmon, container k8s_app_web-0_shop_uid_0) runs " + link, "pid 200 (containerd-shim-runc-v2, pod sandbox abc123) runs " + link}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("InUse = %q, %v; want %q", got, err, want)
 	}

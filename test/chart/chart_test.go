@@ -273,7 +273,7 @@ func TestPlainManifests(t *testing.T) {
 		}
 		files[m[1]] += body
 	}
-	for _, want := range []string{"namespace.yaml", "configmap.yaml", "runtimeclass.yaml", "daemonset.yaml", "rbac.yaml", "podmonitor.yaml", "prometheusrule.yaml"} {
+	for _, want := range []string{"namespace.yaml", "configmap.yaml", "runtimeclass.yaml", "daemonset.yaml", "rbac.yaml", "podmonitor.yaml", "prometheusrule.yaml", "uninstall.yaml"} {
 		if files[want] == "" {
 			t.Errorf("the chart's defaults render no %s", want)
 		}
@@ -355,10 +355,15 @@ func TestTemplateRefuses(t *testing.T) {
 
 // TestDefaultsWithoutPrometheusOperator: the defaults render the agent's ServiceAccount and
 // RBAC for its node listener but no PodMonitor or PrometheusRule, whose CRDs a cluster
-// without the Prometheus Operator lacks (helm install would fail there).
+// without the Prometheus Operator lacks (helm install would fail there). The uninstall's hook
+// objects (uninstall.yaml, made only by helm uninstall) are not counted.
 func TestDefaultsWithoutPrometheusOperator(t *testing.T) {
 	kinds := map[string]int{}
 	for _, obj := range objects(t, render(t, nil)) {
+		meta, _ := obj["metadata"].(map[string]any)
+		if annotations, _ := meta["annotations"].(map[string]any); annotations["helm.sh/hook"] != nil {
+			continue
+		}
 		kinds[obj["kind"].(string)]++
 	}
 	for kind, want := range map[string]int{"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "PodMonitor": 0, "PrometheusRule": 0, "Secret": 0} {

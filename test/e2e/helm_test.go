@@ -18,9 +18,12 @@ import (
 
 // helmValues are the chart values of TestHelmChart; TAG, DIR, KUBELET and CLASSES are
 // replaced. The node paths keep the chart's defaults: startPluginPod points them at the
-// test's node as it does for deploy/.
+// test's node as it does for deploy/. No uninstall hook: this node has no controllers to run
+// its DaemonSet and place its pod (TestHelmUninstall runs it on a node that has them).
 const helmValues = `image:
   tag: TAG
+uninstall:
+  enabled: false
 runtimeClasses:
 CLASSES
 config:

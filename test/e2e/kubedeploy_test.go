@@ -314,7 +314,7 @@ func (n *deployNode) readManifests() {
 				continue
 			}
 			n.manifests[filepath.Base(f)] = append(n.manifests[filepath.Base(f)], obj)
-			if obj["kind"] == "DaemonSet" {
+			if obj["kind"] == "DaemonSet" && filepath.Base(f) == "daemonset.yaml" { // uninstall.yaml has the uninstall's
 				n.template = dig(t, obj, "spec", "template")
 			}
 		}
@@ -471,20 +471,26 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 		`"/opt/mountkeeper/bin"`, strconv.Quote(filepath.Join(n.dir, "hookbin")),
 		`"--install-dir=/opt/mountkeeper/bin"`, strconv.Quote("--install-dir="+filepath.Join(n.dir, "hookbin")),
 		`"--socket=/var/run/nri/nri.sock"`, strconv.Quote("--socket="+n.ctrd.NRISocket()),
+		// The init container writes containerd's config in the host's mount namespace
+		// (--host-namespaces): the test's containerd's, never this machine's /etc/containerd.
+		`"--config-file=/etc/containerd/config.toml"`, strconv.Quote("--config-file="+n.ctrd.ConfigPath()),
+		`"--drop-in=/etc/containerd/conf.d/99-mountkeeper.toml"`, strconv.Quote("--drop-in="+filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")),
 	).Replace(string(raw))
 	if err := json.Unmarshal([]byte(text), &spec); err != nil {
 		t.Fatal(err)
 	}
 	spec["nodeName"] = n.kube.NodeName()
-	for _, v := range spec["volumes"].([]any) {
-		if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok && hp["path"] == "/etc/containerd" {
-			hp["path"] = filepath.Dir(n.ctrd.ConfigPath()) // the init container writes config.toml there
-		}
-	}
+	hostPID := "--host-namespaces-pid=" + strconv.Itoa(os.Getpid())
 	for _, c := range spec["containers"].([]any) {
 		c := c.(map[string]any)
 		if c["name"] == "mountkeeper" {
-			c["args"] = append(c["args"].([]any), "--host-namespaces-pid="+strconv.Itoa(os.Getpid()), "--log-level=debug")
+			c["args"] = append(c["args"].([]any), hostPID, "--log-level=debug")
+		}
+	}
+	for _, c := range spec["initContainers"].([]any) {
+		c := c.(map[string]any)
+		if c["name"] == "runtime-configure" {
+			c["command"] = append(c["command"].([]any), hostPID)
 		}
 	}
 	meta := map[string]any{"name": name, "labels": dig(t, n.template, "metadata")["labels"]}

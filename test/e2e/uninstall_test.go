@@ -24,15 +24,17 @@ import (
 // configMap subPath. While they run, `runtime unconfigure` refuses (the runtime could not
 // stop them without the wrapper) and `node cleanup` refuses naming both containers. Once
 // the pods are removed and the plugin stopped, `runtime unconfigure` and `node cleanup` run:
-// the node is as in the snapshot (uninstallSnapshot).
-func TestUninstall(t *testing.T) {
+// the node is as in the snapshot (uninstallSnapshot). On containerd and on CRI-O.
+func TestUninstall(t *testing.T) { forEachRuntime(t, uninstall) }
+
+func uninstall(t *testing.T, kind harness.RuntimeKind) {
 	testenv.Require(t, append([]string{"root"}, sshfsNeeds...)...)
 	work := harness.WorkDir(t, "mk-uninst-")
 	sshd := startHelloSSHD(t, work)
 	cfg := "kubeletRoot: SRC/kubelet\n" + strings.NewReplacer("CLASS", "mk-sshfs", "EXPORT", sshd.Export(),
 		"OPTS", strings.Join(sshd.ClientOptions(), ", ")).Replace(upgradeConfig)
 	// No handler of the class in the runtime's config: configure declares it.
-	n := newNodeWithoutPlugin(t, harness.KindContainerd, nil, cfg, "")
+	n := newNodeWithoutPlugin(t, kind, nil, cfg, "")
 	var keys []string
 	for _, rc := range n.endNetworkScopes().RuntimeClasses {
 		for _, spec := range rc.NetworkSpecs() {
@@ -124,6 +126,9 @@ func TestUninstall(t *testing.T) {
 		if after := snap(); !reflect.DeepEqual(after.Mounts, mounted.Mounts) {
 			t.Errorf("the refused cleanup changed the mounts: %s", mounted.diff(after))
 		}
+		if _, err := os.Stat(filepath.Join(n.src(), "state", "guard.key")); err != nil {
+			t.Errorf("the refused cleanup removed the guard key: %v", err)
+		}
 	})
 
 	for _, pod := range pods {
@@ -137,14 +142,19 @@ func TestUninstall(t *testing.T) {
 		t.Fatalf("node cleanup: %v\n%s", err, out)
 	}
 	// The FUSE daemon leaves after its unmount; give it its moment.
-	var after uninstallSnapshot
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if after = snap(); reflect.DeepEqual(after, before) || time.Now().After(deadline) {
-			break
-		}
-	}
-	if !reflect.DeepEqual(after, before) {
+	if after := waitSnapshot(snap, before, 5*time.Second); !reflect.DeepEqual(after, before) {
 		t.Errorf("after the uninstall the node differs from before configure: %s", before.diff(after))
+	}
+}
+
+// waitSnapshot takes snapshots until one equals want or within has passed, and returns the
+// last: what an uninstall leaves may take a moment to go (a FUSE daemon after its unmount, a
+// pod's processes).
+func waitSnapshot(snap func() uninstallSnapshot, want uninstallSnapshot, within time.Duration) uninstallSnapshot {
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		if got := snap(); reflect.DeepEqual(got, want) || time.Now().After(deadline) {
+			return got
+		}
 	}
 }
 
@@ -197,20 +207,7 @@ func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapsho
 			s.Mounts = append(s.Mounts, strings.Join([]string{f[0], f[3], f[4], f[sep+1], f[sep+2]}, " "))
 		}
 	}
-	// The scopes mountkeeper makes for its network mounts (and on a hybrid host a group in
-	// each cgroup v1 hierarchy), those of this test's mounts: other tests' mounts may come and
-	// go in the same slice meanwhile.
-	root, err := harness.Cgroup2Root()
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	slice := filepath.Join(root, "mountkeeper.slice")
-	_ = filepath.WalkDir(slice, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(p, k) }) {
-			s.Cgroups = append(s.Cgroups, p)
-		}
-		return nil
-	})
+	s.Cgroups = scopeCgroups(n.t, keys)
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -222,6 +219,25 @@ func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapsho
 		}
 	}
 	return s
+}
+
+// scopeCgroups are the scopes mountkeeper makes for its network mounts of keys (and on a
+// hybrid host a group in each cgroup v1 hierarchy): those of this test's mounts, since other
+// tests' mounts may come and go in the same slice meanwhile.
+func scopeCgroups(t *testing.T, keys []string) []string {
+	t.Helper()
+	root, err := harness.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(root, "mountkeeper.slice"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(p, k) }) {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
 }
 
 // diff says how b differs from a.

@@ -94,12 +94,7 @@ func TestUpstreamSubPath(t *testing.T) {
 	ctx := context.Background()
 	setupStart := time.Now()
 
-	netDir := harness.WorkDir(t, "mk-net-")
-	network, err := harness.StartNodeNetwork(ctx, netDir)
-	t.Cleanup(func() { network.Close() }) // after the node's cleanups: they run first
-	if err != nil {
-		t.Fatal(err)
-	}
+	network, netDir := startNodeNetwork(t, ctx)
 	opts.Network = network
 	n := newKubeNodeCtrd(t, ctx, opts, []string{"mk-kube"}, harness.Options{
 		BinDir:            bin,
@@ -150,6 +145,19 @@ func TestUpstreamSubPath(t *testing.T) {
 	if len(regressions) > 0 {
 		t.Logf("mountkeeper's refusals (%s):\n%s", pluginLog.Name(), grepLines(pluginLog.Name(), "level=error", 40))
 	}
+}
+
+// startNodeNetwork starts a node network (harness.NodeNetwork) that ends with the test, after
+// the node's cleanups (registered later, they run first); it returns it and its directory.
+func startNodeNetwork(t *testing.T, ctx context.Context) (*harness.NodeNetwork, string) {
+	t.Helper()
+	netDir := harness.WorkDir(t, "mk-net-")
+	network, err := harness.StartNodeNetwork(ctx, netDir)
+	t.Cleanup(func() { network.Close() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return network, netDir
 }
 
 // checkUpstreamImages checks that the suite's own image list names every image the harness

@@ -142,48 +142,72 @@ func (n *NodeNetwork) wrap(name string, args ...string) []string {
 // that has entered it (a socket stays in the namespace it was made in), and the thread goes
 // back before it is released.
 func (n *NodeNetwork) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
+	var c net.Conn
+	err := n.inside(func() error {
+		// The dialer makes the socket on this goroutine (locked to this thread) before it waits.
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	if errors.Is(err, errThreadTainted) && c != nil {
+		c.Close()
+		c = nil
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		c, err := n.dialInside(ctx, network, addr)
-		if err == nil || !errors.Is(err, errThreadTainted) {
-			runtime.UnlockOSThread()
-		} // else: the thread stays locked and ends with this goroutine, as Go then does
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
+	return c, err
+}
+
+// Listen opens a listener inside the namespace, as DialContext opens a connection.
+func (n *NodeNetwork) Listen(network, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := n.inside(func() error {
+		var err error
+		l, err = net.Listen(network, addr)
+		return err
+	})
+	if errors.Is(err, errThreadTainted) && l != nil {
+		l.Close()
+		l = nil
+	}
+	return l, err
 }
 
 var errThreadTainted = errors.New("could not return the thread to its network namespace")
 
-func (n *NodeNetwork) dialInside(ctx context.Context, network, addr string) (net.Conn, error) {
+// inside runs fn on a goroutine locked to a thread that has entered the namespace.
+func (n *NodeNetwork) inside(fn func() error) error {
+	ch := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := n.onThreadInside(fn)
+		if !errors.Is(err, errThreadTainted) {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked and ends with this goroutine, as Go then does
+		ch <- err
+	}()
+	return <-ch
+}
+
+// onThreadInside runs fn on this (locked) thread inside the namespace, then returns the
+// thread to its own; errThreadTainted if it cannot (the caller then keeps the thread locked).
+func (n *NodeNetwork) onThreadInside(fn func() error) error {
 	self, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer self.Close()
 	target, err := os.Open(n.path)
 	if err != nil {
-		return nil, fmt.Errorf("node network: %w", err)
+		return fmt.Errorf("node network: %w", err)
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("enter the node network: %w", err)
+		return fmt.Errorf("enter the node network: %w", err)
 	}
-	// The dialer makes the socket on this goroutine (locked to this thread) before it waits.
-	c, dialErr := (&net.Dialer{}).DialContext(ctx, network, addr)
+	fnErr := fn()
 	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		if c != nil {
-			c.Close()
-		}
-		return nil, fmt.Errorf("%w: %v", errThreadTainted, err)
+		return fmt.Errorf("%w: %v", errThreadTainted, err)
 	}
-	return c, dialErr
+	return fnErr
 }
 
 // Close ends the holder. The namespace goes once nothing else runs in it: close the node's

@@ -45,26 +45,6 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 {{- toYaml $config -}}
 {{- end -}}
 
-{{/* The runtime's directories on the node the init container reads and writes, as a JSON
-     list: the main config file's directory and, unless it lies below that one, the drop-in's.
-     Each is mounted at its own path, so the paths configure writes are the node's. */}}
-{{- define "mountkeeper.runtimeConfigDirs" -}}
-{{- $main := "" -}}
-{{- $dropIn := "" -}}
-{{- if eq .Values.runtime "containerd" -}}
-{{- $main = dir .Values.containerd.configFile -}}
-{{- $dropIn = dir .Values.containerd.dropIn -}}
-{{- else -}}
-{{- $main = dir .Values.crio.configFile -}}
-{{- $dropIn = clean .Values.crio.configDir -}}
-{{- end -}}
-{{- if or (eq $main $dropIn) (hasPrefix (printf "%s/" (trimSuffix "/" $main)) $dropIn) -}}
-{{- list $main | toJson -}}
-{{- else -}}
-{{- list $main $dropIn | toJson -}}
-{{- end -}}
-{{- end -}}
-
 {{/* The Secret of the node listener's certificate, "" when the listener is off or serves a
      self-signed one. */}}
 {{- define "mountkeeper.metricsTLSSecret" -}}
