@@ -48,8 +48,9 @@ const rolloutMidScript = `if grep -q " /data .* - fuse.sshfs " /proc/self/mounti
 // (the pod records what it found at its own start). It logs the rollout time, the reads, and
 // how long the mid-rollout pod waited. Nothing is pulled: both images are built and imported.
 //
-// As in TestKubeDeploy, --host-namespaces-pid names the test process (a helm post-renderer
-// adds it): PID 1 of this machine is a sandbox process whose namespaces cannot be opened.
+// hostNamespacesPID names the test process: PID 1 of this machine is a sandbox process whose
+// namespaces cannot be opened. The uninstall hooks are off: TestHelmUninstall tests them, and
+// this node has no service proxy for their waiter.
 func TestHelmRollout(t *testing.T) {
 	helmBin := pinnedHelm()
 	testenv.Require(t, append([]string{helmBin}, sshfsNeeds...)...)
@@ -87,14 +88,16 @@ func TestHelmRollout(t *testing.T) {
 	values := func(tag string) string {
 		t.Helper()
 		v := map[string]any{
-			"image":          map[string]any{"tag": tag},
-			"containerd":     map[string]any{"configFile": n.ctrd.ConfigPath(), "dropIn": filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")},
-			"installDir":     filepath.Join(n.dir, "hookbin"),
-			"nri":            map[string]any{"socket": n.ctrd.NRISocket()},
-			"log":            map[string]any{"level": "debug"},
-			"metrics":        map[string]any{"nodeListener": map[string]any{"enabled": true, "port": 9659, "tls": map[string]any{"secretName": "mountkeeper-metrics-tls"}}},
-			"runtimeClasses": []any{map[string]any{"name": "mk-sshfs", "mounts": []any{classMount}}},
-			"config":         config,
+			"image":             map[string]any{"tag": tag},
+			"hostNamespacesPID": os.Getpid(),
+			"uninstall":         map[string]any{"enabled": false},
+			"containerd":        map[string]any{"configFile": n.ctrd.ConfigPath(), "dropIn": filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")},
+			"installDir":        filepath.Join(n.dir, "hookbin"),
+			"nri":               map[string]any{"socket": n.ctrd.NRISocket()},
+			"log":               map[string]any{"level": "debug"},
+			"metrics":           map[string]any{"nodeListener": map[string]any{"enabled": true, "port": 9659, "tls": map[string]any{"secretName": "mountkeeper-metrics-tls"}}},
+			"runtimeClasses":    []any{map[string]any{"name": "mk-sshfs", "mounts": []any{classMount}}},
+			"config":            config,
 		}
 		data, _ := json.Marshal(v) // YAML is a superset of JSON
 		path := filepath.Join(n.dir, "values-"+tag+".yaml")
@@ -102,11 +105,6 @@ func TestHelmRollout(t *testing.T) {
 			t.Fatal(err)
 		}
 		return path
-	}
-	// The post-renderer: the one change to the chart's rendering this node needs.
-	postRender := filepath.Join(n.dir, "post-render")
-	if err := os.WriteFile(postRender, []byte(fmt.Sprintf("#!/bin/sh\nexec sed -e 's/^\\( *\\)- --host-namespaces$/&\\n\\1- --host-namespaces-pid=%d/'\n", os.Getpid())), 0o755); err != nil {
-		t.Fatal(err)
 	}
 	kubeconfig := n.kube.AdminKubeconfig()
 	helm := func(args ...string) string {
@@ -154,7 +152,7 @@ func TestHelmRollout(t *testing.T) {
 	}
 
 	start := time.Now()
-	helm("install", "mountkeeper", chart, "--values", values("e2e-a"), "--post-renderer", postRender)
+	helm("install", "mountkeeper", chart, "--values", values("e2e-a"))
 	plugin := n.waitRollout(t, "e2e-a", 120*time.Second)
 	t.Logf("helm install: agent pod %s of the DaemonSet connected after %v", plugin, time.Since(start).Round(time.Millisecond))
 	n.checkListenerCertificate(t, plugin, tlsCert)
@@ -194,7 +192,7 @@ func TestHelmRollout(t *testing.T) {
 		name, tag string
 		args      []string
 	}{
-		{"upgrade to B", "e2e-b", []string{"upgrade", "mountkeeper", chart, "--values", values("e2e-b"), "--post-renderer", postRender}},
+		{"upgrade to B", "e2e-b", []string{"upgrade", "mountkeeper", chart, "--values", values("e2e-b")}},
 		{"rollback to A", "e2e-a", []string{"rollback", "mountkeeper", "1"}},
 	}
 	for i, s := range steps {
