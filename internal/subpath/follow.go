@@ -112,6 +112,23 @@ func (c *Copies) NewFollower(statePath string, onUpdate func(Update)) *Follower 
 	return f
 }
 
+// Dir is the directory of the copies it follows.
+func (f *Follower) Dir() string { return f.copier().Dir }
+
+// UseCopies makes f charge and copy through c from now on: the copier of a config reloaded
+// with the same copy directory (and maybe other budgets).
+func (f *Follower) UseCopies(c *Copies) {
+	f.mu.Lock()
+	f.copies = c
+	f.mu.Unlock()
+}
+
+func (f *Follower) copier() *Copies {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.copies
+}
+
 // Track makes container id's live copies among copies follow their volumes once the
 // container runs (Arm): each copy's path becomes a mount point of its own now, before the
 // runtime binds it. It returns the copies it could not make live, with why; they stay
@@ -263,7 +280,8 @@ func (f *Follower) update(lp *livePath) bool {
 	next := lp.version + 1
 	dst := lp.versionPath(next)
 	ctx, cancel := context.WithTimeout(f.ctx, updateTimeout)
-	cp, _, err := f.copies.copyTo(ctx, lp.ctr, lp.cp.Target, dst)
+	copies := f.copier()
+	cp, _, err := copies.copyTo(ctx, lp.ctr, lp.cp.Target, dst)
 	cancel()
 	u := Update{Container: lp.ctr, Copy: lp.cp, Version: lp.version}
 	switch {
@@ -275,7 +293,7 @@ func (f *Follower) update(lp *livePath) bool {
 	if err == nil {
 		if err = f.ops.putLayer(lp.cp.Path, lp.baseRoot, dst); err != nil {
 			_ = os.RemoveAll(dst)
-			f.copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
+			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
 			u.Result, u.Err = UpdateFailed, err
 		}
 	}
@@ -316,25 +334,34 @@ func (f *Follower) Stop(id string) { f.stop(id, true) }
 // for its successor, Resume).
 func (f *Follower) stop(id string, save bool) {
 	var stops []*volWorker
+	var unwatch []string
+	var gone []*livePath
 	f.mu.Lock()
 	for p, lp := range f.paths {
 		if lp.ctr != id {
 			continue
 		}
 		delete(f.paths, p)
+		gone = append(gone, lp)
 		if vw := f.vols[lp.cp.VolumeDir]; vw != nil {
 			if vw.users--; vw.users == 0 {
 				delete(f.vols, lp.cp.VolumeDir)
 				stops = append(stops, vw)
-				defer f.w.remove(lp.cp.VolumeDir) // after f.mu: its goroutine may be in kick
+				unwatch = append(unwatch, lp.cp.VolumeDir)
 			}
 		}
+	}
+	f.dropRetiredLocked(id)
+	f.mu.Unlock()
+	// Lock order: a livePath's mu before f.mu (an update takes f.mu under its path's).
+	for _, lp := range gone {
 		lp.mu.Lock() // waits for an update under way
 		lp.gone = true
 		lp.mu.Unlock()
 	}
-	f.dropRetiredLocked(id)
-	f.mu.Unlock()
+	for _, dir := range unwatch {
+		f.w.remove(dir) // not under f.mu: its goroutine may be in kick
+	}
 	for _, vw := range stops {
 		close(vw.stop)
 		<-vw.done

@@ -47,8 +47,13 @@ func (f *Follower) save() {
 		return
 	}
 	f.mu.Lock()
-	st := stateFile{Version: stateVersion, Paths: make([]statePath, 0, len(f.paths))}
+	lps := make([]*livePath, 0, len(f.paths))
 	for _, lp := range f.paths {
+		lps = append(lps, lp)
+	}
+	f.mu.Unlock()
+	st := stateFile{Version: stateVersion, Paths: make([]statePath, 0, len(lps))}
+	for _, lp := range lps { // lock order: a livePath's mu before f.mu, never under it
 		lp.mu.Lock()
 		st.Paths = append(st.Paths, statePath{
 			Container: lp.ctr, Target: lp.cp.Target.Path, Path: lp.cp.Path, BaseRoot: lp.baseRoot,
@@ -58,7 +63,6 @@ func (f *Follower) save() {
 		})
 		lp.mu.Unlock()
 	}
-	f.mu.Unlock()
 	data, err := json.Marshal(st)
 	if err != nil {
 		return
@@ -98,7 +102,7 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 		if !known {
 			continue
 		}
-		t, ok := ParseTarget(f.copies.r.root, sp.Target)
+		t, ok := ParseTarget(f.copier().r.root, sp.Target)
 		if !ok {
 			continue
 		}

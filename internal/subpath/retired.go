@@ -61,11 +61,11 @@ func (f *Follower) retire(old retiredCopy) {
 // rawTree is a clone of the copy tmpfs' root without the mounts on it (open_tree without
 // AT_RECURSIVE): below it, a live copy's path is its base's own content.
 func (f *Follower) rawTree() (int, error) {
-	return unix.OpenTree(unix.AT_FDCWD, f.copies.Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	return unix.OpenTree(unix.AT_FDCWD, f.copier().Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 }
 
 func (f *Follower) rel(path string) string {
-	rel, err := filepath.Rel(f.copies.Dir, path)
+	rel, err := filepath.Rel(f.copier().Dir, path)
 	if err != nil {
 		return path
 	}
@@ -115,7 +115,7 @@ func (f *Follower) scan() {
 	}
 	f.mu.Unlock()
 	var st unix.Stat_t
-	if err := unix.Stat(f.copies.Dir, &st); err != nil {
+	if err := unix.Stat(f.copier().Dir, &st); err != nil {
 		return
 	}
 	held := heldInodes(st.Dev, want)
@@ -141,7 +141,7 @@ func (f *Follower) scan() {
 		} else {
 			_ = os.RemoveAll(r.path)
 		}
-		f.copies.release(r.ctr, r.pod, used)
+		f.copier().release(r.ctr, r.pod, used)
 	}
 }
 
