@@ -31,13 +31,7 @@ func TestLiveSubPathOverNRI(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
-	dir := shortDir(t)
-	t.Cleanup(func() { harness.UnmountAll(dir) })
-	kubelet := harness.KubeletPod{Root: filepath.Join(dir, "kubelet"), UID: "uid-1"}
-	vol := kubelet.VolumeDir("kubernetes.io~configmap", "cfg")
-	if _, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "v1"}); err != nil {
-		t.Fatal(err)
-	}
+	dir, kubelet, vol := configMapPod(t, map[string]string{"app.conf": "v1"})
 	socket := filepath.Join(dir, "nri.sock")
 	rt := startRuntime(t, socket)
 	defer rt.Stop()

@@ -32,10 +32,9 @@ import (
 // keep their file. There is never a moment without a mount on the path, so never ENOENT, and
 // nothing is unmounted from under a busy path (MNT_DETACH), so never EBUSY.
 //
-// The layers are cloned private before they are attached: a clone of a copy is a peer of the
-// copy tmpfs otherwise, and the tmpfs' own events would propagate into it. Attached below the
-// shared base, a layer becomes shared in a group of its own whose slaves are its copies in the
-// containers.
+// The base and the layers are cloned private before they are attached (privateClone). Attached
+// below the shared base, a layer becomes shared in a group of its own whose slaves are its
+// copies in the containers.
 //
 // The update must not begin before the container's runtime bound P: the bind takes the mount
 // on top at P, and a container that bound a layer would be a slave of that layer's group,
@@ -70,22 +69,33 @@ func setPropagation(tree *Node, propagation uint64) error {
 	return nil
 }
 
+// privateClone opens path and makes a detached private bind of it (open_tree, then
+// mount_setattr): a clone of the shared copy tmpfs is its peer otherwise, and the tmpfs'
+// events would propagate into it (a layer on a base of the tmpfs' group would propagate back
+// onto the tmpfs at P). The caller closes both.
+func privateClone(path string) (n, tree *Node, err error) {
+	if n, err = openPath(path); err != nil {
+		return nil, nil, err
+	}
+	if tree, err = (Live{}).Clone(n); err == nil {
+		if err = setPropagation(tree, unix.MS_PRIVATE); err != nil {
+			tree.Close()
+		}
+	}
+	if err != nil {
+		n.Close()
+		return nil, nil, err
+	}
+	return n, tree, nil
+}
+
 func (liveLayers) makeBase(path string) error {
-	n, err := openPath(path)
+	n, tree, err := privateClone(path)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	tree, err := Live{}.Clone(n)
-	if err != nil {
-		return err
-	}
 	defer tree.Close()
-	// Private first: a clone of the shared copy tmpfs is its peer, and the base must be in a
-	// group of its own (else a layer on it would propagate back onto the tmpfs at P).
-	if err := setPropagation(tree, unix.MS_PRIVATE); err != nil {
-		return err
-	}
 	if _, err := (Live{}).Attach(tree, n, false); err != nil {
 		return err
 	}
@@ -97,19 +107,12 @@ func (liveLayers) makeBase(path string) error {
 }
 
 func (liveLayers) putLayer(base, baseRoot, version string) error {
-	v, err := openPath(version)
+	v, tree, err := privateClone(version)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
-	tree, err := Live{}.Clone(v)
-	if err != nil {
-		return err
-	}
 	defer tree.Close()
-	if err := setPropagation(tree, unix.MS_PRIVATE); err != nil {
-		return err
-	}
 	top, err := openPath(base)
 	if err != nil {
 		return err
