@@ -99,7 +99,7 @@ func livePropagation(opts []string) []string {
 // PostStartContainer lets the container's live copies follow updates: its runtime bound them.
 func (p *Plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	if f := p.liveFollower(); f != nil {
-		f.Arm(ctr.GetId())
+		f.Arm(ctr.GetId(), ctr.GetPid())
 	}
 	return nil
 }
@@ -126,6 +126,7 @@ func (p *Plugin) syncLive(ctrs []*api.Container) {
 		switch ctr.GetState() {
 		case api.ContainerState_CONTAINER_RUNNING:
 			running[ctr.GetId()] = true
+			f.SetPid(ctr.GetId(), ctr.GetPid())
 		case api.ContainerState_CONTAINER_CREATED:
 			running[ctr.GetId()] = false // followed once PostStartContainer arms it
 		}

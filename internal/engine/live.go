@@ -14,9 +14,9 @@ import (
 // with subPathUpdates: live, those of a pod annotated configs.LiveSubPathsAnnotation: "true"
 // in a class with podOptIn, none otherwise. The annotation only ever turns on what the class
 // allows, for the pod's own copies. A copy stays static, with a note saying why, where its
-// mount is Bidirectional (rshared: its propagation is the pod's to keep) or the container has
-// a user namespace (the layers would need the container's ID mapping, which NRI does not
-// show). It returns the notes; any other value of the annotation is one too.
+// mount is Bidirectional (rshared: its propagation is the pod's to keep). In a container with
+// a user namespace the layers are idmapped (Copy.Idmap) like the runtime's bind of the copy.
+// It returns the notes; any other value of the annotation is one too.
 func markLive(rc configs.RuntimeClass, annotations map[string]string, userns bool, copies []subpath.Copy, mounts []oci.Mount) []string {
 	var notes []string
 	switch rc.SubPathUpdates {
@@ -35,12 +35,10 @@ func markLive(rc configs.RuntimeClass, annotations map[string]string, userns boo
 	for i := range copies {
 		c := &copies[i]
 		switch {
-		case userns:
-			notes = append(notes, fmt.Sprintf("subPath mount %s (volume %s): stays fixed at start: live updates are not made for containers with a user namespace", c.Target.Path, c.Target.Volume))
 		case bidirectional(mounts, c.Target.Path):
 			notes = append(notes, fmt.Sprintf("subPath mount %s (volume %s): stays fixed at start: its mountPropagation is Bidirectional", c.Target.Path, c.Target.Volume))
 		default:
-			c.Live = true
+			c.Live, c.Idmap = true, userns
 		}
 	}
 	return notes

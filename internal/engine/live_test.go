@@ -31,14 +31,14 @@ func TestMarkLive(t *testing.T) {
 		{name: "podOptIn opted in", updates: configs.SubPathUpdatesPodOptIn, annotations: optIn, live: []bool{true, false}, note: "Bidirectional"},
 		{name: "podOptIn, other value", updates: configs.SubPathUpdatesPodOptIn, annotations: map[string]string{configs.LiveSubPathsAnnotation: "yes"}, live: []bool{false, false}, note: `"yes" is not "true"`},
 		{name: "podOptIn, True", updates: configs.SubPathUpdatesPodOptIn, annotations: map[string]string{configs.LiveSubPathsAnnotation: "True"}, live: []bool{false, false}, note: `"True" is not "true"`},
-		{name: "live, user namespace", updates: configs.SubPathUpdatesLive, userns: true, live: []bool{false, false}, note: "user namespace"},
+		{name: "live, user namespace", updates: configs.SubPathUpdatesLive, userns: true, live: []bool{true, false}, note: "Bidirectional"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			copies := []subpath.Copy{{Target: subpath.Target{Path: a, Volume: "cfg"}}, {Target: subpath.Target{Path: b, Volume: "cfg"}}}
 			notes := markLive(configs.RuntimeClass{SubPathUpdates: tc.updates}, tc.annotations, tc.userns, copies, mounts)
 			for i, c := range copies {
-				if c.Live != tc.live[i] {
-					t.Errorf("copy %d live = %v, want %v", i, c.Live, tc.live[i])
+				if c.Live != tc.live[i] || c.Idmap != (tc.live[i] && tc.userns) {
+					t.Errorf("copy %d live = %v, idmap %v; want live %v, idmapped with a user namespace", i, c.Live, c.Idmap, tc.live[i])
 				}
 			}
 			if got := strings.Join(notes, "\n"); (tc.note == "") != (got == "") || !strings.Contains(got, tc.note) {

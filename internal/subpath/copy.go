@@ -72,8 +72,10 @@ type Copy struct {
 	// VolumeDir is the volume's directory and Data what its ..data named when the copy was
 	// made (read before the copy: a later value means newer content), for live updates.
 	VolumeDir, Data string
-	// Live says the copy follows updates of its volume (Follower); set by the engine.
-	Live bool
+	// Live says the copy follows updates of its volume (Follower); set by the engine. Idmap
+	// says its layers are idmapped with the container's user namespace, as the runtime
+	// idmaps the container's bind of it.
+	Live, Idmap bool
 }
 
 // usage is what copies were charged.

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Live subPath updates (issue 25, kubernetes #50345).
@@ -67,6 +69,8 @@ type Follower struct {
 	scanner chan struct{}         // closed to stop the scanner goroutine; nil while none runs
 	scanned chan struct{}         // closed when it ended
 	counts  map[string]int64      // updates by result
+	pids    map[string]uint32     // a started container's process, for its user namespace
+	userns  map[string]int        // user namespace descriptors of containers, opened on need
 	// scanInterval is how often the retired copies are looked for in /proc while any exist.
 	scanInterval time.Duration
 }
@@ -103,6 +107,7 @@ func (c *Copies) NewFollower(statePath string, onUpdate func(Update)) *Follower 
 	f := &Follower{
 		copies: c, ops: liveLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
 		paths: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
+		pids: map[string]uint32{}, userns: map[string]int{},
 		scanInterval: 2 * time.Second,
 	}
 	if f.onUpdate == nil {
@@ -202,14 +207,46 @@ func (f *Follower) follow(lp *livePath) error {
 }
 
 // Arm lets the updates of container id's live copies go on: its runtime bound them (NRI
-// PostStartContainer). An update that came since the copy was made is applied at once.
-func (f *Follower) Arm(id string) {
+// PostStartContainer). An update that came since the copy was made is applied at once. pid
+// is the container's process (0: unknown), whose user namespace idmaps the layers of its
+// copies with Copy.Idmap.
+func (f *Follower) Arm(id string, pid uint32) {
+	f.SetPid(id, pid)
 	for _, lp := range f.ofContainer(id) {
 		lp.mu.Lock()
 		lp.armed = true
 		lp.mu.Unlock()
 		f.kick(lp.cp.VolumeDir)
 	}
+}
+
+// SetPid records container id's process (Synchronize, before Resume).
+func (f *Follower) SetPid(id string, pid uint32) {
+	if pid == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.pids[id] = pid
+	f.mu.Unlock()
+}
+
+// usernsOf is a descriptor of container id's user namespace, opened from its process once.
+func (f *Follower) usernsOf(id string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fd, ok := f.userns[id]; ok {
+		return fd, nil
+	}
+	pid := f.pids[id]
+	if pid == 0 {
+		return -1, errors.New("the container's process is not known: no user namespace to idmap the new version with")
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("the container's user namespace: %w", err)
+	}
+	f.userns[id] = fd
+	return fd, nil
 }
 
 func (f *Follower) ofContainer(id string) []*livePath {
@@ -290,8 +327,17 @@ func (f *Follower) update(lp *livePath) bool {
 	case err != nil:
 		u.Result, u.Err = UpdateRefused, err
 	}
+	userns := -1
+	if err == nil && lp.cp.Idmap {
+		userns, err = f.usernsOf(lp.ctr)
+		if err != nil {
+			_ = os.RemoveAll(dst)
+			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
+			u.Result, u.Err = UpdateFailed, err
+		}
+	}
 	if err == nil {
-		if err = f.ops.putLayer(lp.cp.Path, lp.baseRoot, dst); err != nil {
+		if err = f.ops.putLayer(lp.cp.Path, lp.baseRoot, dst, userns); err != nil {
 			_ = os.RemoveAll(dst)
 			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
 			u.Result, u.Err = UpdateFailed, err
@@ -352,6 +398,11 @@ func (f *Follower) stop(id string, save bool) {
 		}
 	}
 	f.dropRetiredLocked(id)
+	if fd, ok := f.userns[id]; ok {
+		unix.Close(fd)
+		delete(f.userns, id)
+	}
+	delete(f.pids, id)
 	f.mu.Unlock()
 	// Lock order: a livePath's mu before f.mu (an update takes f.mu under its path's).
 	for _, lp := range gone {

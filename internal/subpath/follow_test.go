@@ -267,7 +267,7 @@ func testFollow100(t *testing.T) {
 	used0 := tmpfsUsed(t, s.c.Dir)
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	opener := newReader(t, s.fileCopy, s.dirCopy) // opens once after each switch
-	s.f.Arm("ctr1")
+	s.f.Arm("ctr1", 0)
 
 	// The tight loop runs on the reader's thread between the test's requests.
 	stop := make(chan struct{})
@@ -395,7 +395,7 @@ func testFollowBudget(t *testing.T) {
 	b.PodBytes = 64 << 10 // the first copies take 5 pages, a second version of them fits too
 	s := newLiveSetup(t, b, payload(0))
 	r := newReader(t, s.fileCopy, s.dirCopy)
-	s.f.Arm("ctr1")
+	s.f.Arm("ctr1", 0)
 	big := payload(1)
 	big["app.conf"] = file(strings.Repeat("x", 128<<10))
 	s.k.writeAtomic(s.vol, big)
@@ -425,7 +425,7 @@ func testFollowBudget(t *testing.T) {
 func testFollowSymlinkOut(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
 	r := newReader(t, s.fileCopy, s.dirCopy)
-	s.f.Arm("ctr1")
+	s.f.Arm("ctr1", 0)
 	outFile, outDir := outside(t)
 	for i, hostile := range []map[string]entry{
 		{"app.conf": symlink(outFile), "conf": symlink(outDir)},
@@ -454,7 +454,7 @@ func testFollowSymlinkOut(t *testing.T) {
 func testFollowResume(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
 	r := newReader(t, s.fileCopy, s.dirCopy)
-	s.f.Arm("ctr1")
+	s.f.Arm("ctr1", 0)
 	s.k.writeAtomic(s.vol, payload(1))
 	s.wait(t, 2)
 	s.f.Close()

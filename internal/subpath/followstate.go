@@ -30,6 +30,7 @@ type statePath struct {
 	VolumeDir string `json:"volumeDir"`
 	Kind      string `json:"kind"`
 	SubPath   string `json:"subPath"`
+	Idmap     bool   `json:"idmap,omitempty"`
 	Version   int    `json:"version"`
 	Current   string `json:"current,omitempty"`
 	Data      string `json:"data"`
@@ -57,7 +58,7 @@ func (f *Follower) save() {
 		lp.mu.Lock()
 		st.Paths = append(st.Paths, statePath{
 			Container: lp.ctr, Target: lp.cp.Target.Path, Path: lp.cp.Path, BaseRoot: lp.baseRoot,
-			VolumeDir: lp.cp.VolumeDir, Kind: lp.cp.Kind, SubPath: lp.cp.SubPath,
+			VolumeDir: lp.cp.VolumeDir, Kind: lp.cp.Kind, SubPath: lp.cp.SubPath, Idmap: lp.cp.Idmap,
 			Version: lp.version, Current: lp.current, Data: lp.data, Bytes: lp.used.bytes, Entries: lp.used.entries,
 			FirstBytes: lp.cp.Bytes, FirstEntries: lp.cp.Entries,
 		})
@@ -117,7 +118,7 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 		}
 		lp := &livePath{
 			ctr: sp.Container, baseRoot: sp.BaseRoot, armed: on,
-			cp:      Copy{Target: t, Kind: sp.Kind, SubPath: sp.SubPath, Path: sp.Path, VolumeDir: sp.VolumeDir, Data: sp.Data, Live: true, Bytes: sp.FirstBytes, Entries: sp.FirstEntries},
+			cp:      Copy{Target: t, Kind: sp.Kind, SubPath: sp.SubPath, Path: sp.Path, VolumeDir: sp.VolumeDir, Data: sp.Data, Live: true, Idmap: sp.Idmap, Bytes: sp.FirstBytes, Entries: sp.FirstEntries},
 			version: sp.Version, current: sp.Current, data: sp.Data, used: usage{sp.Bytes, sp.Entries},
 		}
 		if err := f.follow(lp); err != nil {

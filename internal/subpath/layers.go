@@ -46,8 +46,9 @@ type layerOps interface {
 	makeBase(path string) error
 	// putLayer attaches a clone of version at base (whose own root, within the copy tmpfs, is
 	// baseRoot): on top of the base if it has no layer yet, else beneath the top layer,
-	// which is then detached.
-	putLayer(base, baseRoot, version string) error
+	// which is then detached. With userns >= 0 (a user namespace descriptor) the clone is
+	// idmapped with it first.
+	putLayer(base, baseRoot, version string, userns int) error
 	// detachBelow unmounts every mount at or below dir.
 	detachBelow(dir string) error
 }
@@ -106,13 +107,20 @@ func (liveLayers) makeBase(path string) error {
 	return nil
 }
 
-func (liveLayers) putLayer(base, baseRoot, version string) error {
+func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
 	v, tree, err := privateClone(version)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
 	defer tree.Close()
+	if userns >= 0 {
+		// The container's bind of the base is idmapped by the runtime; a mount that reaches
+		// it by propagation is a copy of ours, with our mapping: the same one.
+		if err := unix.MountSetattr(tree.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}); err != nil {
+			return fmt.Errorf("idmap %s with the container's user namespace: %w", tree.Name, err)
+		}
+	}
 	top, err := openPath(base)
 	if err != nil {
 		return err
