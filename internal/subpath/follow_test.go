@@ -331,6 +331,7 @@ func testFollow100(t *testing.T) {
 	for _, b := range bads {
 		t.Errorf("reader: %s: %s", b.what, b.err)
 	}
+	t.Logf("most mounts seen at a subPath: %d in the reader's namespace, %d at the copy's path", maxMounts, maxHost)
 	if maxMounts > 3 {
 		t.Errorf("the reader saw %d mounts at a subPath, want at most 3 (its bind and 2 layers)", maxMounts)
 	}
@@ -367,6 +368,7 @@ func testFollow100(t *testing.T) {
 	if st := s.f.Status(); st.RetiredCopies != 0 || st.RetiredBytes != 0 || st.Updates[UpdateApplied] != 200 {
 		t.Errorf("after close: status %+v, want nothing retired and 200 updates applied", st)
 	}
+	t.Logf("copy tmpfs: %d bytes with the first copies, %d after 100 updates", used0, tmpfsUsed(t, s.c.Dir))
 	if used := tmpfsUsed(t, s.c.Dir); used > used0 {
 		t.Errorf("the copy tmpfs holds %d bytes after 100 updates, %d with the first copies: want one copy per path", used, used0)
 	}
