@@ -173,6 +173,9 @@ func TestChartSchemaMatchesTypes(t *testing.T) {
 		{"runtimeClass", "networkMount", []string{MountOnDemand, MountEager}, func(v string) bool {
 			return validateClass("c", RuntimeClass{NetworkMount: v, Mounts: []Mount{{Type: "nfs", Source: "server:/export", Destination: "/d"}}}) == nil
 		}},
+		{"runtimeClass", "subPathUpdates", []string{SubPathUpdatesKubelet, SubPathUpdatesLive, SubPathUpdatesPodOptIn}, func(v string) bool {
+			return validateClass("c", RuntimeClass{SubPathUpdates: v, Mounts: []Mount{{Source: "/srv", Destination: "/d"}}}) == nil
+		}},
 	} {
 		got := defs[tc.def].Properties[tc.key].Enum
 		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(tc.want))) {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
@@ -117,7 +118,8 @@ func (f *file) resolve() *Config {
 		for i, m := range rc.Mounts {
 			mounts[i] = m.resolve()
 		}
-		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts, AllowBidirectionalForUnprivileged: rc.AllowBidirectionalForUnprivileged, NetworkMount: rc.NetworkMount}
+		c.RuntimeClasses[name] = RuntimeClass{Mounts: mounts, AllowBidirectionalForUnprivileged: rc.AllowBidirectionalForUnprivileged, NetworkMount: rc.NetworkMount,
+			SubPathUpdates: cmp.Or(rc.SubPathUpdates, SubPathUpdatesKubelet)}
 	}
 	for _, name := range sortedKeys(c.RuntimeClasses) {
 		for i, m := range c.RuntimeClasses[name].Mounts {
@@ -153,9 +155,36 @@ type RuntimeClass struct {
 	// default: when a pod of the class starts) or MountEager (when the plugin starts, and
 	// kept while the config says so), so that even a class's first container finds them.
 	NetworkMount string `yaml:"networkMount"`
+	// SubPathUpdates says whether the configMap, secret, downwardAPI and projected subPath
+	// mounts of the class's pods follow updates of their volume: SubPathUpdatesKubelet (the
+	// default: content fixed when the container starts, kubelet's semantics), SubPathUpdatesLive
+	// (all of them) or SubPathUpdatesPodOptIn (those of pods annotated LiveSubPathsAnnotation:
+	// "true"). Resolved at load: never "" in a loaded config.
+	SubPathUpdates string `yaml:"subPathUpdates"`
 
 	Mounts []Mount `yaml:"mounts"`
 }
+
+// Values of RuntimeClass.SubPathUpdates.
+const (
+	SubPathUpdatesKubelet  = "kubelet"
+	SubPathUpdatesLive     = "live"
+	SubPathUpdatesPodOptIn = "podOptIn"
+)
+
+// LiveSubPathsAnnotation is the pod annotation by which a pod of a SubPathUpdatesPodOptIn class
+// opts its own subPath mounts in to live updates, with the value "true".
+const LiveSubPathsAnnotation = "mountkeeper.io/live-subpaths"
+
+// LiveSubPaths says whether the class's live updates are on for all its pods (live), for
+// those that opt in (podOptIn) or for none.
+func (rc RuntimeClass) LiveSubPaths() bool {
+	return rc.SubPathUpdates == SubPathUpdatesLive || rc.SubPathUpdates == SubPathUpdatesPodOptIn
+}
+
+// CanMountBeneath says whether the kernel has what live subPath updates need
+// (MOVE_MOUNT_BENEATH, Linux >= 6.5): nil if it has, else why not. A variable for tests.
+var CanMountBeneath = mounttable.CanMountBeneath
 
 // Values of RuntimeClass.NetworkMount.
 const (
@@ -384,10 +413,19 @@ func validateClass(name string, rc RuntimeClass) error {
 	if name == "" {
 		return fmt.Errorf("runtime class \"\": name the CRI runtime handler, or %q for pods on the runtime's default handler", DefaultClass)
 	}
-	if len(rc.Mounts) == 0 {
-		return fmt.Errorf("runtime class %q has no mounts", name)
-	}
 	var errs []error
+	switch rc.SubPathUpdates {
+	case "", SubPathUpdatesKubelet:
+		if len(rc.Mounts) == 0 {
+			return fmt.Errorf("runtime class %q has no mounts", name)
+		}
+	case SubPathUpdatesLive, SubPathUpdatesPodOptIn:
+		if err := CanMountBeneath(); err != nil {
+			errs = append(errs, fmt.Errorf("runtime class %q: subPathUpdates: %s needs to mount beneath a mount (MOVE_MOUNT_BENEATH, Linux 6.5 or newer), and this kernel cannot: %v; use %s (kubelet's semantics) on this node", name, rc.SubPathUpdates, err, SubPathUpdatesKubelet))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("runtime class %q: subPathUpdates %q: use %s (the default: a subPath keeps the content it had when the container started), %s (every configMap, secret, downwardAPI and projected subPath of the class's pods follows updates) or %s (those of pods annotated %s: \"true\")", name, rc.SubPathUpdates, SubPathUpdatesKubelet, SubPathUpdatesLive, SubPathUpdatesPodOptIn, LiveSubPathsAnnotation))
+	}
 	switch rc.NetworkMount {
 	case "", MountOnDemand:
 	case MountEager:

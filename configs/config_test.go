@@ -643,3 +643,53 @@ func TestSourcesDoNotOverlap(t *testing.T) {
 		})
 	}
 }
+
+// TestSubPathUpdates: the key's values, its default resolved at load, a class of live updates
+// alone, and the refusal of an unknown value and of a kernel that cannot mount beneath.
+func TestSubPathUpdates(t *testing.T) {
+	class := func(v string, mounts bool) string {
+		y := "runtimeClasses:\n  c:\n"
+		if v != "" {
+			y += "    subPathUpdates: " + v + "\n"
+		}
+		if mounts {
+			y += "    mounts:\n      - {source: /srv, destination: /d}\n"
+		}
+		return y
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		noBeneath  bool
+		want, err  string
+	}{
+		{name: "default", yaml: class("", true), want: configs.SubPathUpdatesKubelet},
+		{name: "kubelet", yaml: class("kubelet", true), want: configs.SubPathUpdatesKubelet},
+		{name: "live", yaml: class("live", true), want: configs.SubPathUpdatesLive},
+		{name: "podOptIn", yaml: class("podOptIn", true), want: configs.SubPathUpdatesPodOptIn},
+		{name: "live without mounts", yaml: class("live", false), want: configs.SubPathUpdatesLive},
+		{name: "kubelet without mounts", yaml: class("kubelet", false), err: `runtime class "c" has no mounts`},
+		{name: "unknown", yaml: class("always", true), err: `runtime class "c": subPathUpdates "always": use kubelet (the default`},
+		{name: "case matters", yaml: class("Live", true), err: `subPathUpdates "Live"`},
+		{name: "old kernel", yaml: class("live", true), noBeneath: true, err: `runtime class "c": subPathUpdates: live needs to mount beneath a mount (MOVE_MOUNT_BENEATH, Linux 6.5 or newer), and this kernel cannot: no beneath here; use kubelet`},
+		{name: "old kernel, kubelet", yaml: class("kubelet", true), noBeneath: true, want: configs.SubPathUpdatesKubelet},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.noBeneath {
+				old := configs.CanMountBeneath
+				configs.CanMountBeneath = func() error { return errors.New("no beneath here") }
+				defer func() { configs.CanMountBeneath = old }()
+			}
+			c, err := configs.Parse([]byte(tc.yaml))
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("Parse = %v, want an error with %q", err, tc.err)
+				}
+			case err != nil:
+				t.Errorf("Parse: %v", err)
+			case c.RuntimeClasses["c"].SubPathUpdates != tc.want:
+				t.Errorf("subPathUpdates = %q, want %q", c.RuntimeClasses["c"].SubPathUpdates, tc.want)
+			}
+		})
+	}
+}

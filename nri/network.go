@@ -120,6 +120,9 @@ func (p *Plugin) release(ctrID string) {
 	if net := p.mounter(); net != nil {
 		net.Release(ctrID)
 	}
+	if f := p.liveFollower(); f != nil {
+		f.Stop(ctrID)
+	}
 	if c := p.subPathCopies(); c != nil {
 		if err := c.Remove(ctrID); err != nil {
 			p.log.WithField("container", ctrID).Warnf("remove the subPath copies: %v", err)
@@ -166,6 +169,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // remount. Only then do the mounts nobody uses begin their grace period.
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p.sweepCopies(ctrs)
+	p.syncLive(ctrs)
 	net := p.mounter()
 	if net == nil {
 		return nil, nil

@@ -56,6 +56,8 @@ type Plugin struct {
 
 	subPaths *subpath.Repairer // repairs stale subPath mounts, below cfg's kubelet root
 	copies   *subpath.Copies   // private copies of atomic-writer subPaths (made by subPaths); nil with subPathRepair off
+	follower *subpath.Follower // makes live copies follow their volume (live.go); nil with copies
+	live     *metrics.LiveSubPaths
 
 	metrics    *metrics.Metrics          // nil counts nothing
 	fallbacks  *metrics.SubPathFallbacks // nil counts nothing
@@ -129,7 +131,7 @@ func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (
 }
 
 // events are the events the plugin handles.
-var events = api.MustParseEventMask("RunPodSandbox,CreateContainer,RemoveContainer")
+var events = api.MustParseEventMask("RunPodSandbox,CreateContainer,PostStartContainer,StopContainer,RemoveContainer")
 
 func (p *Plugin) config() *configs.Config {
 	p.mu.RLock()
@@ -167,6 +169,7 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 	p.mu.Lock()
 	old := p.copies
 	p.cfg, p.net, p.subPaths, p.copies = cfg, net, subPaths, next
+	p.follower = p.followerForLocked(cfg, next)
 	p.rebuildLocked()
 	p.mu.Unlock()
 	if r, ok := held.(Reconfigurer); ok {
@@ -279,7 +282,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		Container: engine.Container{
 			Namespace: pod.GetNamespace(), Pod: pod.GetName(), Name: ctr.GetName(), ID: ctr.GetId(),
 		},
-		Mounts: ociMounts(ctr.GetMounts()),
+		Mounts:         ociMounts(ctr.GetMounts()),
+		PodAnnotations: pod.GetAnnotations(),
 	}
 	userns := hasUserNamespace(ctr)
 	req.Privileged = engine.PrivilegedMounts(req.Mounts, userns)
@@ -311,6 +315,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		log.Error(r.err)
 		return nil, nil, r.err
 	}
+	p.trackLive(log, ctr.GetId(), &r.d)
 	adj = adjustment(log, r.d, ctr.GetMounts(), userns)
 	if r.d.Configured {
 		p.markHandled(log, adj, cfg, ctr.GetId())
@@ -393,7 +398,7 @@ func adjustment(log *logrus.Entry, d engine.Decision, mounts []*api.Mount, usern
 		for _, m := range mounts {
 			if m.Source == c.Target.Path {
 				adjust.RemoveMount(m.Destination)
-				adjust.AddMount(fromCopy(m, c.Path, userns))
+				adjust.AddMount(fromCopy(m, c, userns))
 			}
 		}
 	}
@@ -434,15 +439,19 @@ func addedMessage(d engine.Decision) string {
 	return b.String()
 }
 
-// fromCopy is mount m bound from a private copy instead. In a container with a user namespace
+// fromCopy is mount m bound from private copy c instead. In a container with a user namespace
 // kubelet's volume mounts are idmapped (NRI does not show the mappings), so the copy is too:
-// runc maps an "idmap" mount with the container's own mappings.
-func fromCopy(m *api.Mount, copyPath string, userns bool) *api.Mount {
+// runc maps an "idmap" mount with the container's own mappings. A live copy is bound rslave,
+// so that its updates reach the container.
+func fromCopy(m *api.Mount, c subpath.Copy, userns bool) *api.Mount {
 	opts := append([]string(nil), m.Options...)
 	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
 		opts = append(opts, "idmap")
 	}
-	return &api.Mount{Destination: m.Destination, Type: m.Type, Source: copyPath, Options: opts}
+	if c.Live {
+		opts = livePropagation(opts)
+	}
+	return &api.Mount{Destination: m.Destination, Type: m.Type, Source: c.Path, Options: opts}
 }
 
 func hasUserNamespace(ctr *api.Container) bool {
@@ -534,6 +543,7 @@ func (p *Plugin) WithMetrics(m *metrics.Metrics) *Plugin {
 	p.metrics = m
 	p.fallbacks = metrics.NewSubPathFallbacks(subpath.Reasons)
 	m.Register(p.fallbacks.Collector())
+	p.withLiveMetrics(m)
 	return p
 }
 

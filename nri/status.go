@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 )
 
 // Status is what `mountkeeper status` shows of a running plugin.
@@ -14,6 +15,10 @@ type Status struct {
 	LastReload *ReloadResult `json:"lastReload,omitempty"`
 	// NetworkMounts are the network filesystems the plugin holds on the host.
 	NetworkMounts []NetworkMount `json:"networkMounts,omitempty"`
+	// LiveSubPaths are the live subPath copies: how many are followed, the old versions still
+	// held open (retiredCopies, retiredBytes: charged to their pods until freed) and the
+	// updates so far by result.
+	LiveSubPaths *subpath.LiveStatus `json:"liveSubPaths,omitempty"`
 }
 
 // NetworkMount is one network filesystem mounted on the host (netmount.MountStatus, which cmd
@@ -57,6 +62,7 @@ func (p *Plugin) Status() Status {
 	if r, ok := net.(MountReporter); ok {
 		st.NetworkMounts = r.NetworkMounts()
 	}
+	st.LiveSubPaths = p.liveStatus()
 	return st
 }
 

@@ -23,13 +23,7 @@ func TestSubPathCopyOverNRI(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
-	dir := shortDir(t)
-	t.Cleanup(func() { harness.UnmountAll(dir) })
-	kubelet := harness.KubeletPod{Root: filepath.Join(dir, "kubelet"), UID: "uid-1"}
-	vol := kubelet.VolumeDir("kubernetes.io~configmap", "cfg")
-	if _, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "v1", "gone.conf": "v1"}); err != nil {
-		t.Fatal(err)
-	}
+	dir, kubelet, vol := configMapPod(t, map[string]string{"app.conf": "v1", "gone.conf": "v1"})
 	app, err := kubelet.BindSubPath(vol, "cfg", "app", 0, "app.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -134,4 +128,18 @@ func TestSubPathCopyOverNRI(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "subpath", "uid-1", "ctr-2")); !os.IsNotExist(err) {
 		t.Errorf("copies left after a reload turned them off: %v", err)
 	}
+}
+
+// configMapPod is pod uid-1 of a kubelet root in a short temporary directory (unmounted when
+// the test ends) with configMap volume cfg written as the atomic writer does.
+func configMapPod(t *testing.T, files map[string]string) (dir string, kubelet harness.KubeletPod, vol string) {
+	t.Helper()
+	dir = shortDir(t)
+	t.Cleanup(func() { harness.UnmountAll(dir) })
+	kubelet = harness.KubeletPod{Root: filepath.Join(dir, "kubelet"), UID: "uid-1"}
+	vol = kubelet.VolumeDir("kubernetes.io~configmap", "cfg")
+	if _, err := harness.WriteAtomic(vol, files); err != nil {
+		t.Fatal(err)
+	}
+	return dir, kubelet, vol
 }

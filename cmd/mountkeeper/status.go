@@ -59,6 +59,9 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "last reload: %s, %s\n", r.At.Format("2006-01-02 15:04:05Z07:00"), verdict)
 	}
 	printNetworkMounts(stdout, st.NetworkMounts)
+	if l := st.LiveSubPaths; l != nil && (l.Paths > 0 || l.RetiredCopies > 0 || len(l.Updates) > 0) {
+		fmt.Fprintf(stdout, "live subPaths: %d followed, %d old versions held open (%d bytes), updates %v\n", l.Paths, l.RetiredCopies, l.RetiredBytes, l.Updates)
+	}
 	return nil
 }
 

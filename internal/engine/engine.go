@@ -46,6 +46,9 @@ type Request struct {
 	// hostUsers: false): its class mounts are idmapped to its mappings where the filesystem
 	// allows it (Engine.Idmap), and it gets no rshared mount.
 	UserNamespace bool
+	// PodAnnotations are the pod's annotations; only configs.LiveSubPathsAnnotation is read,
+	// and only for a class with subPathUpdates: podOptIn.
+	PodAnnotations map[string]string
 }
 
 // Decision is what mountkeeper does to one container.
@@ -64,6 +67,9 @@ type Decision struct {
 	// Fallbacks are the subPath mounts that keep kubelet's bind because they could not be
 	// copied or repaired; the container is not refused for them.
 	Fallbacks []subpath.Fallback
+	// LiveNotes say why copies the class would have made live stay static, one line each
+	// (logged at warning).
+	LiveNotes []string
 }
 
 // Edits are the decision's changes to the container's spec.
@@ -147,6 +153,9 @@ func (e *Engine) decide(ctx context.Context, r *Request) (Decision, error) {
 	if r.Stage == BeforeCreate && e.SubPaths != nil && e.Config.SubPathRepair {
 		f, err := e.fixSubPaths(r.Container.ID, r.Mounts)
 		d.Copies, d.Repairs, d.Fallbacks = f.copies, f.repairs, f.fallbacks
+		if ok {
+			d.LiveNotes = markLive(rc, r.PodAnnotations, r.UserNamespace, d.Copies, r.Mounts)
+		}
 		if err != nil {
 			return d, Refuse(r.Handler, r.Container, WithReason(ReasonSubPath, err))
 		}

@@ -85,7 +85,7 @@ func (d Decision) LogRepairs(log *logrus.Entry) {
 	}
 	for _, c := range d.Copies {
 		log.WithFields(logrus.Fields{
-			"volume": c.Target.Volume, "kind": c.Kind, "subPath": c.SubPath, "copy": c.Path, "bytes": c.Bytes, "entries": c.Entries,
+			"volume": c.Target.Volume, "kind": c.Kind, "subPath": c.SubPath, "copy": c.Path, "bytes": c.Bytes, "entries": c.Entries, "live": c.Live,
 		}).Infof("subPath mount %s: bound from a private copy", c.Target.Path)
 	}
 	for _, f := range d.Fallbacks {

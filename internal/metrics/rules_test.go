@@ -142,6 +142,9 @@ func exportedNames(t *testing.T) map[string]bool {
 	}
 	m.Register(GuardRefusals(func() string { return dir }, func(error) {}))
 	m.Register(NewSubPathFallbacks(subpath.Reasons).Collector())
+	for _, c := range NewLiveSubPaths(subpath.UpdateResults, func() (int, int64) { return 0, 0 }).Collectors() {
+		m.Register(c)
+	}
 	m.Decision("c", Added, "", 0)
 	m.Reload(true)
 	names := map[string]bool{}

@@ -43,3 +43,50 @@ func (f *SubPathFallbacks) Count(reason string) {
 		f.c.WithLabelValues(reason).Inc()
 	}
 }
+
+// LiveSubPaths counts the updates of live subPath copies (issue 25) and shows what they hold:
+//
+//	mountkeeper_live_subpath_updates_total{result}  applied, over_budget, refused, failed
+//	mountkeeper_live_subpath_paths                  live subPath copies followed now
+//	mountkeeper_live_subpath_retired_bytes          old versions still held open by a process,
+//	                                                charged to their pods until freed
+type LiveSubPaths struct {
+	updates *prometheus.CounterVec
+	paths   prometheus.GaugeFunc
+	retired prometheus.GaugeFunc
+}
+
+// NewLiveSubPaths returns the collectors, every result in results at 0; status reports the
+// paths followed and the bytes retired.
+func NewLiveSubPaths(results []string, status func() (paths int, retiredBytes int64)) *LiveSubPaths {
+	l := &LiveSubPaths{
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mountkeeper_live_subpath_updates_total",
+			Help: "Updates of live subPath copies, by result (applied; over_budget, refused, failed: not applied, the container keeps the content it has).",
+		}, []string{"result"}),
+		paths: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mountkeeper_live_subpath_paths",
+			Help: "Live subPath copies followed now.",
+		}, func() float64 { n, _ := status(); return float64(n) }),
+		retired: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mountkeeper_live_subpath_retired_bytes",
+			Help: "Bytes of old versions of live subPath copies that a process still holds open, charged to their pods until freed.",
+		}, func() float64 { _, b := status(); return float64(b) }),
+	}
+	for _, r := range results {
+		l.updates.WithLabelValues(r)
+	}
+	return l
+}
+
+// Collectors are what to register.
+func (l *LiveSubPaths) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{l.updates, l.paths, l.retired}
+}
+
+// Count counts one update with result. A nil *LiveSubPaths counts nothing.
+func (l *LiveSubPaths) Count(result string) {
+	if l != nil {
+		l.updates.WithLabelValues(result).Inc()
+	}
+}

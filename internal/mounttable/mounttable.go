@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
@@ -322,3 +323,17 @@ func PropagationByID(id uint64) (shared, slave bool, err error) {
 	prop := binary.LittleEndian.Uint64(buf[smMntPropagation:])
 	return prop&unix.MS_SHARED != 0, prop&unix.MS_SLAVE != 0, nil
 }
+
+// moveMountBeneath is MOVE_MOUNT_BENEATH (Linux >= 6.5), not in x/sys/unix yet.
+const moveMountBeneath = 0x200
+
+// CanMountBeneath says whether the kernel knows MOVE_MOUNT_BENEATH: nil if it does. move_mount
+// checks its flags before anything else: an unknown flag is EINVAL, a known one gets as far as
+// the bad descriptor (EBADF). Asked once.
+var CanMountBeneath = sync.OnceValue(func() error {
+	err := unix.MoveMount(-1, "", -1, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH|moveMountBeneath)
+	if err == unix.EINVAL {
+		return errors.New("the kernel does not know MOVE_MOUNT_BENEATH (Linux 6.5 or newer has it)")
+	}
+	return nil
+})

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // Copies of atomic-writer subPaths (kubernetes #127602).
@@ -67,6 +69,13 @@ type Copy struct {
 	Path    string // the copy: a file or directory below the copy dir
 	Bytes   int64  // what it was charged (entries rounded up to pages)
 	Entries int64
+	// VolumeDir is the volume's directory and Data what its ..data named when the copy was
+	// made (read before the copy: a later value means newer content), for live updates.
+	VolumeDir, Data string
+	// Live says the copy follows updates of its volume (Follower); set by the engine. Idmap
+	// says its layers are idmapped with the container's user namespace, as the runtime
+	// idmaps the container's bind of it.
+	Live, Idmap bool
 }
 
 // usage is what copies were charged.
@@ -161,7 +170,12 @@ func (c *Copies) copy(ctx context.Context, id string, t Target) (Copy, bool, err
 }
 
 func (c *Copies) copyAttempts(ctx context.Context, id string, t Target) (Copy, bool, error) {
-	dst := filepath.Join(c.Dir, t.PodUID, id, t.Volume, strconv.Itoa(t.Index))
+	return c.copyTo(ctx, id, t, filepath.Join(c.Dir, t.PodUID, id, t.Volume, strconv.Itoa(t.Index)))
+}
+
+// copyTo makes container id's copy of target t at dst (a live update's new version names its
+// own).
+func (c *Copies) copyTo(ctx context.Context, id string, t Target, dst string) (Copy, bool, error) {
 	err := errChanged
 	for range copyAttempts {
 		l, lerr := c.r.locate(t, false, true)
@@ -171,7 +185,7 @@ func (c *Copies) copyAttempts(ctx context.Context, id string, t Target) (Copy, b
 		case lerr != nil:
 			return Copy{}, true, lerr
 		}
-		cp := Copy{Target: t, Kind: l.kind, SubPath: l.res.SubPath, Path: dst}
+		cp := Copy{Target: t, Kind: l.kind, SubPath: l.res.SubPath, Path: dst, VolumeDir: l.volPath, Data: readData(l.volDir)}
 		var used usage
 		used, err = c.copyLocated(ctx, id, l, dst)
 		what := l.what
@@ -229,6 +243,41 @@ func (c *Copies) copyLocated(ctx context.Context, id string, l *located, dst str
 	cc.entries += ch.used.entries
 	c.ctrs[id] = cc
 	return ch.used, nil
+}
+
+// readData is what the ..data link of the volume directory dir names now ("" if none).
+func readData(dir *Node) string {
+	var buf [256]byte
+	n, err := unix.Readlinkat(dir.fd, "..data", buf[:])
+	if err != nil {
+		return ""
+	}
+	return string(buf[:n])
+}
+
+// release returns used, what one of container id's copies in pod was charged, once the copy
+// is gone (a live update's old version).
+func (c *Copies) release(id, pod string, used usage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.uncharge(pod, used)
+	if cc, ok := c.ctrs[id]; ok {
+		cc.bytes = max(cc.bytes-used.bytes, 0)
+		cc.entries = max(cc.entries-used.entries, 0)
+		c.ctrs[id] = cc
+	}
+}
+
+// removeCopyDir removes a container's copy directory; a live copy's mounts (Follower) are
+// detached first, which a plain removal meets as EBUSY.
+func removeCopyDir(dir string) error {
+	err := os.RemoveAll(dir)
+	if errors.Is(err, unix.EBUSY) {
+		if err = (liveLayers{}).detachBelow(dir); err == nil {
+			err = os.RemoveAll(dir)
+		}
+	}
+	return err
 }
 
 // removeEmpty removes dir and its parents up to and including top while they are empty.
@@ -315,7 +364,7 @@ func (c *Copies) Remove(id string) error {
 	defer c.mu.Unlock()
 	if cc, ok := c.ctrs[id]; ok {
 		delete(c.ctrs, id)
-		err := os.RemoveAll(filepath.Join(c.Dir, cc.pod, id))
+		err := removeCopyDir(filepath.Join(c.Dir, cc.pod, id))
 		c.uncharge(cc.pod, cc.usage)
 		c.removeEmpty(filepath.Join(c.Dir, cc.pod), filepath.Join(c.Dir, cc.pod))
 		return err
@@ -324,7 +373,7 @@ func (c *Copies) Remove(id string) error {
 	dirs, _ := filepath.Glob(filepath.Join(c.Dir, "*", id))
 	var errs []error
 	for _, d := range dirs {
-		errs = append(errs, os.RemoveAll(d))
+		errs = append(errs, removeCopyDir(d))
 		pod := filepath.Dir(d)
 		delete(c.pods, filepath.Base(pod)) // counted again from Dir on next use
 		c.removeEmpty(pod, pod)
@@ -357,7 +406,7 @@ func (c *Copies) Sweep(keep map[string]bool) ([]string, error) {
 			if keep[e.Name()] {
 				continue
 			}
-			if err := os.RemoveAll(filepath.Join(podDir, e.Name())); err != nil {
+			if err := removeCopyDir(filepath.Join(podDir, e.Name())); err != nil {
 				errs = append(errs, err)
 				continue
 			}

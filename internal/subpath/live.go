@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -152,14 +151,10 @@ func (Live) Detach(n *Node) error {
 // moveMountBeneath is MOVE_MOUNT_BENEATH (Linux >= 6.5), not in x/sys/unix yet.
 const moveMountBeneath = 0x200
 
-// canMountBeneath says whether the kernel knows MOVE_MOUNT_BENEATH. move_mount checks its
-// flags before anything else: an unknown flag is EINVAL, a known one gets as far as the bad
-// descriptor (EBADF). Asking once keeps EINVAL for other reasons (a mount the kernel will not
-// put beneath this one) an error instead of a reason to fall back to detach-then-attach.
-var canMountBeneath = sync.OnceValue(func() bool {
-	err := unix.MoveMount(-1, "", -1, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH|moveMountBeneath)
-	return err != unix.EINVAL
-})
+// canMountBeneath says whether the kernel knows MOVE_MOUNT_BENEATH (asked once): EINVAL for
+// other reasons (a mount the kernel will not put beneath this one) stays an error instead of
+// a reason to fall back to detach-then-attach.
+func canMountBeneath() bool { return mounttable.CanMountBeneath() == nil }
 
 // Attach is move_mount(2) from descriptor to descriptor. The attached mount propagates as
 // the clone came out of open_tree, which is what a bind with mount(2) gets: a clone of a

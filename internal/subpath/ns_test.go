@@ -93,7 +93,7 @@ func (k *kubelet) writeAtomic(volDir string, files map[string]entry) string {
 	t := k.t
 	t.Helper()
 	k.ts++
-	ts := fmt.Sprintf("..2026_11_22_07_00_%02d.%09d", k.ts, k.ts)
+	ts := fmt.Sprintf("..2026_11_22_07_%02d_%02d.%09d", k.ts/60, k.ts%60, k.ts)
 	writeTree(t, filepath.Join(volDir, ts), files)
 	old, _ := os.Readlink(filepath.Join(volDir, "..data"))
 	must(t, os.Symlink(ts, filepath.Join(volDir, "..data_tmp")))

@@ -1,0 +1,477 @@
+package subpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Live subPath updates (issue 25, kubernetes #50345).
+//
+// A live copy follows its volume: when kubelet's atomic writer renames ..data over to new
+// content, the Follower makes a new versioned copy of what the subPath names now, with the
+// same safe resolution and budget as the first copy, and puts it as a mount layer on the
+// copy's path, which propagates into the container (layers.go). One inotify instance watches
+// every volume directory with live copies; one worker per volume applies its updates, one at
+// a time and coalesced: a worker woken several times while it copies copies once more, the
+// newest ..data. All live copies of one volume (every container, every subPath) are switched
+// in one pass, one after the other: each path switches atomically, the set does not.
+//
+// Every live copy of a container goes with it (Stop, Remove): its watch, and its worker when
+// it was the volume's last. An old version is detached at once; it stays, charged to the
+// pod's budget and shown as retired, until a scan of /proc finds nobody holding it, and is
+// removed then (retired.go).
+
+// Results of an update, the label of mountkeeper_live_subpath_updates_total.
+const (
+	UpdateApplied    = "applied"
+	UpdateOverBudget = "over_budget" // the new content does not fit the pod's budget: not applied
+	UpdateRefused    = "refused"     // it cannot be copied safely (a symlink out of the volume, a FIFO, gone)
+	UpdateFailed     = "failed"      // the mount steps failed; the container keeps what it has
+)
+
+// UpdateResults are the results, for counters that show each at 0.
+var UpdateResults = []string{UpdateApplied, UpdateOverBudget, UpdateRefused, UpdateFailed}
+
+// Update is one update of one live copy, for the front end's log line and metrics.
+type Update struct {
+	Container string
+	Copy      Copy // the live copy; Copy.Path is its path in the container's mount
+	Version   int  // the version now shown (on UpdateApplied)
+	Result    string
+	Err       error
+}
+
+// updateTimeout bounds the copy of one new version.
+const updateTimeout = 10 * time.Second
+
+// Follower makes live copies follow their volumes.
+type Follower struct {
+	copies    *Copies
+	ops       layerOps
+	statePath string
+	onUpdate  func(Update)
+	w         *watcher
+	ctx       context.Context
+	cancel    context.CancelFunc
+
+	mu      sync.Mutex
+	paths   map[string]*livePath  // by copy path
+	vols    map[string]*volWorker // by volume directory
+	retired []*retiredCopy        // old versions, until nobody holds them
+	scanner chan struct{}         // closed to stop the scanner goroutine; nil while none runs
+	scanned chan struct{}         // closed when it ended
+	counts  map[string]int64      // updates by result
+	pids    map[string]uint32     // a started container's process, for its user namespace
+	userns  map[string]int        // user namespace descriptors of containers, opened on need
+	// scanInterval is how often the retired copies are looked for in /proc while any exist.
+	scanInterval time.Duration
+}
+
+// livePath is one live copy.
+type livePath struct {
+	ctr      string
+	cp       Copy   // the first copy: cp.Path is the base
+	baseRoot string // the base mount's root within the copy tmpfs
+	mu       sync.Mutex
+	// Guarded by mu:
+	armed   bool   // the container's runtime bound the path: updates may go on
+	gone    bool   // no longer followed
+	version int    // the version shown, 0 the first copy
+	current string // the version's path, "" the base itself
+	used    usage  // what the version shown was charged
+	data    string // what ..data named when the version shown was copied
+}
+
+func (lp *livePath) versionPath(v int) string { return fmt.Sprintf("%s.v%d", lp.cp.Path, v) }
+
+// volWorker applies the updates of one volume.
+type volWorker struct {
+	kick  chan struct{} // capacity 1: kicks while it works coalesce
+	stop  chan struct{}
+	done  chan struct{}
+	users int
+}
+
+// NewFollower returns a Follower of the copies c makes, recording its live copies in
+// statePath; onUpdate is told each update (nil: nobody).
+func (c *Copies) NewFollower(statePath string, onUpdate func(Update)) *Follower {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Follower{
+		copies: c, ops: liveLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
+		paths: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
+		pids: map[string]uint32{}, userns: map[string]int{},
+		scanInterval: 2 * time.Second,
+	}
+	if f.onUpdate == nil {
+		f.onUpdate = func(Update) {}
+	}
+	f.w = newWatcher(f.kick)
+	return f
+}
+
+// Dir is the directory of the copies it follows.
+func (f *Follower) Dir() string { return f.copier().Dir }
+
+// UseCopies makes f charge and copy through c from now on: the copier of a config reloaded
+// with the same copy directory (and maybe other budgets).
+func (f *Follower) UseCopies(c *Copies) {
+	f.mu.Lock()
+	f.copies = c
+	f.mu.Unlock()
+}
+
+func (f *Follower) copier() *Copies {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.copies
+}
+
+// Track makes container id's live copies among copies follow their volumes once the
+// container runs (Arm): each copy's path becomes a mount point of its own now, before the
+// runtime binds it. It returns the copies it could not make live, with why; they stay
+// static copies, which the front end binds as before.
+func (f *Follower) Track(id string, copies []Copy) map[string]error {
+	failed := map[string]error{}
+	for _, cp := range copies {
+		if !cp.Live {
+			continue
+		}
+		if err := f.track(id, cp); err != nil {
+			failed[cp.Path] = err
+		}
+	}
+	f.save()
+	return failed
+}
+
+func (f *Follower) track(id string, cp Copy) error {
+	if cp.VolumeDir == "" {
+		return errors.New("the copy does not name its volume directory")
+	}
+	if err := f.ops.makeBase(cp.Path); err != nil {
+		return fmt.Errorf("make %s a mount point of its own: %w", cp.Path, err)
+	}
+	root, err := f.baseRoot(cp.Path)
+	if err == nil {
+		err = f.follow(&livePath{ctr: id, cp: cp, baseRoot: root, data: cp.Data})
+	}
+	if err != nil {
+		_ = f.ops.detachBelow(cp.Path)
+		return err
+	}
+	return nil
+}
+
+// baseRoot is the root, within the copy tmpfs, of the mount at path (the base, right after
+// makeBase).
+func (f *Follower) baseRoot(path string) (string, error) {
+	n, err := openPath(path)
+	if err != nil {
+		return "", err
+	}
+	defer n.Close()
+	m, err := Live{}.Mount(n)
+	if err != nil {
+		return "", err
+	}
+	return m.Root, nil
+}
+
+// follow registers lp and watches its volume.
+func (f *Follower) follow(lp *livePath) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.ctx.Err(); err != nil {
+		return err
+	}
+	vw := f.vols[lp.cp.VolumeDir]
+	if vw == nil {
+		if err := f.w.add(lp.cp.VolumeDir); err != nil {
+			return err
+		}
+		vw = &volWorker{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		f.vols[lp.cp.VolumeDir] = vw
+		go f.work(lp.cp.VolumeDir, vw)
+	}
+	vw.users++
+	f.paths[lp.cp.Path] = lp
+	return nil
+}
+
+// Arm lets the updates of container id's live copies go on: its runtime bound them (NRI
+// PostStartContainer). An update that came since the copy was made is applied at once. pid
+// is the container's process (0: unknown), whose user namespace idmaps the layers of its
+// copies with Copy.Idmap.
+func (f *Follower) Arm(id string, pid uint32) {
+	f.SetPid(id, pid)
+	for _, lp := range f.ofContainer(id) {
+		lp.mu.Lock()
+		lp.armed = true
+		lp.mu.Unlock()
+		f.kick(lp.cp.VolumeDir)
+	}
+}
+
+// SetPid records container id's process (Synchronize, before Resume).
+func (f *Follower) SetPid(id string, pid uint32) {
+	if pid == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.pids[id] = pid
+	f.mu.Unlock()
+}
+
+// usernsOf is a descriptor of container id's user namespace, opened from its process once.
+func (f *Follower) usernsOf(id string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fd, ok := f.userns[id]; ok {
+		return fd, nil
+	}
+	pid := f.pids[id]
+	if pid == 0 {
+		return -1, errors.New("the container's process is not known: no user namespace to idmap the new version with")
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("the container's user namespace: %w", err)
+	}
+	f.userns[id] = fd
+	return fd, nil
+}
+
+func (f *Follower) ofContainer(id string) []*livePath {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*livePath
+	for _, lp := range f.paths {
+		if lp.ctr == id {
+			out = append(out, lp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].cp.Path < out[j].cp.Path })
+	return out
+}
+
+// kick wakes the worker of volume dir.
+func (f *Follower) kick(dir string) {
+	f.mu.Lock()
+	vw := f.vols[dir]
+	f.mu.Unlock()
+	if vw != nil {
+		select {
+		case vw.kick <- struct{}{}:
+		default: // a kick is pending: it sees the newest ..data
+		}
+	}
+}
+
+func (f *Follower) work(dir string, vw *volWorker) {
+	defer close(vw.done)
+	for {
+		select {
+		case <-vw.stop:
+			return
+		case <-vw.kick:
+			f.mu.Lock()
+			var lps []*livePath
+			for _, lp := range f.paths {
+				if lp.cp.VolumeDir == dir {
+					lps = append(lps, lp)
+				}
+			}
+			f.mu.Unlock()
+			sort.Slice(lps, func(i, j int) bool { return lps[i].cp.Path < lps[j].cp.Path })
+			changed := false
+			for _, lp := range lps {
+				changed = f.update(lp) || changed
+			}
+			if changed {
+				f.save()
+			}
+		}
+	}
+}
+
+// update puts what lp's subPath names now on lp's path, if ..data changed since its version
+// was copied. It says whether lp changed.
+func (f *Follower) update(lp *livePath) bool {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.gone || !lp.armed {
+		return false
+	}
+	data, err := os.Readlink(filepath.Join(lp.cp.VolumeDir, "..data"))
+	if err != nil || data == lp.data {
+		return false
+	}
+	next := lp.version + 1
+	dst := lp.versionPath(next)
+	ctx, cancel := context.WithTimeout(f.ctx, updateTimeout)
+	copies := f.copier()
+	cp, _, err := copies.copyTo(ctx, lp.ctr, lp.cp.Target, dst)
+	cancel()
+	u := Update{Container: lp.ctr, Copy: lp.cp, Version: lp.version}
+	switch {
+	case errors.Is(err, ErrOverBudget):
+		u.Result, u.Err = UpdateOverBudget, err
+	case err != nil:
+		u.Result, u.Err = UpdateRefused, err
+	}
+	userns := -1
+	if err == nil && lp.cp.Idmap {
+		userns, err = f.usernsOf(lp.ctr)
+		if err != nil {
+			_ = os.RemoveAll(dst)
+			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
+			u.Result, u.Err = UpdateFailed, err
+		}
+	}
+	if err == nil {
+		if err = f.ops.putLayer(lp.cp.Path, lp.baseRoot, dst, userns); err != nil {
+			_ = os.RemoveAll(dst)
+			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
+			u.Result, u.Err = UpdateFailed, err
+		}
+	}
+	// Not tried again for the same ..data: a refused update waits for the next one.
+	lp.data = data
+	if err != nil {
+		f.count(u)
+		return true
+	}
+	old := retiredCopy{ctr: lp.ctr, pod: lp.cp.Target.PodUID, path: lp.current, used: lp.used}
+	if old.path == "" {
+		old.path, old.base = lp.cp.Path, true
+		old.used = usage{lp.cp.Bytes, lp.cp.Entries}
+	}
+	lp.version, lp.current, lp.used = next, dst, usage{cp.Bytes, cp.Entries}
+	if cp.Data != "" {
+		lp.data = cp.Data
+	}
+	f.retire(old)
+	u.Result, u.Version = UpdateApplied, next
+	f.count(u)
+	return true
+}
+
+func (f *Follower) count(u Update) {
+	f.mu.Lock()
+	f.counts[u.Result]++
+	f.mu.Unlock()
+	f.onUpdate(u)
+}
+
+// Stop stops following container id's live copies (NRI StopContainer, RemoveContainer): their
+// watches and workers go, the mounts stay until the copies are removed (Copies.Remove), and
+// the old versions it holds are no longer counted.
+func (f *Follower) Stop(id string) { f.stop(id, true) }
+
+// stop is Stop; without save the state file keeps the container (a closing agent leaves it
+// for its successor, Resume).
+func (f *Follower) stop(id string, save bool) {
+	var stops []*volWorker
+	var unwatch []string
+	var gone []*livePath
+	f.mu.Lock()
+	for p, lp := range f.paths {
+		if lp.ctr != id {
+			continue
+		}
+		delete(f.paths, p)
+		gone = append(gone, lp)
+		if vw := f.vols[lp.cp.VolumeDir]; vw != nil {
+			if vw.users--; vw.users == 0 {
+				delete(f.vols, lp.cp.VolumeDir)
+				stops = append(stops, vw)
+				unwatch = append(unwatch, lp.cp.VolumeDir)
+			}
+		}
+	}
+	f.dropRetiredLocked(id)
+	if fd, ok := f.userns[id]; ok {
+		unix.Close(fd)
+		delete(f.userns, id)
+	}
+	delete(f.pids, id)
+	f.mu.Unlock()
+	// Lock order: a livePath's mu before f.mu (an update takes f.mu under its path's).
+	for _, lp := range gone {
+		lp.mu.Lock() // waits for an update under way
+		lp.gone = true
+		lp.mu.Unlock()
+	}
+	for _, dir := range unwatch {
+		f.w.remove(dir) // not under f.mu: its goroutine may be in kick
+	}
+	for _, vw := range stops {
+		close(vw.stop)
+		<-vw.done
+	}
+	if save {
+		f.save()
+	}
+}
+
+// Keep stops following the live copies of every container not in running (Synchronize: the
+// containers that went while the agent was away or that no longer run).
+func (f *Follower) Keep(running map[string]bool) {
+	f.mu.Lock()
+	var gone []string
+	for _, lp := range f.paths {
+		if !running[lp.ctr] {
+			gone = append(gone, lp.ctr)
+		}
+	}
+	f.mu.Unlock()
+	for _, id := range gone {
+		f.Stop(id)
+	}
+}
+
+// Close stops everything: workers, watches, the scanner. The mounts stay.
+func (f *Follower) Close() {
+	f.cancel()
+	f.mu.Lock()
+	ids := map[string]bool{}
+	for _, lp := range f.paths {
+		ids[lp.ctr] = true
+	}
+	f.mu.Unlock()
+	for id := range ids {
+		f.stop(id, false)
+	}
+	f.w.close()
+	f.stopScanner()
+}
+
+// LiveStatus is what status shows of the live copies.
+type LiveStatus struct {
+	Paths         int              `json:"paths"`
+	RetiredCopies int              `json:"retiredCopies"`
+	RetiredBytes  int64            `json:"retiredBytes"`
+	Updates       map[string]int64 `json:"updates,omitempty"`
+}
+
+// Status reports the live copies, the old versions still held open and the updates so far.
+func (f *Follower) Status() LiveStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := LiveStatus{Paths: len(f.paths), RetiredCopies: len(f.retired), Updates: map[string]int64{}}
+	for _, r := range f.retired {
+		st.RetiredBytes += r.used.bytes
+	}
+	for k, v := range f.counts {
+		st.Updates[k] = v
+	}
+	return st
+}

@@ -1,0 +1,493 @@
+package subpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/test/privatens"
+)
+
+// TestFollowerInNamespace runs live subPath updates with real mounts: a reader in a mount
+// namespace of its own holds rslave binds of the copies, as a container does.
+func TestFollowerInNamespace(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	t.Run("100 atomic updates: every read whole, every open after a switch new", testFollow100)
+	t.Run("a version over the pod's budget is not applied", testFollowBudget)
+	t.Run("a symlink out of the volume in the new ..data is refused", testFollowSymlinkOut)
+	t.Run("a new Follower resumes from the state file and applies a missed update", testFollowResume)
+}
+
+// version is the content of version v of a file of the volume: a header naming v, then enough
+// to span several pages, so that a partial or mixed read shows.
+func version(v int, name string, size int) string {
+	head := fmt.Sprintf("v%03d %s|", v, name)
+	return head + strings.Repeat(string(rune('a'+v%26)), size-len(head))
+}
+
+// parseVersion returns the version of a whole file read as content, or an error saying why
+// it is not one.
+func parseVersion(b []byte, name string, size int) (int, error) {
+	if len(b) == 0 {
+		return 0, errors.New("empty")
+	}
+	if len(b) != size {
+		return 0, fmt.Errorf("partial: %d bytes of %d", len(b), size)
+	}
+	v, err := strconv.Atoi(string(b[1:4]))
+	if err != nil || string(b) != version(v, name, size) {
+		return 0, fmt.Errorf("mixed content %q...", b[:min(len(b), 16)])
+	}
+	return v, nil
+}
+
+const (
+	fileSize = 3*4096 + 17
+	dirSize  = 4096 + 5
+)
+
+func payload(v int) map[string]entry {
+	return map[string]entry{
+		"app.conf": file(version(v, "app.conf", fileSize)),
+		"conf/a":   file(version(v, "a", dirSize)),
+		"conf/b":   file(version(v, "b", dirSize)),
+	}
+}
+
+// liveSetup is a pod with a configMap volume, a file and a directory subPath of container
+// "ctr1" copied live, and a Follower that reports its updates on a channel.
+type liveSetup struct {
+	k          *kubelet
+	vol        string
+	c          *Copies
+	f          *Follower
+	copies     []Copy
+	updates    chan Update
+	statePath  string
+	fileCopy   string
+	dirCopy    string
+	goroutines int
+}
+
+func newLiveSetup(t *testing.T, b Budget, first map[string]entry) *liveSetup {
+	t.Helper()
+	k := newKubelet(t)
+	s := &liveSetup{k: k, updates: make(chan Update, 1000), goroutines: runtime.NumGoroutine()}
+	s.vol = k.volume(configMap, "cfg", true)
+	k.writeAtomic(s.vol, first)
+	fileT := k.bind(s.vol, "cfg", "app", 0, "app.conf")
+	dirT := k.bind(s.vol, "cfg", "app", 1, "conf")
+	s.c = newCopies(t, k, b)
+	copies, rest, fbs := s.c.CopySources(context.Background(), "ctr1", []string{fileT.Path, dirT.Path})
+	if len(copies) != 2 || len(rest) != 0 || len(fbs) != 0 {
+		t.Fatalf("copies %v, rest %v, fallbacks %v", copies, rest, fbs)
+	}
+	for i := range copies {
+		copies[i].Live = true
+	}
+	s.copies = copies
+	s.fileCopy, s.dirCopy = copies[0].Path, copies[1].Path
+	s.statePath = filepath.Join(t.TempDir(), "live.json")
+	s.f = s.c.NewFollower(s.statePath, func(u Update) { s.updates <- u })
+	if failed := s.f.Track("ctr1", copies); len(failed) != 0 {
+		t.Fatalf("Track: %v", failed)
+	}
+	t.Cleanup(func() {
+		s.f.Close()
+		must(t, s.c.Remove("ctr1"))
+	})
+	return s
+}
+
+// wait waits for n updates and returns them.
+func (s *liveSetup) wait(t *testing.T, n int) []Update {
+	t.Helper()
+	var got []Update
+	timeout := time.After(20 * time.Second)
+	for len(got) < n {
+		select {
+		case u := <-s.updates:
+			got = append(got, u)
+		case <-timeout:
+			t.Fatalf("%d of %d updates after 20s: %+v", len(got), n, got)
+		}
+	}
+	return got
+}
+
+// reader is a "container": a thread in a mount namespace of its own where / is rslave (as
+// runc makes it) and the copies are bound with MS_BIND|MS_REC and made rslave, as the runtime
+// binds a live subPath.
+type reader struct {
+	file, dir string // where the copies are bound in its namespace
+	reqs      chan func()
+	done      chan struct{}
+}
+
+func newReader(t *testing.T, fileCopy, dirCopy string) *reader {
+	t.Helper()
+	base := t.TempDir()
+	r := &reader{file: filepath.Join(base, "app.conf"), dir: filepath.Join(base, "conf"), reqs: make(chan func()), done: make(chan struct{})}
+	must(t, os.WriteFile(r.file, nil, 0o644))
+	must(t, os.Mkdir(r.dir, 0o755))
+	ready := make(chan error)
+	go func() {
+		defer close(r.done)
+		runtime.LockOSThread() // never unlocked: the thread ends with its namespace
+		err := unix.Unshare(unix.CLONE_NEWNS)
+		if err == nil {
+			err = unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, "")
+		}
+		for _, b := range [][2]string{{fileCopy, r.file}, {dirCopy, r.dir}} {
+			if err == nil {
+				err = unix.Mount(b[0], b[1], "", unix.MS_BIND|unix.MS_REC, "")
+			}
+			if err == nil {
+				err = unix.Mount("", b[1], "", unix.MS_SLAVE|unix.MS_REC, "")
+			}
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		for f := range r.reqs {
+			f()
+		}
+	}()
+	must(t, <-ready)
+	t.Cleanup(r.close)
+	return r
+}
+
+// do runs f in the reader's namespace.
+func (r *reader) do(f func()) {
+	ran := make(chan struct{})
+	r.reqs <- func() { defer close(ran); f() } // f must not call t.Fatal: the thread is the namespace
+	<-ran
+}
+
+func (r *reader) close() {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	close(r.reqs)
+	<-r.done
+}
+
+// readFile reads the file subPath: its version or what is wrong.
+func (r *reader) readFile() (int, error) {
+	b, err := os.ReadFile(r.file)
+	if err != nil {
+		return 0, err
+	}
+	return parseVersion(b, "app.conf", fileSize)
+}
+
+// readDir reads the directory subPath through one descriptor of it: both files must be of
+// the same version.
+func (r *reader) readDir() (int, error) {
+	fd, err := unix.Open(r.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	var vs [2]int
+	for i, name := range []string{"a", "b"} {
+		f, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, err
+		}
+		file := os.NewFile(uintptr(f), name)
+		b := make([]byte, dirSize+1)
+		n, err := readFull(file, b)
+		file.Close()
+		if err != nil {
+			return 0, err
+		}
+		if vs[i], err = parseVersion(b[:n], name, dirSize); err != nil {
+			return 0, err
+		}
+	}
+	if vs[0] != vs[1] {
+		return 0, fmt.Errorf("the directory mixes versions %d and %d", vs[0], vs[1])
+	}
+	return vs[0], nil
+}
+
+func readFull(f *os.File, b []byte) (int, error) {
+	n, err := io.ReadFull(f, b)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = nil
+	}
+	return n, err
+}
+
+// mountsHere counts the mounts at path in the calling thread's mount namespace.
+func mountsHere(t *testing.T, path string) int {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	must(t, err)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			n++
+		}
+	}
+	return n
+}
+
+// tmpfsUsed is what the copy tmpfs holds, in bytes.
+func tmpfsUsed(t *testing.T, dir string) int64 {
+	var st unix.Statfs_t
+	must(t, unix.Statfs(dir, &st))
+	return int64(st.Blocks-st.Bfree) * st.Bsize
+}
+
+// testFollow100: 100 atomic-writer updates while the reader reads both subPaths in a tight
+// loop: no empty, partial, mixed, ENOENT or EBUSY read; versions never go back; an open after
+// each switch sees the new version; a descriptor opened before a switch keeps the old one; at
+// most 3 mounts at the reader's path and 2 at the copy's (the reader's own bind, or the base,
+// and at most 2 layers); after the updates, 2 at the copy's path; the copy tmpfs holds one
+// copy per path again; a version held open is retired (counted) until it is closed.
+func testFollow100(t *testing.T) {
+	s := newLiveSetup(t, bigBudget, payload(0))
+	used0 := tmpfsUsed(t, s.c.Dir)
+	r := newReader(t, s.fileCopy, s.dirCopy)
+	opener := newReader(t, s.fileCopy, s.dirCopy) // opens once after each switch
+	s.f.Arm("ctr1", 0)
+
+	// The tight loop runs on the reader's thread between the test's requests.
+	stop := make(chan struct{})
+	type bad struct{ what, err string }
+	result := make(chan []bad, 1)
+	maxMounts := 0
+	go r.do(func() {
+		var bads []bad
+		last := [2]int{}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				result <- bads
+				return
+			default:
+			}
+			for j, read := range []func() (int, error){r.readFile, r.readDir} {
+				v, err := read()
+				switch {
+				case err != nil:
+					if len(bads) < 20 {
+						bads = append(bads, bad{[]string{"file", "dir"}[j], err.Error()})
+					}
+				case v < last[j]:
+					bads = append(bads, bad{[]string{"file", "dir"}[j], fmt.Sprintf("version %d after %d", v, last[j])})
+				default:
+					last[j] = v
+				}
+			}
+			if i%50 == 0 {
+				maxMounts = max(maxMounts, mountsHere(t, r.file), mountsHere(t, r.dir))
+			}
+		}
+	})
+	maxHost := 0
+	var held *os.File
+	for v := 1; v <= 100; v++ {
+		s.k.writeAtomic(s.vol, payload(v))
+		for _, u := range s.wait(t, 2) {
+			if u.Result != UpdateApplied || u.Version != v {
+				t.Fatalf("update %d: %+v", v, u)
+			}
+		}
+		maxHost = max(maxHost, mountsHere(t, s.fileCopy), mountsHere(t, s.dirCopy))
+		opener.do(func() {
+			for _, read := range []func() (int, error){opener.readFile, opener.readDir} {
+				if got, err := read(); got != v || err != nil {
+					t.Errorf("an open after update %d was applied reads version %d (%v)", v, got, err)
+				}
+			}
+		})
+		if v == 99 {
+			var err error
+			if held, err = os.Open(s.fileCopy); err != nil { // the same layer as the reader's
+				t.Fatal(err)
+			}
+		}
+	}
+	close(stop)
+	bads := <-result
+	for _, b := range bads {
+		t.Errorf("reader: %s: %s", b.what, b.err)
+	}
+	t.Logf("most mounts seen at a subPath: %d in the reader's namespace, %d at the copy's path", maxMounts, maxHost)
+	if maxMounts > 3 {
+		t.Errorf("the reader saw %d mounts at a subPath, want at most 3 (its bind and 2 layers)", maxMounts)
+	}
+	if maxHost > 3 {
+		t.Errorf("%d mounts at a copy's path, want at most 3 (base and 2 layers)", maxHost)
+	}
+	// Every open now sees the last version; the file opened before update 100 the old one.
+	r.do(func() {
+		if v, err := r.readFile(); v != 100 || err != nil {
+			t.Errorf("after 100 updates the reader opens version %d (%v)", v, err)
+		}
+		if v, err := r.readDir(); v != 100 || err != nil {
+			t.Errorf("after 100 updates the reader opens directory version %d (%v)", v, err)
+		}
+	})
+	b := make([]byte, fileSize)
+	n, _ := held.ReadAt(b, 0)
+	if v, err := parseVersion(b[:n], "app.conf", fileSize); v != 99 || err != nil {
+		t.Errorf("a descriptor opened before update 100 reads version %d (%v), want 99", v, err)
+	}
+	for _, p := range []string{s.fileCopy, s.dirCopy} {
+		if n := mountsHere(t, p); n != 2 {
+			t.Errorf("%d mounts at %s after 100 updates, want 2 (base and one layer)", n, p)
+		}
+	}
+	// Memory: version 99's file is held open, so retired and counted.
+	time.Sleep(retireGrace) // not an assertion on time: versions younger are kept anyway
+	s.f.scan()
+	if st := s.f.Status(); st.RetiredCopies != 1 || st.RetiredBytes < fileSize {
+		t.Errorf("with version 99 held open: status %+v, want 1 retired copy of at least %d bytes", st, fileSize)
+	}
+	held.Close()
+	s.f.scan()
+	if st := s.f.Status(); st.RetiredCopies != 0 || st.RetiredBytes != 0 || st.Updates[UpdateApplied] != 200 {
+		t.Errorf("after close: status %+v, want nothing retired and 200 updates applied", st)
+	}
+	t.Logf("copy tmpfs: %d bytes with the first copies, %d after 100 updates", used0, tmpfsUsed(t, s.c.Dir))
+	if used := tmpfsUsed(t, s.c.Dir); used > used0 {
+		t.Errorf("the copy tmpfs holds %d bytes after 100 updates, %d with the first copies: want one copy per path", used, used0)
+	}
+	r.close()
+	opener.close()
+	s.f.Stop("ctr1")
+	if g := waitGoroutines(s.goroutines); g > s.goroutines {
+		t.Errorf("%d goroutines after Stop, %d before the Follower", g, s.goroutines)
+	}
+}
+
+// waitGoroutines waits, bounded, for the goroutine count to fall to want.
+func waitGoroutines(want int) int {
+	g := runtime.NumGoroutine()
+	for i := 0; i < 100 && g > want; i++ {
+		time.Sleep(10 * time.Millisecond)
+		g = runtime.NumGoroutine()
+	}
+	return g
+}
+
+// testFollowBudget: a version bigger than what is left of the pod's budget is not applied
+// (over_budget), leaves nothing behind, and the reader keeps the content it has.
+func testFollowBudget(t *testing.T) {
+	b := bigBudget
+	b.PodBytes = 64 << 10 // the first copies take 5 pages, a second version of them fits too
+	s := newLiveSetup(t, b, payload(0))
+	r := newReader(t, s.fileCopy, s.dirCopy)
+	s.f.Arm("ctr1", 0)
+	big := payload(1)
+	big["app.conf"] = file(strings.Repeat("x", 128<<10))
+	s.k.writeAtomic(s.vol, big)
+	got := s.wait(t, 2)
+	if got[0].Result != UpdateOverBudget || !errors.Is(got[0].Err, ErrOverBudget) {
+		t.Errorf("update of the file subPath beyond the budget: %+v", got[0])
+	}
+	if got[1].Result != UpdateApplied {
+		t.Errorf("update of the directory subPath within the budget: %+v", got[1])
+	}
+	r.do(func() {
+		if v, err := r.readFile(); v != 0 || err != nil {
+			t.Errorf("after a refused update the reader reads version %d (%v), want 0", v, err)
+		}
+		if v, err := r.readDir(); v != 1 || err != nil {
+			t.Errorf("the directory reads version %d (%v), want 1", v, err)
+		}
+	})
+	if _, err := os.Lstat(s.fileCopy + ".v1"); !os.IsNotExist(err) {
+		t.Errorf("the version given up is left: %v", err)
+	}
+}
+
+// testFollowSymlinkOut: a new ..data whose key is a symlink out of the volume (absolute, and
+// relative through ..) is refused; the reader keeps the content it has and no file outside
+// is copied.
+func testFollowSymlinkOut(t *testing.T) {
+	s := newLiveSetup(t, bigBudget, payload(0))
+	r := newReader(t, s.fileCopy, s.dirCopy)
+	s.f.Arm("ctr1", 0)
+	outFile, outDir := outside(t)
+	for i, hostile := range []map[string]entry{
+		{"app.conf": symlink(outFile), "conf": symlink(outDir)},
+		{"app.conf": symlink("../../../../../../../../.." + outFile), "conf": symlink("../../../../../../../../.." + outDir)},
+	} {
+		s.k.writeAtomic(s.vol, hostile)
+		for _, u := range s.wait(t, 2) {
+			if u.Result != UpdateRefused {
+				t.Errorf("hostile update %d: %+v, want refused", i, u)
+			}
+		}
+		r.do(func() {
+			if v, err := r.readFile(); v != 0 || err != nil {
+				t.Errorf("after hostile update %d the reader reads version %d (%v)", i, v, err)
+			}
+			if v, err := r.readDir(); v != 0 || err != nil {
+				t.Errorf("after hostile update %d the directory reads version %d (%v)", i, v, err)
+			}
+		})
+	}
+}
+
+// testFollowResume: the agent goes (Close keeps the state file), an update lands while it is
+// away, and a new Follower resumes from the state file and applies it at once; then it follows
+// the next one.
+func testFollowResume(t *testing.T) {
+	s := newLiveSetup(t, bigBudget, payload(0))
+	r := newReader(t, s.fileCopy, s.dirCopy)
+	s.f.Arm("ctr1", 0)
+	s.k.writeAtomic(s.vol, payload(1))
+	s.wait(t, 2)
+	s.f.Close()
+	s.k.writeAtomic(s.vol, payload(2)) // missed
+	r.do(func() {
+		if v, _ := r.readFile(); v != 1 {
+			t.Errorf("the reader reads version %d with the agent away, want 1", v)
+		}
+	})
+	s.f = s.c.NewFollower(s.statePath, func(u Update) { s.updates <- u })
+	n, err := s.f.Resume(map[string]bool{"ctr1": true})
+	if n != 2 || err != nil {
+		t.Fatalf("Resume = %d, %v; want 2 live copies", n, err)
+	}
+	for _, u := range s.wait(t, 2) {
+		if u.Result != UpdateApplied || u.Version != 2 {
+			t.Errorf("missed update: %+v", u)
+		}
+	}
+	s.k.writeAtomic(s.vol, payload(3))
+	s.wait(t, 2)
+	r.do(func() {
+		for _, read := range []func() (int, error){r.readFile, r.readDir} {
+			if v, err := read(); v != 3 || err != nil {
+				t.Errorf("after resuming, the reader reads version %d (%v), want 3", v, err)
+			}
+		}
+	})
+	for _, p := range []string{s.fileCopy, s.dirCopy} {
+		if n := mountsHere(t, p); n != 2 {
+			t.Errorf("%d mounts at %s after resuming, want 2", n, p)
+		}
+	}
+}

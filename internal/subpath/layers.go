@@ -1,0 +1,182 @@
+package subpath
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// Mount layers of a live subPath copy (issue 25).
+//
+// The copy's path P is made a mount point of its own, the base: a bind of itself in a peer
+// group of its own (makeBase). The container binds P with rslave propagation, so its mount is
+// a slave of the base's group. An update is a new versioned copy beside P (P.v<N>), cloned
+// (open_tree) and attached at P (putLayer):
+//
+//   - the first one on top of the base: a mount on the root of a shared mount propagates to
+//     its slaves, so the container's mount gets a copy of it on top;
+//   - every later one beneath the layer on top (MOVE_MOUNT_BENEATH): its parent is the base,
+//     so it propagates as a mount on the base would, and in the container's namespace it is
+//     tucked beneath the copy of the top layer there (the kernel tucks a propagated mount
+//     under one that already sits at its place); then the old top layer is detached, and the
+//     unmount propagates to its copies (they have no children), so the new layer shows.
+//
+// At any moment P holds the base and at most two layers, one once settled; so does the
+// container. Each open() of the path after the old layer is detached resolves to the new
+// layer's whole file or directory, and before it to the old one; descriptors opened before
+// keep their file. There is never a moment without a mount on the path, so never ENOENT, and
+// nothing is unmounted from under a busy path (MNT_DETACH), so never EBUSY.
+//
+// The base and the layers are cloned private before they are attached (privateClone). Attached
+// below the shared base, a layer becomes shared in a group of its own whose slaves are its
+// copies in the containers.
+//
+// The update must not begin before the container's runtime bound P: the bind takes the mount
+// on top at P, and a container that bound a layer would be a slave of that layer's group,
+// which the next update leaves (Follower.Arm).
+
+// layerOps are the mount side effects of live copies.
+type layerOps interface {
+	// makeBase makes path a bind of itself, shared in a peer group of its own.
+	makeBase(path string) error
+	// putLayer attaches a clone of version at base (whose own root, within the copy tmpfs, is
+	// baseRoot): on top of the base if it has no layer yet, else beneath the top layer,
+	// which is then detached. With userns >= 0 (a user namespace descriptor) the clone is
+	// idmapped with it first.
+	putLayer(base, baseRoot, version string, userns int) error
+	// detachBelow unmounts every mount at or below dir.
+	detachBelow(dir string) error
+}
+
+// liveLayers is layerOps on the running host (Live's descriptor calls).
+type liveLayers struct{}
+
+var _ layerOps = liveLayers{}
+
+func openPath(path string) (*Node, error) {
+	return Live{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+}
+
+// setPropagation is mount_setattr(2) of the mount tree is the root of (Linux >= 5.12).
+func setPropagation(tree *Node, propagation uint64) error {
+	if err := unix.MountSetattr(tree.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: propagation}); err != nil {
+		return fmt.Errorf("mount_setattr %s: %w", tree.Name, err)
+	}
+	return nil
+}
+
+// privateClone opens path and makes a detached private bind of it (open_tree, then
+// mount_setattr): a clone of the shared copy tmpfs is its peer otherwise, and the tmpfs'
+// events would propagate into it (a layer on a base of the tmpfs' group would propagate back
+// onto the tmpfs at P). The caller closes both.
+func privateClone(path string) (n, tree *Node, err error) {
+	if n, err = openPath(path); err != nil {
+		return nil, nil, err
+	}
+	if tree, err = (Live{}).Clone(n); err == nil {
+		if err = setPropagation(tree, unix.MS_PRIVATE); err != nil {
+			tree.Close()
+		}
+	}
+	if err != nil {
+		n.Close()
+		return nil, nil, err
+	}
+	return n, tree, nil
+}
+
+func (liveLayers) makeBase(path string) error {
+	n, tree, err := privateClone(path)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	defer tree.Close()
+	if _, err := (Live{}).Attach(tree, n, false); err != nil {
+		return err
+	}
+	if err := setPropagation(tree, unix.MS_SHARED); err != nil {
+		_ = Live{}.Detach(tree)
+		return err
+	}
+	return nil
+}
+
+func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
+	v, tree, err := privateClone(version)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	defer tree.Close()
+	if userns >= 0 {
+		// The container's bind of the base is idmapped by the runtime; a mount that reaches
+		// it by propagation is a copy of ours, with our mapping: the same one.
+		if err := unix.MountSetattr(tree.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}); err != nil {
+			return fmt.Errorf("idmap %s with the container's user namespace: %w", tree.Name, err)
+		}
+	}
+	top, err := openPath(base)
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	m, err := Live{}.Mount(top)
+	if err != nil {
+		return err
+	}
+	if !top.MountRoot {
+		return fmt.Errorf("%s is not a mount point: its base is missing", base)
+	}
+	if m.Root == baseRoot {
+		_, err := Live{}.Attach(tree, top, false)
+		return err
+	}
+	if _, err := (Live{}).Attach(tree, top, true); err != nil {
+		return err
+	}
+	return Live{}.Detach(top)
+}
+
+// detachBelow unmounts, lazily and deepest first, every mount at or below dir in this mount
+// namespace, so that the copies there can be removed (a mount point cannot be).
+func (liveLayers) detachBelow(dir string) error {
+	dir = filepath.Clean(dir)
+	for range 64 {
+		points, err := mountsBelow(dir)
+		if err != nil || len(points) == 0 {
+			return err
+		}
+		for _, p := range points {
+			if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("detach the mount on %s: %w", p, err)
+			}
+		}
+	}
+	return fmt.Errorf("mounts below %s keep coming back", dir)
+}
+
+// mountsBelow lists the mount points at or below dir, deepest first, once each.
+func mountsBelow(dir string) ([]string, error) {
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
+	}
+	points := make([]string, 0, len(ms))
+	for _, m := range ms {
+		points = append(points, m.Mountpoint)
+	}
+	slices.SortFunc(points, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	return slices.Compact(points), nil
+}
+
+// mountsAt counts the mounts stacked at path in this mount namespace.
+func mountsAt(path string) (int, error) {
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != path, false })
+	return len(ms), err
+}

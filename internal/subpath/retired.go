@@ -1,0 +1,298 @@
+package subpath
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Old versions of live copies.
+//
+// A version replaced by a newer one is detached at once, but a process that opened one of its
+// files (or holds a directory of it, or its cwd is there, or it mapped a file) keeps it until
+// it lets go; nothing tells the agent when.
+// So a retired version stays charged to its pod (a tenant holding old versions open cannot
+// make the node keep more than the pod's budget) and shown in status until a scan of /proc
+// (fd, map_files, cwd, root of every process) finds none of its inodes held. The scan runs
+// after each update and then every scanInterval, only while retired versions exist. A version
+// is unlinked only once nobody holds it (retireGrace after it was replaced at the earliest):
+// a process that holds a directory of it open finds every entry there.
+//
+// The first copy, the base, is the root of the mount the container bound: it cannot be
+// unlinked while the container lives. Once shadowed by a layer and held by nobody, its content
+// is emptied instead (a file truncated, a directory's entries removed), through a clone of the
+// copy tmpfs without its mounts; one page stays charged for the empty inode.
+
+// retiredCopy is an old version of a live copy.
+type retiredCopy struct {
+	ctr, pod string
+	path     string // the version's path (for the base: the live copy's path)
+	base     bool
+	used     usage
+	inodes   map[uint64]bool
+	at       time.Time // when it was replaced
+}
+
+// retireGrace is how long a replaced version stays at least: an open() whose path walk
+// crossed into the old layer just before it was detached finishes on it, and must find its
+// directory entries still there.
+const retireGrace = 200 * time.Millisecond
+
+// retire records old, just replaced, with its inodes. Then the retired versions are looked
+// for at once: those nobody holds are unlinked (a directory's entries must stay while a
+// process holds the directory open, to be opened relative to it).
+func (f *Follower) retire(old retiredCopy) {
+	raw, err := f.rawTree()
+	if err == nil {
+		old.inodes = inodesBelow(raw, f.rel(old.path))
+		unix.Close(raw)
+	}
+	old.at = time.Now()
+	f.mu.Lock()
+	f.retired = append(f.retired, &old)
+	f.startScannerLocked()
+	f.mu.Unlock()
+	f.scan()
+}
+
+// rawTree is a clone of the copy tmpfs' root without the mounts on it (open_tree without
+// AT_RECURSIVE): below it, a live copy's path is its base's own content.
+func (f *Follower) rawTree() (int, error) {
+	return unix.OpenTree(unix.AT_FDCWD, f.copier().Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+}
+
+func (f *Follower) rel(path string) string {
+	rel, err := filepath.Rel(f.copier().Dir, path)
+	if err != nil {
+		return path
+	}
+	return rel
+}
+
+// inodesBelow lists the inode numbers of rel below dirfd and everything below it.
+func inodesBelow(dirfd int, rel string) map[uint64]bool {
+	inodes := map[uint64]bool{}
+	var walk func(dirfd int, name string, depth int)
+	walk = func(dirfd int, name string, depth int) {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			return
+		}
+		inodes[st.Ino] = true
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || depth > 64 {
+			return
+		}
+		fd, err := openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: inTree})
+		if err != nil {
+			return
+		}
+		d := os.NewFile(uintptr(fd), name)
+		defer d.Close()
+		names, _ := d.Readdirnames(-1)
+		for _, n := range names {
+			walk(fd, n, depth+1)
+		}
+	}
+	walk(dirfd, rel, 0)
+	return inodes
+}
+
+// scan frees the retired versions no process holds any more.
+func (f *Follower) scan() {
+	f.mu.Lock()
+	if len(f.retired) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	want := map[uint64]bool{}
+	for _, r := range f.retired {
+		for ino := range r.inodes {
+			want[ino] = true
+		}
+	}
+	f.mu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Stat(f.copier().Dir, &st); err != nil {
+		return
+	}
+	held := heldInodes(st.Dev, want)
+	f.mu.Lock()
+	var free []*retiredCopy
+	kept := f.retired[:0]
+	for _, r := range f.retired {
+		if holds(r, held) || time.Since(r.at) < retireGrace {
+			kept = append(kept, r)
+		} else {
+			free = append(free, r)
+		}
+	}
+	clear(f.retired[len(kept):])
+	f.retired = kept
+	f.stopScannerIfIdleLocked()
+	f.mu.Unlock()
+	for _, r := range free {
+		used := r.used
+		if r.base {
+			f.emptyBase(r)
+			used.bytes, used.entries = max(used.bytes-pageSize, 0), max(used.entries-1, 0)
+		} else {
+			_ = os.RemoveAll(r.path)
+		}
+		f.copier().release(r.ctr, r.pod, used)
+	}
+}
+
+func holds(r *retiredCopy, held map[uint64]bool) bool {
+	for ino := range r.inodes {
+		if held[ino] {
+			return true
+		}
+	}
+	return false
+}
+
+// emptyBase empties the content of a base nobody holds: it is shadowed by a layer for good.
+func (f *Follower) emptyBase(r *retiredCopy) {
+	raw, err := f.rawTree()
+	if err != nil {
+		return
+	}
+	defer unix.Close(raw)
+	rel := f.rel(r.path)
+	var st unix.Stat_t
+	if unix.Fstatat(raw, rel, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		fd, err := openat2(raw, rel, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_TRUNC | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK, Resolve: inTree})
+		if err == nil {
+			unix.Close(fd)
+		}
+		return
+	}
+	fd, err := openat2(raw, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: inTree})
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	removeEntriesAt(fd, 0)
+}
+
+// removeEntriesAt removes everything in the directory open at dirfd.
+func removeEntriesAt(dirfd, depth int) {
+	dup, err := unix.Dup(dirfd)
+	if err != nil {
+		return
+	}
+	d := os.NewFile(uintptr(dup), "dir")
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, n := range names {
+		if unix.Unlinkat(dirfd, n, 0) == nil {
+			continue
+		}
+		if depth > 64 {
+			continue
+		}
+		fd, err := openat2(dirfd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: inTree})
+		if err != nil {
+			continue
+		}
+		removeEntriesAt(fd, depth+1)
+		unix.Close(fd)
+		_ = unix.Unlinkat(dirfd, n, unix.AT_REMOVEDIR)
+	}
+}
+
+// heldInodes are the inodes among want, on device dev, that some process holds: an open file
+// descriptor, a mapped file, its working directory or root.
+func heldInodes(dev uint64, want map[uint64]bool) map[uint64]bool {
+	held := map[uint64]bool{}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return held
+	}
+	check := func(p string) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Dev == dev && want[st.Ino] {
+			held[st.Ino] = true
+		}
+	}
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		dir := "/proc/" + p.Name()
+		check(dir + "/cwd")
+		check(dir + "/root")
+		for _, sub := range []string{"/fd", "/map_files"} {
+			entries, err := os.ReadDir(dir + sub)
+			if err != nil {
+				continue // gone, or no access
+			}
+			for _, e := range entries {
+				check(dir + sub + "/" + e.Name())
+			}
+		}
+	}
+	return held
+}
+
+// dropRetiredLocked forgets container id's retired versions (the container goes: its processes
+// with it). Callers hold f.mu.
+func (f *Follower) dropRetiredLocked(id string) {
+	kept := f.retired[:0]
+	for _, r := range f.retired {
+		if r.ctr != id {
+			kept = append(kept, r)
+		}
+	}
+	clear(f.retired[len(kept):])
+	f.retired = kept
+	f.stopScannerIfIdleLocked()
+}
+
+// stopScannerIfIdleLocked ends the scanner once no retired version is left. Callers hold f.mu.
+func (f *Follower) stopScannerIfIdleLocked() {
+	if len(f.retired) == 0 && f.scanner != nil {
+		close(f.scanner)
+		f.scanner, f.scanned = nil, nil
+	}
+}
+
+// startScannerLocked starts the goroutine that scans while retired versions exist. Callers
+// hold f.mu.
+func (f *Follower) startScannerLocked() {
+	if f.scanner != nil || f.ctx.Err() != nil {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	f.scanner, f.scanned = stop, done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(f.scanInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			f.scan()
+		}
+	}()
+}
+
+func (f *Follower) stopScanner() {
+	f.mu.Lock()
+	stop, done := f.scanner, f.scanned
+	f.scanner, f.scanned = nil, nil
+	f.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
