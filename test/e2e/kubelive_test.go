@@ -20,7 +20,8 @@ import (
 )
 
 // liveClassConfig has one class per value of subPathUpdates: mk-live (live), mk-kube (the
-// default, kubelet's semantics) and mk-optin (podOptIn). KUBELET and SRC are replaced.
+// default, kubelet's semantics) and mk-optin (podOptIn), each with a class mount of its own
+// (two classes may not share a source). KUBELET and SRC are replaced.
 const liveClassConfig = `
 kubeletRoot: KUBELET
 stateDir: SRC/state
@@ -28,14 +29,14 @@ runtimeClasses:
   mk-live:
     subPathUpdates: live
     mounts:
-      - {source: SRC/class, destination: /class, propagation: None, readOnly: true}
+      - {source: SRC/class-live, destination: /class, propagation: None, readOnly: true}
   mk-kube:
     mounts:
-      - {source: SRC/class, destination: /class, propagation: None, readOnly: true}
+      - {source: SRC/class-kube, destination: /class, propagation: None, readOnly: true}
   mk-optin:
     subPathUpdates: podOptIn
     mounts:
-      - {source: SRC/class, destination: /class, propagation: None, readOnly: true}
+      - {source: SRC/class-optin, destination: /class, propagation: None, readOnly: true}
 `
 
 // liveOptInAnnotation is the pod annotation a pod of a podOptIn class opts in with.
@@ -73,6 +74,11 @@ const (
 func startLiveNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) *kubeNode {
 	t.Helper()
 	n := newKubeNodeWith(t, ctx, opts, []string{"mk-live", "mk-kube", "mk-optin"})
+	for _, d := range []string{"src/class-live", "src/class-kube", "src/class-optin", "tools", "out"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	config := n.writeConfig(liveClassConfig)
 	if out, err := exec.CommandContext(ctx, n.bin, "validate", "--config", config).CombinedOutput(); err != nil {
 		if strings.Contains(string(out), "subPathUpdates") {
@@ -82,11 +88,6 @@ func startLiveNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) 
 		t.Fatalf("mountkeeper validate --config %s: %v\n%s", config, err, out)
 	}
 	n.startPluginWith(liveClassConfig)
-	for _, d := range []string{"tools", "out"} {
-		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(n.dir, "tools", "livereader"),
 		"github.com/mountkeeper/mountkeeper/test/tools/livereader")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
