@@ -140,7 +140,7 @@ func (t *target) read(log logger) {
 		if kind == "" && old == t.seq {
 			log.printf("held %s old=%d ok", t.path, t.seq)
 		} else {
-			log.printf("held %s old=%d bad seq=%d %s %s", t.path, t.seq, old, kind, detail)
+			log.printf("held %s old=%d bad %s", t.path, t.seq, strings.TrimSpace(fmt.Sprintf("seq=%d %s %s", old, kind, detail)))
 		}
 		t.held.Close()
 	}
