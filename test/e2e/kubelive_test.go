@@ -292,7 +292,8 @@ const liveUpdates = 20
 // the configMap is patched through the API 20 times, each time waiting until kubelet has
 // written the update and the container has read it. Every read must be whole (no empty,
 // partial, torn, ENOENT or EBUSY read), every update must be read, in order, and the
-// descriptor opened before each update must still read the value before it. A pod of a class
+// descriptor opened before each update must still read the value before it; afterwards each
+// live path has at most two mount layers in the container. A pod of a class
 // with the default (kubelet's semantics) reads the value it started with throughout; both are
 // then restarted (their reader killed, kubelet restarts it) and read the newest value. Of a
 // podOptIn class, the pod with the annotation follows the updates, the one without does not.
@@ -388,6 +389,20 @@ func TestKubeLiveSubPath(t *testing.T) {
 		}
 		if len(r.heldBad) > 0 {
 			t.Errorf("pod %s: descriptors opened before an update read something else than the value before it:\n%s", p.name, strings.Join(r.heldBad, "\n"))
+		}
+	}
+
+	// After 20 updates each live path has at most two mount layers in the container (the
+	// newest copy, and the one beneath it while it is being detached).
+	for _, name := range []string{"live", "optin-yes"} {
+		out, stderr, code, err := n.ctrd.CRI().Exec(ctx, ids[name], "cat", "/proc/self/mountinfo")
+		if err != nil || code != 0 {
+			t.Fatalf("pod %s: cat /proc/self/mountinfo: exit %d, %v: %s", name, code, err, stderr)
+		}
+		for _, path := range paths {
+			if layers := mountLayers(out, path); layers < 1 || layers > 2 {
+				t.Errorf("pod %s: %d mounts at %s after %d updates, want 1 or 2:\n%s", name, layers, path, liveUpdates, out)
+			}
 		}
 	}
 
@@ -493,4 +508,15 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	rank := (p*len(s) + 99) / 100 // ceil(p/100 * n)
 	return s[max(rank, 1)-1]
+}
+
+// mountLayers counts the mounts at path in a mountinfo table.
+func mountLayers(mountinfo, path string) int {
+	layers := 0
+	for _, line := range strings.Split(mountinfo, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
+			layers++
+		}
+	}
+	return layers
 }
