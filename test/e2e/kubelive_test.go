@@ -400,9 +400,11 @@ func TestKubeLiveSubPath(t *testing.T) {
 			t.Fatalf("pod %s: cat /proc/self/mountinfo: exit %d, %v: %s", name, code, err, stderr)
 		}
 		for _, path := range paths {
-			if layers := mountLayers(out, path); layers < 1 || layers > 2 {
+			layers := mountLayers(out, path)
+			if layers < 1 || layers > 2 {
 				t.Errorf("pod %s: %d mounts at %s after %d updates, want 1 or 2:\n%s", name, layers, path, liveUpdates, out)
 			}
+			t.Logf("pod %s: %d mount layers at %s after %d updates", name, layers, path, liveUpdates)
 		}
 	}
 
@@ -420,9 +422,11 @@ func TestKubeLiveSubPath(t *testing.T) {
 			continue
 		}
 		for _, path := range paths {
-			if got := r.seqs(path); !slices.Equal(got, []int{liveUpdates}) {
+			got := r.seqs(path)
+			if !slices.Equal(got, []int{liveUpdates}) {
 				t.Errorf("pod %s after its container restarted: %s read the values %v, want the newest (%d) only", name, path, got, liveUpdates)
 			}
+			t.Logf("pod %s after its container restarted: %s read the values %v", name, path, got)
 		}
 		if len(r.fails) > 0 {
 			t.Errorf("pod %s after its container restarted: failed reads: %s", name, strings.Join(r.fails[:min(len(r.fails), 10)], "\n"))
