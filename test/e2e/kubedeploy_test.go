@@ -741,7 +741,7 @@ func statusText(p *harness.Pod) string {
 }
 
 // dig walks nested maps.
-func dig(t *testing.T, obj map[string]any, keys ...string) map[string]any {
+func dig(t testing.TB, obj map[string]any, keys ...string) map[string]any {
 	t.Helper()
 	cur := obj
 	for _, k := range keys {

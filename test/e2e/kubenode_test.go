@@ -22,7 +22,7 @@ import (
 // kube-apiserver and kubelet on it, and the mountkeeper plugin (restartable with another
 // config).
 type kubeNode struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	dir    string // host side: sources, hostPath volumes, plugin config
 	bin    string
@@ -50,20 +50,20 @@ runtimeClasses:
 
 // newKubeNode starts containerd (handler mk-kube, NRI on) and a KubeNode on it. The plugin is
 // not started: see startPlugin. Everything is torn down when the test ends, passed or not.
-func newKubeNode(t *testing.T, ctx context.Context, opts harness.KubeOptions) *kubeNode {
+func newKubeNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) *kubeNode {
 	t.Helper()
 	return newKubeNodeWith(t, ctx, opts, []string{"mk-kube"})
 }
 
 // newKubeNodeWith is newKubeNode with these containerd runtime handlers, each with a
 // RuntimeClass of the same name.
-func newKubeNodeWith(t *testing.T, ctx context.Context, opts harness.KubeOptions, handlers []string) *kubeNode {
+func newKubeNodeWith(t testing.TB, ctx context.Context, opts harness.KubeOptions, handlers []string) *kubeNode {
 	t.Helper()
 	return newKubeNodeCtrd(t, ctx, opts, handlers, harness.Options{})
 }
 
 // newKubeNodeCtrd is newKubeNodeWith with more containerd options (Handlers and NRI are set).
-func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions, handlers []string, copts harness.Options) *kubeNode {
+func newKubeNodeCtrd(t testing.TB, ctx context.Context, opts harness.KubeOptions, handlers []string, copts harness.Options) *kubeNode {
 	t.Helper()
 	testenv.Require(t, "root")
 	if why := harness.KubeMissing(opts); why != "" {
@@ -77,7 +77,7 @@ func newKubeNodeCtrd(t *testing.T, ctx context.Context, opts harness.KubeOptions
 
 // prepareKubeNode makes a kubeNode's work directory, with the mountkeeper binary and the
 // class mount's source (src/class/marker); nothing runs yet.
-func prepareKubeNode(t *testing.T, ctx context.Context) *kubeNode {
+func prepareKubeNode(t testing.TB, ctx context.Context) *kubeNode {
 	t.Helper()
 	n := &kubeNode{t: t, ctx: ctx, dir: harness.WorkDir(t, "mk-e2e-")}
 	// Before containerd and kubelet start: the scopes end once they (and a plugin pod) are
@@ -142,15 +142,28 @@ func (n *kubeNode) startKube(copts harness.Options, opts harness.KubeOptions, ha
 // startPlugin (re)starts mountkeeper with kubeClassConfig and subPathRepair as given.
 func (n *kubeNode) startPlugin(repair bool) {
 	n.t.Helper()
-	if n.plugin != nil {
-		n.plugin.Stop()
-	}
+	n.startPluginWith(strings.ReplaceAll(kubeClassConfig, "REPAIR", strconv.FormatBool(repair)))
+}
+
+// writeConfig writes the plugin config template (KUBELET and SRC replaced, as in
+// kubeClassConfig) and returns its path.
+func (n *kubeNode) writeConfig(template string) string {
+	n.t.Helper()
 	config := filepath.Join(n.dir, "config.yaml")
-	text := strings.NewReplacer("KUBELET", n.kube.RootDir(), "SRC", filepath.Join(n.dir, "src"),
-		"REPAIR", strconv.FormatBool(repair)).Replace(kubeClassConfig)
+	text := strings.NewReplacer("KUBELET", n.kube.RootDir(), "SRC", filepath.Join(n.dir, "src")).Replace(template)
 	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		n.t.Fatal(err)
 	}
+	return config
+}
+
+// startPluginWith (re)starts mountkeeper with the config template (see writeConfig).
+func (n *kubeNode) startPluginWith(template string) {
+	n.t.Helper()
+	if n.plugin != nil {
+		n.plugin.Stop()
+	}
+	config := n.writeConfig(template)
 	var log io.Writer = testWriter{n.t, "mountkeeper"}
 	if n.pluginLog != nil {
 		log = n.pluginLog
@@ -168,6 +181,7 @@ func (n *kubeNode) startPlugin(repair bool) {
 type podSpec struct {
 	name, runtimeClass, script string
 	restartPolicy              string // default Always
+	annotations                map[string]string
 	volumes, mounts            []any
 	grace                      int
 }
@@ -191,9 +205,13 @@ func (n *kubeNode) podManifest(p podSpec) map[string]any {
 	if p.runtimeClass != "" {
 		spec["runtimeClassName"] = p.runtimeClass
 	}
+	metadata := map[string]any{"name": p.name}
+	if p.annotations != nil {
+		metadata["annotations"] = p.annotations
+	}
 	return map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": p.name},
+		"metadata": metadata,
 		"spec":     spec,
 	}
 }

@@ -41,7 +41,7 @@ type node struct {
 // daemon and heal the mount into the dying scope.
 type scopeEnder struct{ keys []string }
 
-func newScopeEnder(t *testing.T) *scopeEnder {
+func newScopeEnder(t testing.TB) *scopeEnder {
 	s := &scopeEnder{}
 	t.Cleanup(func() {
 		for _, key := range s.keys {
@@ -233,7 +233,7 @@ func (n *node) sh(id, script string) (string, int) {
 
 // testWriter sends a process's output to the test log, prefixed.
 type testWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 }
 

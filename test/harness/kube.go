@@ -67,6 +67,9 @@ type KubeOptions struct {
 	NodeName string
 	// FeatureGates are kubelet's feature gates (KubeletConfiguration.featureGates).
 	FeatureGates map[string]bool
+	// SyncFrequency, if set, is kubelet's syncFrequency (the harness's default is 10s): how
+	// often kubelet syncs a running pod, and so rewrites its configMap and secret volumes.
+	SyncFrequency time.Duration
 	// MaxContainerRestartPeriod, if set, is crashLoopBackOff.maxContainerRestartPeriod
 	// (needs the feature gate KubeletCrashLoopBackOffMax).
 	MaxContainerRestartPeriod time.Duration
@@ -373,6 +376,9 @@ func (k *KubeNode) kubeletConfig(port int) map[string]any {
 		"registerNode":        true,
 		"rotateCertificates":  false,
 		"serializeImagePulls": false,
+	}
+	if k.opts.SyncFrequency > 0 {
+		cfg["syncFrequency"] = k.opts.SyncFrequency.String()
 	}
 	if len(k.opts.FeatureGates) > 0 {
 		cfg["featureGates"] = k.opts.FeatureGates
