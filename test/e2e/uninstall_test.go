@@ -224,7 +224,7 @@ func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapsho
 // scopeCgroups are the scopes mountkeeper makes for its network mounts of keys (and on a
 // hybrid host a group in each cgroup v1 hierarchy): those of this test's mounts, since other
 // tests' mounts may come and go in the same slice meanwhile.
-func scopeCgroups(t *testing.T, keys []string) []string {
+func scopeCgroups(t testing.TB, keys []string) []string {
 	t.Helper()
 	root, err := harness.Cgroup2Root()
 	if err != nil {
