@@ -85,6 +85,7 @@ type livePath struct {
 	armed   bool   // the container's runtime bound the path: updates may go on
 	gone    bool   // no longer followed
 	version int    // the version shown, 0 the first copy
+	last    int    // the highest version number used (the next is last+1): P.v<n> may exist up to it
 	current string // the version's path, "" the base itself
 	used    usage  // what the version shown was charged
 	data    string // what ..data named when the version shown was copied
@@ -314,7 +315,10 @@ func (f *Follower) update(lp *livePath) bool {
 	if err != nil || data == lp.data {
 		return false
 	}
-	next := lp.version + 1
+	// Numbered after every version made so far, not after the one shown: an older one may be
+	// there still (held open, or left by an earlier agent and not retired yet).
+	next := lp.last + 1
+	lp.last = next
 	dst := lp.versionPath(next)
 	ctx, cancel := context.WithTimeout(f.ctx, updateTimeout)
 	copies := f.copier()

@@ -450,20 +450,33 @@ func testFollowSymlinkOut(t *testing.T) {
 	}
 }
 
-// testFollowResume: the agent goes (Close keeps the state file), an update lands while it is
-// away, and a new Follower resumes from the state file and applies it at once; then it follows
-// the next one.
+// testFollowResume: the agent goes, an update lands while it is away, and a new Follower
+// resumes from the state file and applies it at once; then it follows the next one. The state
+// file it finds is the one written at Track, before the first agent's two updates (an agent
+// killed between an update's mount and its save leaves one behind its mounts; so did one
+// closed while its worker applied an update): the new Follower takes the version in force
+// from the mounts, numbers on after every version left, and retires the first agent's old
+// versions, the one still held open counted until it is closed and then freed.
 func testFollowResume(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
+	stale, err := os.ReadFile(s.statePath) // version 0 of both paths
+	must(t, err)
+	used0 := tmpfsUsed(t, s.c.Dir)
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	s.f.Arm("ctr1", 0)
 	s.k.writeAtomic(s.vol, payload(1))
 	s.wait(t, 2)
+	held, err := os.Open(s.fileCopy) // version 1, retired by the first agent at the next update
+	must(t, err)
+	defer held.Close()
+	s.k.writeAtomic(s.vol, payload(2))
+	s.wait(t, 2)
 	s.f.Close()
-	s.k.writeAtomic(s.vol, payload(2)) // missed
+	must(t, os.WriteFile(s.statePath, stale, 0o600))
+	s.k.writeAtomic(s.vol, payload(3)) // missed
 	r.do(func() {
-		if v, _ := r.readFile(); v != 1 {
-			t.Errorf("the reader reads version %d with the agent away, want 1", v)
+		if v, _ := r.readFile(); v != 2 {
+			t.Errorf("the reader reads version %d with the agent away, want 2", v)
 		}
 	})
 	s.f = s.c.NewFollower(s.statePath, func(u Update) { s.updates <- u })
@@ -472,16 +485,35 @@ func testFollowResume(t *testing.T) {
 		t.Fatalf("Resume = %d, %v; want 2 live copies", n, err)
 	}
 	for _, u := range s.wait(t, 2) {
-		if u.Result != UpdateApplied || u.Version != 2 {
-			t.Errorf("missed update: %+v", u)
+		if u.Result != UpdateApplied || u.Version != 3 {
+			t.Errorf("missed update: %+v, want version 3 applied", u)
 		}
 	}
-	s.k.writeAtomic(s.vol, payload(3))
-	s.wait(t, 2)
+	// Left by the first agent: version 1 of both (the file's held open) and the bases; then
+	// version 2, replaced now. Only the held one stays.
+	waitRetired(t, s.f, 1)
+	held.Close()
+	waitRetired(t, s.f, 0)
+	for _, p := range []string{s.fileCopy, s.dirCopy} {
+		for _, v := range []string{".v1", ".v2"} {
+			if _, err := os.Lstat(p + v); !os.IsNotExist(err) {
+				t.Errorf("%s%s, replaced, is left after resuming: %v", p, v, err)
+			}
+		}
+	}
+	if used := tmpfsUsed(t, s.c.Dir); used > used0 {
+		t.Errorf("the copy tmpfs holds %d bytes after resuming, %d with the first copies: want one copy per path", used, used0)
+	}
+	s.k.writeAtomic(s.vol, payload(4))
+	for _, u := range s.wait(t, 2) {
+		if u.Result != UpdateApplied || u.Version != 4 {
+			t.Errorf("update after resuming: %+v, want version 4 applied", u)
+		}
+	}
 	r.do(func() {
 		for _, read := range []func() (int, error){r.readFile, r.readDir} {
-			if v, err := read(); v != 3 || err != nil {
-				t.Errorf("after resuming, the reader reads version %d (%v), want 3", v, err)
+			if v, err := read(); v != 4 || err != nil {
+				t.Errorf("after resuming, the reader reads version %d (%v), want 4", v, err)
 			}
 		}
 	})
@@ -490,4 +522,18 @@ func testFollowResume(t *testing.T) {
 			t.Errorf("%d mounts at %s after resuming, want 2", n, p)
 		}
 	}
+}
+
+// waitRetired scans, bounded, until f shows want retired copies.
+func waitRetired(t *testing.T, f *Follower, want int) {
+	t.Helper()
+	var st LiveStatus
+	for range 100 {
+		f.scan()
+		if st = f.Status(); st.RetiredCopies == want {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // a replaced version stays retireGrace at least
+	}
+	t.Errorf("status %+v, want %d retired copies", st, want)
 }

@@ -32,8 +32,11 @@ type retiredCopy struct {
 	path     string // the version's path (for the base: the live copy's path)
 	base     bool
 	used     usage
-	inodes   map[uint64]bool
-	at       time.Time // when it was replaced
+	// measure says used is not known (a version an earlier agent left): it is what the
+	// version holds, counted as the copier charges.
+	measure bool
+	inodes  map[uint64]bool
+	at      time.Time // when it was replaced
 }
 
 // retireGrace is how long a replaced version stays at least: an open() whose path walk
@@ -45,10 +48,10 @@ const retireGrace = 200 * time.Millisecond
 // for at once: those nobody holds are unlinked (a directory's entries must stay while a
 // process holds the directory open, to be opened relative to it).
 func (f *Follower) retire(old retiredCopy) {
-	raw, err := f.rawTree()
-	if err == nil {
-		old.inodes = inodesBelow(raw, f.rel(old.path))
-		unix.Close(raw)
+	var held usage
+	old.inodes, held = f.measure(old.path)
+	if old.measure {
+		old.used = held
 	}
 	old.at = time.Now()
 	f.mu.Lock()
@@ -72,9 +75,22 @@ func (f *Follower) rel(path string) string {
 	return rel
 }
 
-// inodesBelow lists the inode numbers of rel below dirfd and everything below it.
-func inodesBelow(dirfd int, rel string) map[uint64]bool {
+// measure lists the inodes of the copy at path (for a live copy's path, its base's own
+// content) and what they hold, counted as the copier charges them.
+func (f *Follower) measure(path string) (map[uint64]bool, usage) {
+	raw, err := f.rawTree()
+	if err != nil {
+		return nil, usage{}
+	}
+	defer unix.Close(raw)
+	return inodesBelow(raw, f.rel(path))
+}
+
+// inodesBelow lists the inode numbers of rel below dirfd and everything below it, and what
+// they hold as the copier charges them (entryCost per entry).
+func inodesBelow(dirfd int, rel string) (map[uint64]bool, usage) {
 	inodes := map[uint64]bool{}
+	var used usage
 	var walk func(dirfd int, name string, depth int)
 	walk = func(dirfd int, name string, depth int) {
 		var st unix.Stat_t
@@ -82,6 +98,12 @@ func inodesBelow(dirfd int, rel string) map[uint64]bool {
 			return
 		}
 		inodes[st.Ino] = true
+		size := int64(0)
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			size = st.Size
+		}
+		used.bytes += entryCost(size)
+		used.entries++
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || depth > 64 {
 			return
 		}
@@ -97,7 +119,7 @@ func inodesBelow(dirfd int, rel string) map[uint64]bool {
 		}
 	}
 	walk(dirfd, rel, 0)
-	return inodes
+	return inodes, used
 }
 
 // scan frees the retired versions no process holds any more.
