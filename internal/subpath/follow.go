@@ -62,7 +62,10 @@ type Follower struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
+	saveMu sync.Mutex // one save at a time: they write the same temporary file
+
 	mu      sync.Mutex
+	closed  bool                  // Close saved what its workers applied: nothing is saved after
 	paths   map[string]*livePath  // by copy path
 	vols    map[string]*volWorker // by volume directory
 	retired []*retiredCopy        // old versions, until nobody holds them
@@ -97,8 +100,15 @@ func (lp *livePath) versionPath(v int) string { return fmt.Sprintf("%s.v%d", lp.
 type volWorker struct {
 	kick  chan struct{} // capacity 1: kicks while it works coalesce
 	stop  chan struct{}
+	once  sync.Once // closes stop
 	done  chan struct{}
 	users int
+}
+
+// end stops the worker and waits for the update under way.
+func (vw *volWorker) end() {
+	vw.once.Do(func() { close(vw.stop) })
+	<-vw.done
 }
 
 // NewFollower returns a Follower of the copies c makes, recording its live copies in
@@ -347,6 +357,9 @@ func (f *Follower) update(lp *livePath) bool {
 			u.Result, u.Err = UpdateFailed, err
 		}
 	}
+	if err != nil && f.ctx.Err() != nil {
+		return false // given up by Close, not refused: its successor tries again
+	}
 	// Not tried again for the same ..data: a refused update waits for the next one.
 	lp.data = data
 	if err != nil {
@@ -418,8 +431,7 @@ func (f *Follower) stop(id string, save bool) {
 		f.w.remove(dir) // not under f.mu: its goroutine may be in kick
 	}
 	for _, vw := range stops {
-		close(vw.stop)
-		<-vw.done
+		vw.end()
 	}
 	if save {
 		f.save()
@@ -442,10 +454,22 @@ func (f *Follower) Keep(running map[string]bool) {
 	}
 }
 
-// Close stops everything: workers, watches, the scanner. The mounts stay.
+// Close stops everything: workers, watches, the scanner. The mounts stay, and the state file
+// records the versions they show for the agent's successor (Resume).
 func (f *Follower) Close() {
-	f.cancel()
+	f.cancel() // a copy under way gives up
 	f.mu.Lock()
+	vws := make([]*volWorker, 0, len(f.vols))
+	for _, vw := range f.vols {
+		vws = append(vws, vw)
+	}
+	f.mu.Unlock()
+	for _, vw := range vws {
+		vw.end() // a layer it put is saved next
+	}
+	f.save()
+	f.mu.Lock()
+	f.closed = true
 	ids := map[string]bool{}
 	for _, lp := range f.paths {
 		ids[lp.ctr] = true

@@ -2,6 +2,7 @@ package subpath
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ func TestFollowerInNamespace(t *testing.T) {
 	t.Run("a version over the pod's budget is not applied", testFollowBudget)
 	t.Run("a symlink out of the volume in the new ..data is refused", testFollowSymlinkOut)
 	t.Run("a new Follower resumes from the state file and applies a missed update", testFollowResume)
+	t.Run("Close records the layer its worker put while it closed, not the update it gave up", testFollowCloseSaves)
 }
 
 // version is the content of version v of a file of the volume: a header naming v, then enough
@@ -536,4 +538,60 @@ func waitRetired(t *testing.T, f *Follower, want int) {
 		time.Sleep(50 * time.Millisecond) // a replaced version stays retireGrace at least
 	}
 	t.Errorf("status %+v, want %d retired copies", st, want)
+}
+
+// gatedLayers holds each putLayer until the test lets it go.
+type gatedLayers struct {
+	layerOps
+	entered, release chan struct{}
+}
+
+func (g gatedLayers) putLayer(base, baseRoot, version string, userns int) error {
+	select {
+	case g.entered <- struct{}{}:
+	default: // told already
+	}
+	<-g.release
+	return g.layerOps.putLayer(base, baseRoot, version, userns)
+}
+
+// testFollowCloseSaves: the agent closes while its worker puts the file's new layer; the state
+// file it leaves names that version (its successor numbers after it), and the directory's
+// update, given up by Close, is not recorded as done (its successor applies it).
+func testFollowCloseSaves(t *testing.T) {
+	s := newLiveSetup(t, bigBudget, payload(0))
+	g := gatedLayers{layerOps: s.f.ops, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s.f.ops = g // before Arm: no update has begun
+	s.f.Arm("ctr1", 0)
+	s.k.writeAtomic(s.vol, payload(1))
+	select {
+	case <-g.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no update began in 20s")
+	}
+	closed := make(chan struct{})
+	go func() { defer close(closed); s.f.Close() }()
+	for i := 0; i < 2000 && s.f.ctx.Err() == nil; i++ {
+		time.Sleep(time.Millisecond) // until Close has begun
+	}
+	close(g.release)
+	<-closed
+	b, err := os.ReadFile(s.statePath)
+	must(t, err)
+	var st stateFile
+	must(t, json.Unmarshal(b, &st))
+	want := map[string]statePath{
+		s.fileCopy: {Version: 1, Current: s.fileCopy + ".v1"},
+		s.dirCopy:  {Version: 0, Data: s.copies[1].Data},
+	}
+	for _, sp := range st.Paths {
+		w := want[sp.Path]
+		if sp.Version != w.Version || sp.Current != w.Current || (w.Data != "" && sp.Data != w.Data) {
+			t.Errorf("state of %s after Close: version %d %q, data %q; want version %d %q, data %q", sp.Path, sp.Version, sp.Current, sp.Data, w.Version, w.Current, w.Data)
+		}
+		delete(want, sp.Path)
+	}
+	if len(want) != 0 {
+		t.Errorf("state file after Close lacks %v", want)
+	}
 }

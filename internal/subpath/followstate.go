@@ -45,13 +45,19 @@ type statePath struct {
 	FirstEntries int64 `json:"firstEntries"`
 }
 
-// save writes the state file (atomically: a new file renamed over it). A closing Follower
-// writes nothing: what is recorded is for its successor.
+// save writes the state file (atomically: a new file renamed over it). A closed Follower
+// writes nothing: what Close recorded is for its successor.
 func (f *Follower) save() {
-	if f.statePath == "" || f.ctx.Err() != nil {
+	if f.statePath == "" {
 		return
 	}
+	f.saveMu.Lock()
+	defer f.saveMu.Unlock()
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
 	lps := make([]*livePath, 0, len(f.paths))
 	for _, lp := range f.paths {
 		lps = append(lps, lp)
