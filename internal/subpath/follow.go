@@ -63,6 +63,7 @@ type Follower struct {
 	cancel    context.CancelFunc
 
 	saveMu sync.Mutex // one save at a time: they write the same temporary file
+	scanMu sync.Mutex // one scan at a time (retired.go)
 
 	mu      sync.Mutex
 	closed  bool                  // Close saved what its workers applied: nothing is saved after

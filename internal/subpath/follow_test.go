@@ -266,6 +266,8 @@ func tmpfsUsed(t *testing.T, dir string) int64 {
 // copy per path again; a version held open is retired (counted) until it is closed.
 func testFollow100(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
+	// The scanner runs beside the test's own scans, as it does beside status and metrics.
+	s.f.scanInterval = 5 * time.Millisecond
 	used0 := tmpfsUsed(t, s.c.Dir)
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	opener := newReader(t, s.fileCopy, s.dirCopy) // opens once after each switch

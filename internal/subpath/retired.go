@@ -3,6 +3,7 @@ package subpath
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -122,8 +123,12 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, usage) {
 	return inodes, used
 }
 
-// scan frees the retired versions no process holds any more.
+// scan frees the retired versions no process holds any more. One scan runs at a time (the
+// scanner's, an update's, a caller's): a scan that returns has seen every version freed that
+// it found free. A version stays retired, counted in status, until it is freed.
 func (f *Follower) scan() {
+	f.scanMu.Lock()
+	defer f.scanMu.Unlock()
 	f.mu.Lock()
 	if len(f.retired) == 0 {
 		f.mu.Unlock()
@@ -143,17 +148,11 @@ func (f *Follower) scan() {
 	held := heldInodes(st.Dev, want)
 	f.mu.Lock()
 	var free []*retiredCopy
-	kept := f.retired[:0]
 	for _, r := range f.retired {
-		if holds(r, held) || time.Since(r.at) < retireGrace {
-			kept = append(kept, r)
-		} else {
+		if !holds(r, held) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
-	clear(f.retired[len(kept):])
-	f.retired = kept
-	f.stopScannerIfIdleLocked()
 	f.mu.Unlock()
 	for _, r := range free {
 		used := r.used
@@ -165,6 +164,10 @@ func (f *Follower) scan() {
 		}
 		f.copier().release(r.ctr, r.pod, used)
 	}
+	f.mu.Lock()
+	f.retired = slices.DeleteFunc(f.retired, func(r *retiredCopy) bool { return slices.Contains(free, r) })
+	f.stopScannerIfIdleLocked()
+	f.mu.Unlock()
 }
 
 func holds(r *retiredCopy, held map[uint64]bool) bool {
