@@ -303,9 +303,15 @@ func (f *Follower) work(dir string, vw *volWorker) {
 			}
 			f.mu.Unlock()
 			sort.Slice(lps, func(i, j int) bool { return lps[i].cp.Path < lps[j].cp.Path })
+			// ..data is read once per pass: every path of the volume switches in the same pass
+			// (in path order), none left for the next one because the rename came between two.
+			data, err := os.Readlink(filepath.Join(dir, "..data"))
+			if err != nil {
+				continue
+			}
 			changed := false
 			for _, lp := range lps {
-				changed = f.update(lp) || changed
+				changed = f.update(lp, data) || changed
 			}
 			if changed {
 				f.save()
@@ -314,16 +320,12 @@ func (f *Follower) work(dir string, vw *volWorker) {
 	}
 }
 
-// update puts what lp's subPath names now on lp's path, if ..data changed since its version
-// was copied. It says whether lp changed.
-func (f *Follower) update(lp *livePath) bool {
+// update puts what lp's subPath names now on lp's path, if ..data, which named data at the
+// start of this pass, changed since its version was copied. It says whether lp changed.
+func (f *Follower) update(lp *livePath, data string) bool {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	if lp.gone || !lp.armed {
-		return false
-	}
-	data, err := os.Readlink(filepath.Join(lp.cp.VolumeDir, "..data"))
-	if err != nil || data == lp.data {
+	if lp.gone || !lp.armed || data == lp.data {
 		return false
 	}
 	// Numbered after every version made so far, not after the one shown: an older one may be
