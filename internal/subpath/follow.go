@@ -458,7 +458,8 @@ func (f *Follower) Keep(running map[string]bool) {
 }
 
 // Close stops everything: workers, watches, the scanner. The mounts stay, and the state file
-// records the versions they show for the agent's successor (Resume).
+// records the versions they show for the agent's successor (Resume): each worker saves what
+// it applied before it ends; nothing is saved after.
 func (f *Follower) Close() {
 	f.cancel() // a copy under way gives up
 	f.mu.Lock()
@@ -468,9 +469,8 @@ func (f *Follower) Close() {
 	}
 	f.mu.Unlock()
 	for _, vw := range vws {
-		vw.end() // a layer it put is saved next
+		vw.end() // a layer it put, it saved before it ended
 	}
-	f.save()
 	f.mu.Lock()
 	f.closed = true
 	ids := map[string]bool{}
