@@ -62,7 +62,11 @@ type Follower struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
+	saveMu sync.Mutex // one save at a time: they write the same temporary file
+	scanMu sync.Mutex // one scan at a time (retired.go)
+
 	mu      sync.Mutex
+	closed  bool                  // Close saved what its workers applied: nothing is saved after
 	paths   map[string]*livePath  // by copy path
 	vols    map[string]*volWorker // by volume directory
 	retired []*retiredCopy        // old versions, until nobody holds them
@@ -85,6 +89,7 @@ type livePath struct {
 	armed   bool   // the container's runtime bound the path: updates may go on
 	gone    bool   // no longer followed
 	version int    // the version shown, 0 the first copy
+	last    int    // the highest version number used (the next is last+1): P.v<n> may exist up to it
 	current string // the version's path, "" the base itself
 	used    usage  // what the version shown was charged
 	data    string // what ..data named when the version shown was copied
@@ -96,8 +101,15 @@ func (lp *livePath) versionPath(v int) string { return fmt.Sprintf("%s.v%d", lp.
 type volWorker struct {
 	kick  chan struct{} // capacity 1: kicks while it works coalesce
 	stop  chan struct{}
+	once  sync.Once // closes stop
 	done  chan struct{}
 	users int
+}
+
+// end stops the worker and waits for the update under way.
+func (vw *volWorker) end() {
+	vw.once.Do(func() { close(vw.stop) })
+	<-vw.done
 }
 
 // NewFollower returns a Follower of the copies c makes, recording its live copies in
@@ -291,9 +303,15 @@ func (f *Follower) work(dir string, vw *volWorker) {
 			}
 			f.mu.Unlock()
 			sort.Slice(lps, func(i, j int) bool { return lps[i].cp.Path < lps[j].cp.Path })
+			// ..data is read once per pass: every path of the volume switches in the same pass
+			// (in path order), none left for the next one because the rename came between two.
+			data, err := os.Readlink(filepath.Join(dir, "..data"))
+			if err != nil {
+				continue
+			}
 			changed := false
 			for _, lp := range lps {
-				changed = f.update(lp) || changed
+				changed = f.update(lp, data) || changed
 			}
 			if changed {
 				f.save()
@@ -302,19 +320,18 @@ func (f *Follower) work(dir string, vw *volWorker) {
 	}
 }
 
-// update puts what lp's subPath names now on lp's path, if ..data changed since its version
-// was copied. It says whether lp changed.
-func (f *Follower) update(lp *livePath) bool {
+// update puts what lp's subPath names now on lp's path, if ..data, which named data at the
+// start of this pass, changed since its version was copied. It says whether lp changed.
+func (f *Follower) update(lp *livePath, data string) bool {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	if lp.gone || !lp.armed {
+	if lp.gone || !lp.armed || data == lp.data {
 		return false
 	}
-	data, err := os.Readlink(filepath.Join(lp.cp.VolumeDir, "..data"))
-	if err != nil || data == lp.data {
-		return false
-	}
-	next := lp.version + 1
+	// Numbered after every version made so far, not after the one shown: an older one may be
+	// there still (held open, or left by an earlier agent and not retired yet).
+	next := lp.last + 1
+	lp.last = next
 	dst := lp.versionPath(next)
 	ctx, cancel := context.WithTimeout(f.ctx, updateTimeout)
 	copies := f.copier()
@@ -342,6 +359,9 @@ func (f *Follower) update(lp *livePath) bool {
 			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
 			u.Result, u.Err = UpdateFailed, err
 		}
+	}
+	if err != nil && f.ctx.Err() != nil {
+		return false // given up by Close, not refused: its successor tries again
 	}
 	// Not tried again for the same ..data: a refused update waits for the next one.
 	lp.data = data
@@ -414,8 +434,7 @@ func (f *Follower) stop(id string, save bool) {
 		f.w.remove(dir) // not under f.mu: its goroutine may be in kick
 	}
 	for _, vw := range stops {
-		close(vw.stop)
-		<-vw.done
+		vw.end()
 	}
 	if save {
 		f.save()
@@ -438,10 +457,22 @@ func (f *Follower) Keep(running map[string]bool) {
 	}
 }
 
-// Close stops everything: workers, watches, the scanner. The mounts stay.
+// Close stops everything: workers, watches, the scanner. The mounts stay, and the state file
+// records the versions they show for the agent's successor (Resume): each worker saves what
+// it applied before it ends; nothing is saved after.
 func (f *Follower) Close() {
-	f.cancel()
+	f.cancel() // a copy under way gives up
 	f.mu.Lock()
+	vws := make([]*volWorker, 0, len(f.vols))
+	for _, vw := range f.vols {
+		vws = append(vws, vw)
+	}
+	f.mu.Unlock()
+	for _, vw := range vws {
+		vw.end() // a layer it put, it saved before it ended
+	}
+	f.mu.Lock()
+	f.closed = true
 	ids := map[string]bool{}
 	for _, lp := range f.paths {
 		ids[lp.ctr] = true

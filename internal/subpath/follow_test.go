@@ -2,6 +2,7 @@ package subpath
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ func TestFollowerInNamespace(t *testing.T) {
 	t.Run("a version over the pod's budget is not applied", testFollowBudget)
 	t.Run("a symlink out of the volume in the new ..data is refused", testFollowSymlinkOut)
 	t.Run("a new Follower resumes from the state file and applies a missed update", testFollowResume)
+	t.Run("Close records the layer its worker put while it closed, not the update it gave up", testFollowCloseSaves)
 }
 
 // version is the content of version v of a file of the volume: a header naming v, then enough
@@ -264,6 +266,8 @@ func tmpfsUsed(t *testing.T, dir string) int64 {
 // copy per path again; a version held open is retired (counted) until it is closed.
 func testFollow100(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
+	// The scanner runs beside the test's own scans, as it does beside status and metrics.
+	s.f.scanInterval = 5 * time.Millisecond
 	used0 := tmpfsUsed(t, s.c.Dir)
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	opener := newReader(t, s.fileCopy, s.dirCopy) // opens once after each switch
@@ -450,20 +454,33 @@ func testFollowSymlinkOut(t *testing.T) {
 	}
 }
 
-// testFollowResume: the agent goes (Close keeps the state file), an update lands while it is
-// away, and a new Follower resumes from the state file and applies it at once; then it follows
-// the next one.
+// testFollowResume: the agent goes, an update lands while it is away, and a new Follower
+// resumes from the state file and applies it at once; then it follows the next one. The state
+// file it finds is the one written at Track, before the first agent's two updates (an agent
+// killed between an update's mount and its save leaves one behind its mounts; so did one
+// closed while its worker applied an update): the new Follower takes the version in force
+// from the mounts, numbers on after every version left, and retires the first agent's old
+// versions, the one still held open counted until it is closed and then freed.
 func testFollowResume(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
+	stale, err := os.ReadFile(s.statePath) // version 0 of both paths
+	must(t, err)
+	used0 := tmpfsUsed(t, s.c.Dir)
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	s.f.Arm("ctr1", 0)
 	s.k.writeAtomic(s.vol, payload(1))
 	s.wait(t, 2)
+	held, err := os.Open(s.fileCopy) // version 1, retired by the first agent at the next update
+	must(t, err)
+	defer held.Close()
+	s.k.writeAtomic(s.vol, payload(2))
+	s.wait(t, 2)
 	s.f.Close()
-	s.k.writeAtomic(s.vol, payload(2)) // missed
+	must(t, os.WriteFile(s.statePath, stale, 0o600))
+	s.k.writeAtomic(s.vol, payload(3)) // missed
 	r.do(func() {
-		if v, _ := r.readFile(); v != 1 {
-			t.Errorf("the reader reads version %d with the agent away, want 1", v)
+		if v, _ := r.readFile(); v != 2 {
+			t.Errorf("the reader reads version %d with the agent away, want 2", v)
 		}
 	})
 	s.f = s.c.NewFollower(s.statePath, func(u Update) { s.updates <- u })
@@ -472,16 +489,35 @@ func testFollowResume(t *testing.T) {
 		t.Fatalf("Resume = %d, %v; want 2 live copies", n, err)
 	}
 	for _, u := range s.wait(t, 2) {
-		if u.Result != UpdateApplied || u.Version != 2 {
-			t.Errorf("missed update: %+v", u)
+		if u.Result != UpdateApplied || u.Version != 3 {
+			t.Errorf("missed update: %+v, want version 3 applied", u)
 		}
 	}
-	s.k.writeAtomic(s.vol, payload(3))
-	s.wait(t, 2)
+	// Left by the first agent: version 1 of both (the file's held open) and the bases; then
+	// version 2, replaced now. Only the held one stays.
+	waitRetired(t, s.f, 1)
+	held.Close()
+	waitRetired(t, s.f, 0)
+	for _, p := range []string{s.fileCopy, s.dirCopy} {
+		for _, v := range []string{".v1", ".v2"} {
+			if _, err := os.Lstat(p + v); !os.IsNotExist(err) {
+				t.Errorf("%s%s, replaced, is left after resuming: %v", p, v, err)
+			}
+		}
+	}
+	if used := tmpfsUsed(t, s.c.Dir); used > used0 {
+		t.Errorf("the copy tmpfs holds %d bytes after resuming, %d with the first copies: want one copy per path", used, used0)
+	}
+	s.k.writeAtomic(s.vol, payload(4))
+	for _, u := range s.wait(t, 2) {
+		if u.Result != UpdateApplied || u.Version != 4 {
+			t.Errorf("update after resuming: %+v, want version 4 applied", u)
+		}
+	}
 	r.do(func() {
 		for _, read := range []func() (int, error){r.readFile, r.readDir} {
-			if v, err := read(); v != 3 || err != nil {
-				t.Errorf("after resuming, the reader reads version %d (%v), want 3", v, err)
+			if v, err := read(); v != 4 || err != nil {
+				t.Errorf("after resuming, the reader reads version %d (%v), want 4", v, err)
 			}
 		}
 	})
@@ -489,5 +525,75 @@ func testFollowResume(t *testing.T) {
 		if n := mountsHere(t, p); n != 2 {
 			t.Errorf("%d mounts at %s after resuming, want 2", n, p)
 		}
+	}
+}
+
+// waitRetired scans, bounded, until f shows want retired copies.
+func waitRetired(t *testing.T, f *Follower, want int) {
+	t.Helper()
+	var st LiveStatus
+	for range 100 {
+		f.scan()
+		if st = f.Status(); st.RetiredCopies == want {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // a replaced version stays retireGrace at least
+	}
+	t.Errorf("status %+v, want %d retired copies", st, want)
+}
+
+// gatedLayers holds each putLayer until the test lets it go.
+type gatedLayers struct {
+	layerOps
+	entered, release chan struct{}
+}
+
+func (g gatedLayers) putLayer(base, baseRoot, version string, userns int) error {
+	select {
+	case g.entered <- struct{}{}:
+	default: // told already
+	}
+	<-g.release
+	return g.layerOps.putLayer(base, baseRoot, version, userns)
+}
+
+// testFollowCloseSaves: the agent closes while its worker puts the file's new layer; the state
+// file it leaves names that version (its successor numbers after it), and the directory's
+// update, given up by Close, is not recorded as done (its successor applies it).
+func testFollowCloseSaves(t *testing.T) {
+	s := newLiveSetup(t, bigBudget, payload(0))
+	g := gatedLayers{layerOps: s.f.ops, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s.f.ops = g // before Arm: no update has begun
+	s.f.Arm("ctr1", 0)
+	s.k.writeAtomic(s.vol, payload(1))
+	select {
+	case <-g.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no update began in 20s")
+	}
+	closed := make(chan struct{})
+	go func() { defer close(closed); s.f.Close() }()
+	for i := 0; i < 2000 && s.f.ctx.Err() == nil; i++ {
+		time.Sleep(time.Millisecond) // until Close has begun
+	}
+	close(g.release)
+	<-closed
+	b, err := os.ReadFile(s.statePath)
+	must(t, err)
+	var st stateFile
+	must(t, json.Unmarshal(b, &st))
+	want := map[string]statePath{
+		s.fileCopy: {Version: 1, Current: s.fileCopy + ".v1"},
+		s.dirCopy:  {Version: 0, Data: s.copies[1].Data},
+	}
+	for _, sp := range st.Paths {
+		w := want[sp.Path]
+		if sp.Version != w.Version || sp.Current != w.Current || (w.Data != "" && sp.Data != w.Data) {
+			t.Errorf("state of %s after Close: version %d %q, data %q; want version %d %q, data %q", sp.Path, sp.Version, sp.Current, sp.Data, w.Version, w.Current, w.Data)
+		}
+		delete(want, sp.Path)
+	}
+	if len(want) != 0 {
+		t.Errorf("state file after Close lacks %v", want)
 	}
 }

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // The live copies are recorded in a small state file (NewFollower's statePath) each time they
@@ -41,13 +45,19 @@ type statePath struct {
 	FirstEntries int64 `json:"firstEntries"`
 }
 
-// save writes the state file (atomically: a new file renamed over it). A closing Follower
-// writes nothing: what is recorded is for its successor.
+// save writes the state file (atomically: a new file renamed over it). A closed Follower
+// writes nothing: what Close recorded is for its successor.
 func (f *Follower) save() {
-	if f.statePath == "" || f.ctx.Err() != nil {
+	if f.statePath == "" {
 		return
 	}
+	f.saveMu.Lock()
+	defer f.saveMu.Unlock()
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
 	lps := make([]*livePath, 0, len(f.paths))
 	for _, lp := range f.paths {
 		lps = append(lps, lp)
@@ -75,6 +85,85 @@ func (f *Follower) save() {
 	if err := os.WriteFile(tmp, data, 0o600); err == nil {
 		_ = os.Rename(tmp, f.statePath)
 	}
+}
+
+// recoverVersions makes lp, read from a state file, agree with what is on the node: the file
+// may be older than the mounts (an agent killed between an update's mount and its save, or
+// closed while its worker applied one). The version in force is the one mounted on top at
+// its path; the next version is numbered after every P.v<n> there; and the versions an
+// earlier agent replaced (retired, perhaps still held open, perhaps never freed) are returned
+// to be retired again, with the base when a layer shadows it. A version mounted at the path
+// is never among them.
+func (f *Follower) recoverVersions(lp *livePath) []retiredCopy {
+	lp.last = lp.version
+	mounted := map[int]bool{}
+	if ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != lp.cp.Path, false }); err == nil {
+		for _, m := range ms {
+			if v, ok := versionOfRoot(m.Root, lp.baseRoot); ok {
+				mounted[v] = true
+			}
+		}
+	}
+	if top, ok := f.topVersion(lp); ok && top != lp.version {
+		lp.version, lp.current = top, ""
+		if top > 0 {
+			lp.current = lp.versionPath(top)
+		}
+		shown := lp.cp.Path
+		if lp.current != "" {
+			shown = lp.current
+		}
+		_, lp.used = f.measure(shown)
+		lp.data = "" // of another version: the next kick copies what ..data names now
+	}
+	mounted[lp.version] = true
+	var left []retiredCopy
+	names, _ := os.ReadDir(filepath.Dir(lp.cp.Path))
+	for _, e := range names {
+		v, ok := versionOfRoot(e.Name(), filepath.Base(lp.cp.Path))
+		if !ok {
+			continue
+		}
+		lp.last = max(lp.last, v)
+		if !mounted[v] {
+			left = append(left, retiredCopy{ctr: lp.ctr, pod: lp.cp.Target.PodUID, path: lp.versionPath(v), measure: true})
+		}
+	}
+	if lp.version > 0 {
+		// Emptied already if the earlier agent freed it: then what it releases is nothing.
+		left = append(left, retiredCopy{ctr: lp.ctr, pod: lp.cp.Target.PodUID, path: lp.cp.Path, base: true, measure: true})
+	}
+	return left
+}
+
+// topVersion is the version of lp mounted on top at its path (0: the base).
+func (f *Follower) topVersion(lp *livePath) (int, bool) {
+	n, err := openPath(lp.cp.Path)
+	if err != nil {
+		return 0, false
+	}
+	defer n.Close()
+	m, err := Live{}.Mount(n)
+	if err != nil {
+		return 0, false
+	}
+	if m.Root == lp.baseRoot {
+		return 0, true
+	}
+	return versionOfRoot(m.Root, lp.baseRoot)
+}
+
+// versionOfRoot is n when name is base.v<n>.
+func versionOfRoot(name, base string) (int, bool) {
+	num, ok := strings.CutPrefix(name, base+".v")
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.Atoi(num)
+	if err != nil || v <= 0 || strconv.Itoa(v) != num {
+		return 0, false
+	}
+	return v, true
 }
 
 // Resume follows again the live copies an earlier agent recorded, of the containers in
@@ -121,9 +210,13 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 			cp:      Copy{Target: t, Kind: sp.Kind, SubPath: sp.SubPath, Path: sp.Path, VolumeDir: sp.VolumeDir, Data: sp.Data, Live: true, Idmap: sp.Idmap, Bytes: sp.FirstBytes, Entries: sp.FirstEntries},
 			version: sp.Version, current: sp.Current, data: sp.Data, used: usage{sp.Bytes, sp.Entries},
 		}
+		left := f.recoverVersions(lp)
 		if err := f.follow(lp); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		for _, old := range left {
+			f.retire(old)
 		}
 		n++
 		f.kick(sp.VolumeDir)

@@ -3,6 +3,7 @@ package subpath
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,8 +33,11 @@ type retiredCopy struct {
 	path     string // the version's path (for the base: the live copy's path)
 	base     bool
 	used     usage
-	inodes   map[uint64]bool
-	at       time.Time // when it was replaced
+	// measure says used is not known (a version an earlier agent left): it is what the
+	// version holds, counted as the copier charges.
+	measure bool
+	inodes  map[uint64]bool
+	at      time.Time // when it was replaced
 }
 
 // retireGrace is how long a replaced version stays at least: an open() whose path walk
@@ -45,10 +49,10 @@ const retireGrace = 200 * time.Millisecond
 // for at once: those nobody holds are unlinked (a directory's entries must stay while a
 // process holds the directory open, to be opened relative to it).
 func (f *Follower) retire(old retiredCopy) {
-	raw, err := f.rawTree()
-	if err == nil {
-		old.inodes = inodesBelow(raw, f.rel(old.path))
-		unix.Close(raw)
+	var held usage
+	old.inodes, held = f.measure(old.path)
+	if old.measure {
+		old.used = held
 	}
 	old.at = time.Now()
 	f.mu.Lock()
@@ -72,9 +76,22 @@ func (f *Follower) rel(path string) string {
 	return rel
 }
 
-// inodesBelow lists the inode numbers of rel below dirfd and everything below it.
-func inodesBelow(dirfd int, rel string) map[uint64]bool {
+// measure lists the inodes of the copy at path (for a live copy's path, its base's own
+// content) and what they hold, counted as the copier charges them.
+func (f *Follower) measure(path string) (map[uint64]bool, usage) {
+	raw, err := f.rawTree()
+	if err != nil {
+		return nil, usage{}
+	}
+	defer unix.Close(raw)
+	return inodesBelow(raw, f.rel(path))
+}
+
+// inodesBelow lists the inode numbers of rel below dirfd and everything below it, and what
+// they hold as the copier charges them (entryCost per entry).
+func inodesBelow(dirfd int, rel string) (map[uint64]bool, usage) {
 	inodes := map[uint64]bool{}
+	var used usage
 	var walk func(dirfd int, name string, depth int)
 	walk = func(dirfd int, name string, depth int) {
 		var st unix.Stat_t
@@ -82,6 +99,12 @@ func inodesBelow(dirfd int, rel string) map[uint64]bool {
 			return
 		}
 		inodes[st.Ino] = true
+		size := int64(0)
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			size = st.Size
+		}
+		used.bytes += entryCost(size)
+		used.entries++
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || depth > 64 {
 			return
 		}
@@ -97,11 +120,15 @@ func inodesBelow(dirfd int, rel string) map[uint64]bool {
 		}
 	}
 	walk(dirfd, rel, 0)
-	return inodes
+	return inodes, used
 }
 
-// scan frees the retired versions no process holds any more.
+// scan frees the retired versions no process holds any more. One scan runs at a time (the
+// scanner's, an update's, a caller's): a scan that returns has seen every version freed that
+// it found free. A version stays retired, counted in status, until it is freed.
 func (f *Follower) scan() {
+	f.scanMu.Lock()
+	defer f.scanMu.Unlock()
 	f.mu.Lock()
 	if len(f.retired) == 0 {
 		f.mu.Unlock()
@@ -121,17 +148,11 @@ func (f *Follower) scan() {
 	held := heldInodes(st.Dev, want)
 	f.mu.Lock()
 	var free []*retiredCopy
-	kept := f.retired[:0]
 	for _, r := range f.retired {
-		if holds(r, held) || time.Since(r.at) < retireGrace {
-			kept = append(kept, r)
-		} else {
+		if !holds(r, held) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
-	clear(f.retired[len(kept):])
-	f.retired = kept
-	f.stopScannerIfIdleLocked()
 	f.mu.Unlock()
 	for _, r := range free {
 		used := r.used
@@ -143,6 +164,10 @@ func (f *Follower) scan() {
 		}
 		f.copier().release(r.ctr, r.pod, used)
 	}
+	f.mu.Lock()
+	f.retired = slices.DeleteFunc(f.retired, func(r *retiredCopy) bool { return slices.Contains(free, r) })
+	f.stopScannerIfIdleLocked()
+	f.mu.Unlock()
 }
 
 func holds(r *retiredCopy, held map[uint64]bool) bool {
