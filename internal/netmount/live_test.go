@@ -2,6 +2,7 @@ package netmount
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -192,9 +193,17 @@ func TestSSHFS(t *testing.T) {
 
 	t.Run("probes of a mount whose daemon hangs leave one stat behind, not one each", func(t *testing.T) {
 		daemons := daemonsOf(t, path)
+		if len(daemons) == 0 {
+			t.Fatalf("no FUSE daemon serves %s", path)
+		}
 		for _, pid := range daemons {
 			syscall.Kill(pid, syscall.SIGSTOP)
 		}
+		// kill returns before every thread has stopped: a daemon thread already running can
+		// still answer the first lookup (it did once, under load). Probe once all have.
+		eventually(t, "the FUSE daemon's threads are stopped", func() bool {
+			return !slices.ContainsFunc(daemons, func(pid int) bool { return !stopped(pid) })
+		})
 		resumed := false
 		resume := func() {
 			if !resumed {
@@ -675,6 +684,22 @@ func allPids() []int {
 		}
 	}
 	return pids
+}
+
+// stopped says whether every thread of pid is in the stopped state (T in /proc/<pid>/task/*/stat).
+func stopped(pid int) bool {
+	stats, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/stat")
+	for _, f := range stats {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that went
+		}
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 || len(data) < i+3 || (data[i+2] != 'T' && data[i+2] != 't') {
+			return false
+		}
+	}
+	return len(stats) > 0
 }
 
 func comm(pid int) string {
