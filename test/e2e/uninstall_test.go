@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -240,14 +241,23 @@ func scopeCgroups(t testing.TB, keys []string) []string {
 	return out
 }
 
+// shownContent is a snapshot's file as a diff shows it: quoted, or for a long one (a binary
+// configure installs) its length and digest instead of megabytes of log.
+func shownContent(v string) string {
+	if len(v) <= 4096 {
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("(%d bytes, sha256 %x)", len(v), sha256.Sum256([]byte(v)))
+}
+
 // diff says how b differs from a.
 func (a uninstallSnapshot) diff(b uninstallSnapshot) string {
 	var out []string
 	for p, v := range b.Files {
 		if w, ok := a.Files[p]; !ok {
-			out = append(out, fmt.Sprintf("file added: %s %q", p, v))
+			out = append(out, fmt.Sprintf("file added: %s %s", p, shownContent(v)))
 		} else if w != v {
-			out = append(out, fmt.Sprintf("file changed: %s %q, was %q", p, v, w))
+			out = append(out, fmt.Sprintf("file changed: %s %s, was %s", p, shownContent(v), shownContent(w)))
 		}
 	}
 	for p := range a.Files {
