@@ -302,9 +302,15 @@ func (c *Client) RemoveContainer(ctx context.Context, id string) error {
 	return nil
 }
 
-// RemovePod stops a pod's containers (StopTimeout each), then the pod, and removes it. Like
-// kubelet it stops the containers first: CRI-O's StopPodSandbox would give each a grace
-// period of its own choosing.
+// RemovePod stops a pod's containers (StopTimeout each), then the pod, and removes the
+// containers, then the pod. It goes in kubelet's order: containers are stopped first because
+// CRI-O's StopPodSandbox would give each a grace period of its own choosing, and removed
+// before their sandbox (kubelet's garbage collector never removes a sandbox that still has
+// containers) because containerd 2.4.2's RemovePodSandbox, which removes them itself, takes
+// NRI's plugin-sync read lock twice (sandbox_remove.go, then its own RemoveContainer): an
+// NRI plugin registering between the two waits for the first, the second waits behind the
+// plugin, and the runtime hangs for good (seen once in CI, when mountkeeper reconnected
+// after a containerd restart).
 func (c *Client) RemovePod(ctx context.Context, podID string) error {
 	ctrs, err := c.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{
 		Filter: &runtimeapi.ContainerFilter{PodSandboxId: podID}})
@@ -320,6 +326,11 @@ func (c *Client) RemovePod(ctx context.Context, podID string) error {
 	}
 	if _, err := c.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID}); err != nil {
 		return fmt.Errorf("CRI StopPodSandbox %s: %w", podID, err)
+	}
+	for _, ctr := range ctrs.GetContainers() {
+		if err := c.RemoveContainer(ctx, ctr.GetId()); err != nil {
+			return err
+		}
 	}
 	if _, err := c.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podID}); err != nil {
 		return fmt.Errorf("CRI RemovePodSandbox %s: %w", podID, err)
