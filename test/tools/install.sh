@@ -167,9 +167,13 @@ GO
 	gcc -std=c99 -O2 -Wall -static -o "$BIN/pinns" "$src"/pinns/src/*.c >&2
 	echo "$CRIO_VERSION" >"$BIN/.crio"
 fi
-if ! stamp_ok promtool "$PROMETHEUS_MODULE_VERSION"; then
-	echo "install.sh: building promtool $PROMETHEUS_MODULE_VERSION into $BIN (about 9 minutes cold)" >&2
-	CGO_ENABLED=0 GOBIN=$BIN go install github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION >&2
-	echo "$PROMETHEUS_MODULE_VERSION" >"$BIN/.promtool"
+# remove_all_sd leaves out Prometheus's service-discovery plugins (the cloud SDKs), which
+# `check rules` and `test rules` never use: 134 s instead of 309 s with an empty build cache,
+# measured one after the other on one 2-core machine.
+PROMTOOL_TAGS=remove_all_sd
+if ! stamp_ok promtool "$PROMETHEUS_MODULE_VERSION $PROMTOOL_TAGS"; then
+	echo "install.sh: building promtool $PROMETHEUS_MODULE_VERSION (-tags $PROMTOOL_TAGS) into $BIN (about 2-3 minutes cold)" >&2
+	CGO_ENABLED=0 GOBIN=$BIN go install -tags "$PROMTOOL_TAGS" github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION >&2
+	echo "$PROMETHEUS_MODULE_VERSION $PROMTOOL_TAGS" >"$BIN/.promtool"
 fi
 echo "$BIN"
