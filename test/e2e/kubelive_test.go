@@ -74,7 +74,7 @@ const (
 func startLiveNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) *kubeNode {
 	t.Helper()
 	n := newKubeNodeWith(t, ctx, opts, []string{"mk-live", "mk-kube", "mk-optin"})
-	for _, d := range []string{"src/class-live", "src/class-kube", "src/class-optin", "tools", "out"} {
+	for _, d := range []string{"src/class-live", "src/class-kube", "src/class-optin"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -88,16 +88,28 @@ func startLiveNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) 
 		t.Fatalf("mountkeeper validate --config %s: %v\n%s", config, err, out)
 	}
 	n.startPluginWith(liveClassConfig)
-	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(n.dir, "tools", "livereader"),
+	n.prepareLiveReaders()
+	return n
+}
+
+// prepareLiveReaders makes what readerPod's pods need: livereader built into dir/tools
+// (mounted into them), dir/out for their logs, and the configMap live at seq 0.
+func (n *kubeNode) prepareLiveReaders() {
+	n.t.Helper()
+	for _, d := range []string{"tools", "out"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	build := exec.CommandContext(n.ctx, "go", "build", "-o", filepath.Join(n.dir, "tools", "livereader"),
 		"github.com/mountkeeper/mountkeeper/test/tools/livereader")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build livereader: %v\n%s", err, out)
+		n.t.Fatalf("build livereader: %v\n%s", err, out)
 	}
-	if err := n.api.CreateConfigMap(ctx, "default", "live", liveData(0)); err != nil {
-		t.Fatal(err)
+	if err := n.api.CreateConfigMap(n.ctx, "default", "live", liveData(0)); err != nil {
+		n.t.Fatal(err)
 	}
-	return n
 }
 
 // readerPod is a pod of class that runs livereader on its targets ("file:<path>" or
@@ -533,11 +545,17 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 // mountLayers counts the mounts at path in a mountinfo table.
 func mountLayers(mountinfo, path string) int {
-	layers := 0
+	return len(mountIDsAt(mountinfo, path))
+}
+
+// mountIDsAt are the mount IDs (first field) of the mounts at path in a mountinfo table, in
+// its order.
+func mountIDsAt(mountinfo, path string) []string {
+	var ids []string
 	for _, line := range strings.Split(mountinfo, "\n") {
 		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			layers++
+			ids = append(ids, f[0])
 		}
 	}
-	return layers
+	return ids
 }
