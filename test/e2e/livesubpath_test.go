@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,7 +83,7 @@ func testLiveSubPathAgentRestart(t *testing.T, kind harness.RuntimeKind) {
 	}
 
 	logged := newLogTimes("connected to", ": updated")
-	s.n.pluginLog = logged
+	s.n.pluginLog = io.MultiWriter(testWriter{t, "mountkeeper"}, logged)
 	seen := make(chan time.Time, 1)
 	go func() { seen <- watchVersion(root, 3, time.Now().Add(30*time.Second)) }() // 30 s: a hang, not a measure
 	started := time.Now()

@@ -33,7 +33,7 @@ type node struct {
 	cgroup    string              // cgroup2 dir the plugin runs in; "" for the test's own
 	byHandler map[string][]string // container IDs created, by runtime handler
 	scopes    *scopeEnder         // network mount scopes that end with the test
-	pluginLog io.Writer           // also gets the plugin's log when not nil (startPlugin)
+	pluginLog io.Writer           // receives the plugin's log (startPlugin); nil: the test's log
 }
 
 // scopeEnder ends, when the test ends, the cgroup scopes of the network mounts of the configs
@@ -163,7 +163,7 @@ func (n *node) startPluginIn(cgroup string) {
 	n.t.Helper()
 	var log io.Writer = testWriter{n.t, "mountkeeper"}
 	if n.pluginLog != nil {
-		log = io.MultiWriter(log, n.pluginLog)
+		log = n.pluginLog
 	}
 	var err error
 	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config,
