@@ -65,16 +65,12 @@ func testLiveSubPath(t *testing.T, kind harness.RuntimeKind, userns bool) {
 // one's, are removed (the one left is numbered after the missed one); removing the container
 // leaves no copy and no mount below the copies. It logs the time from the new agent's
 // connection to the container's first read of the missed content (the closing note's numbers).
+// The same runs in a user-namespaced pod on containerd: the new agent idmaps the versions it
+// puts with the container's user namespace, which it learns from the runtime's Synchronize
+// (the container's pid), as the first agent learnt it at PostStartContainer.
 func TestLiveSubPathAgentRestart(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, kind harness.RuntimeKind) { testLiveSubPathAgentRestart(t, kind, false) })
-}
-
-// TestLiveSubPathAgentRestartUserNamespace is TestLiveSubPathAgentRestart in a
-// user-namespaced pod on containerd: the new agent idmaps the versions it puts with the
-// container's user namespace, which it learns from the runtime's Synchronize (the container's
-// pid), as the first agent learnt it at PostStartContainer.
-func TestLiveSubPathAgentRestartUserNamespace(t *testing.T) {
-	testLiveSubPathAgentRestart(t, harness.KindContainerd, true)
+	t.Run("containerd-userns", func(t *testing.T) { testLiveSubPathAgentRestart(t, harness.KindContainerd, true) })
 }
 
 func testLiveSubPathAgentRestart(t *testing.T, kind harness.RuntimeKind, userns bool) {
