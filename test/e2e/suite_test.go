@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +33,7 @@ type node struct {
 	cgroup    string              // cgroup2 dir the plugin runs in; "" for the test's own
 	byHandler map[string][]string // container IDs created, by runtime handler
 	scopes    *scopeEnder         // network mount scopes that end with the test
+	pluginLog io.Writer           // receives the plugin's log (startPlugin); nil: the test's log
 }
 
 // scopeEnder ends, when the test ends, the cgroup scopes of the network mounts of the configs
@@ -159,9 +161,13 @@ func (n *node) startPlugin() { n.startPluginIn(n.cgroup) }
 // startPluginIn starts the plugin in a cgroup2 directory ("" for the test's own cgroup).
 func (n *node) startPluginIn(cgroup string) {
 	n.t.Helper()
+	var log io.Writer = testWriter{n.t, "mountkeeper"}
+	if n.pluginLog != nil {
+		log = n.pluginLog
+	}
 	var err error
 	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config,
-		Socket: n.rt.NRISocket(), Log: testWriter{n.t, "mountkeeper"}, Cgroup: cgroup})
+		Socket: n.rt.NRISocket(), Log: log, Cgroup: cgroup})
 	if err != nil {
 		n.t.Fatalf("start mountkeeper: %v", err)
 	}
