@@ -171,6 +171,7 @@ func testHeal(t *testing.T, work string, srv healServer) {
 			t.Fatalf("kill %d: FUSE daemons in %s: %v, want one", i, scope, pids)
 		}
 		okBefore, failBefore := countReads(t, n, r1)
+		recoveredBefore := strings.Count(n.plugin.Log(), healRecovered)
 		killed := time.Now()
 		syscall.Kill(pids[0], syscall.SIGKILL)
 		for !readsOK(r1) {
@@ -181,7 +182,7 @@ func testHeal(t *testing.T, work string, srv healServer) {
 		}
 		took := time.Since(killed)
 		times = append(times, took)
-		time.Sleep(300 * time.Millisecond)
+		waitRecovered(t, n, recoveredBefore, "kill "+strconv.Itoa(i))
 		ok, fails := countReads(t, n, r1)
 		t.Logf("kill %d: the reader reads again %s after SIGKILL of pid %d (reads in between: %d failed, %d ok)",
 			i, took.Round(time.Millisecond), pids[0], fails-failBefore, ok-okBefore)
@@ -222,6 +223,7 @@ func testHeal(t *testing.T, work string, srv healServer) {
 			t.Fatal("the container reads with the server down")
 		}
 		_, failBefore := countReads(t, n, r1)
+		recoveredBefore := strings.Count(n.plugin.Log(), healRecovered)
 		srv.up(t)
 		back := time.Now()
 		for !readsOK(r1) {
@@ -233,11 +235,27 @@ func testHeal(t *testing.T, work string, srv healServer) {
 		took := time.Since(back)
 		_, fails := countReads(t, n, r1)
 		t.Logf("%s: the reader reads again %s after the server is back (%d reads failed from then)", srv.typ, took.Round(time.Millisecond), fails-failBefore)
+		waitRecovered(t, n, recoveredBefore, "after the server came back")
 		oneMount("after the server came back")
 		if !strings.Contains(n.plugin.Log(), "recovery attempt failed") {
 			t.Error("no failed recovery attempt logged while the server was down")
 		}
 	})
+}
+
+// healRecovered is what the plugin logs once a heal is done: the new mount is on top and the
+// dead one beneath it detached (netmount's retryLoop logs it after replaceDead returned).
+const healRecovered = "netmount: recovered:"
+
+// waitRecovered waits until the plugin has logged one recovery more than before. A container
+// reads through the new mount as soon as it is on top of the dead one (replaceDead's step 4);
+// the dead one is detached just after (step 6): the mounts at the host path are counted only
+// once the recovery is logged.
+func waitRecovered(t *testing.T, n *node, before int, what string) {
+	t.Helper()
+	if err := n.plugin.WaitLog(n.ctx, healRecovered, before+1, healBound); err != nil {
+		t.Fatalf("%s: the container reads again but the plugin logged no recovery: %v", what, err)
+	}
 }
 
 // daemonPids are the processes of the mount's cgroup scope that daemon accepts by name.
