@@ -198,8 +198,15 @@ func TestKubeDeploy(t *testing.T) {
 		if c := fuseMountsAt(t, mountPoint); c != 1 {
 			t.Errorf("%d sshfs mounts at %s after the replacement, want 1", c, mountPoint)
 		}
-		if log := n.podLog(plugin, "mountkeeper"); !strings.Contains(log, "adopt") {
-			t.Errorf("the new plugin pod did not log an adoption:\n%s", log)
+		// The adoption is logged once the mount found at start-up has been probed, which runs
+		// beside the connection to containerd that startPluginPod waited for: poll for it.
+		if err := harnessPoll(ctx, 30*time.Second, func() error {
+			if log := n.podLog(plugin, "mountkeeper"); !strings.Contains(log, "adopt") {
+				return fmt.Errorf("the new plugin pod did not log an adoption within 30s:\n%s", log)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 		}
 		if log := n.podLog(plugin, "runtime-configure"); !strings.Contains(log, "nothing to change") {
 			t.Errorf("the second init container changed containerd's config: %q", log)
