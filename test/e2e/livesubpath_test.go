@@ -102,8 +102,10 @@ func testLiveSubPathAgentRestart(t *testing.T, kind harness.RuntimeKind, userns 
 	t.Logf("%s: agent started again: connected %.1f ms after its start; from the connection, the first copy updated after %.1f ms, the container read the missed update (key and directory) after %.1f ms",
 		kind, ms(connected.Sub(started)), ms(logged.at(": updated").Sub(connected)), ms(at.Sub(connected)))
 	s.waitRead(3) // through the container's own processes too
-	if !strings.Contains(s.n.plugin.Log(), "following 2 live subPath copies again") {
-		t.Errorf("the new agent did not log resuming 2 live copies; log:\n%s", s.n.plugin.Log())
+	// The agent logs the resumption once Resume has returned: after it kicked each copy's
+	// update (which the container may read at once) and saved its state.
+	if err := s.n.plugin.WaitLog(s.n.ctx, "following 2 live subPath copies again", 1, 10*time.Second); err != nil {
+		t.Errorf("the new agent did not log resuming 2 live copies: %v", err)
 	}
 
 	s.write(4)
