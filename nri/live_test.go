@@ -114,9 +114,11 @@ func TestLiveSubPathOverNRI(t *testing.T) {
 			t.Errorf("%s reads %q after the update, want %q", c.id, got, want)
 		}
 	}
-	// The count comes right after the switch: wait for it, bounded.
+	// The counts come right after the switch: wait for them, bounded. The follower counts an
+	// update for status first and then tells the plugin, which counts it for the metric: both.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if st := plugin.Status().LiveSubPaths; st != nil && st.Updates["applied"] == 2 {
+		if st := plugin.Status().LiveSubPaths; st != nil && st.Updates["applied"] == 2 &&
+			scrape(t, m, "mountkeeper_live_subpath_updates_total", map[string]string{"result": "applied"}) == 2 {
 			break
 		}
 	}
