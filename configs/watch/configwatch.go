@@ -21,6 +21,12 @@ const settle = 200 * time.Millisecond
 // Watch calls changed with the file's new content each time it differs from what it was (the
 // first content is read at start), until ctx ends. A read error is passed on as such.
 func Watch(ctx context.Context, path string, changed func(content []byte, err error)) error {
+	return watch(ctx, path, changed, nil)
+}
+
+// watch is Watch; it closes watching, if not nil, once the directory is watched and the first
+// content read: a change made from then on is reported (the tests' start signal).
+func watch(ctx context.Context, path string, changed func(content []byte, err error), watching chan<- struct{}) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -30,6 +36,9 @@ func Watch(ctx context.Context, path string, changed func(content []byte, err er
 		return err
 	}
 	last, _ := os.ReadFile(path)
+	if watching != nil {
+		close(watching)
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {

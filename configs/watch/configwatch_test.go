@@ -20,14 +20,15 @@ func TestWatchSeesTheAtomicWriter(t *testing.T) {
 	got := make(chan string, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	watching := make(chan struct{})
 	go func() {
-		done <- Watch(ctx, path, func(b []byte, err error) {
+		done <- watch(ctx, path, func(b []byte, err error) {
 			if err != nil {
 				got <- "error: " + err.Error()
 				return
 			}
 			got <- string(b)
-		})
+		}, watching)
 	}()
 	defer func() { cancel(); <-done }()
 	next := func(want string) {
@@ -41,7 +42,7 @@ func TestWatchSeesTheAtomicWriter(t *testing.T) {
 			t.Fatalf("Watch reported nothing, want %q", want)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // let the watch start
+	awaitWatching(t, watching)
 	old, err := writeAtomic(dir, map[string]string{"config.yaml": "v2"})
 	if err != nil {
 		t.Fatal(err)
@@ -91,4 +92,15 @@ func writeAtomic(dir string, files map[string]string) (string, error) {
 		return "", nil
 	}
 	return filepath.Join(dir, old), nil
+}
+
+// awaitWatching waits until the watch has started (watch closed watching): a change made
+// before it would be taken for the first content and not reported.
+func awaitWatching(t *testing.T, watching <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not start within 10s")
+	}
 }

@@ -45,9 +45,12 @@ func TestReload(t *testing.T) {
 			if err := os.WriteFile(path, []byte("v1"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			watch := Watch
+			watching := make(chan struct{})
+			watchFn := func(ctx context.Context, path string, changed func([]byte, error)) error {
+				return watch(ctx, path, changed, watching)
+			}
 			if tc.unwatched { // as when the node is out of inotify watches
-				watch = func(context.Context, string, func([]byte, error)) error { return errors.New("too many open files") }
+				watchFn = func(context.Context, string, func([]byte, error)) error { return errors.New("too many open files") }
 			}
 			log, hook := logtest.NewNullLogger()
 			logged := make(chan struct{}, 10)
@@ -58,7 +61,7 @@ func TestReload(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				reload(ctx, path, hup, watch, func(b []byte) { applied <- string(b) }, log)
+				reload(ctx, path, hup, watchFn, func(b []byte) { applied <- string(b) }, log)
 			}()
 			defer func() { cancel(); <-done }()
 			if tc.unwatched {
@@ -68,7 +71,7 @@ func TestReload(t *testing.T) {
 					t.Fatal("no warning that the file cannot be watched")
 				}
 			} else {
-				time.Sleep(100 * time.Millisecond) // let the watch start
+				awaitWatching(t, watching)
 			}
 			for i, s := range tc.steps {
 				if s.write != "" {
