@@ -149,7 +149,8 @@ type readerRun struct {
 	reads    map[string]int          // by path, from the last count line
 	heldOK   map[string]int          // by path
 	heldBad  []string
-	complete bool // ended with a count line
+	held     map[string]int // by path: held lines, ok or bad (one follows each seen line but a run's first)
+	complete bool           // ended with a count line
 }
 
 type readerSeen struct {
@@ -171,7 +172,7 @@ func readerLog(path string) ([]*readerRun, error) {
 		word, rest, _ := strings.Cut(line, " ")
 		if word == "start" {
 			runs = append(runs, &readerRun{seen: map[string][]readerSeen{}, failed: map[string]int{},
-				reads: map[string]int{}, heldOK: map[string]int{}})
+				reads: map[string]int{}, heldOK: map[string]int{}, held: map[string]int{}})
 			continue
 		}
 		if len(runs) == 0 {
@@ -194,6 +195,7 @@ func readerLog(path string) ([]*readerRun, error) {
 		case "fail":
 			r.fails = append(r.fails, rest)
 		case "held":
+			r.held[target]++
 			if len(fields) > 2 && fields[2] == "ok" {
 				r.heldOK[target]++
 			} else {
@@ -270,12 +272,18 @@ func (n *kubeNode) waitReader(name string, minRuns int, timeout time.Duration, c
 	return last, err
 }
 
-// seesSeq is a waitReader condition: the run has read seq (or newer) at every path.
+// seesSeq is a waitReader condition: the run has read seq (or newer) at every path, and has
+// logged all it logs of that read.
 func seesSeq(seq int, paths ...string) func(*readerRun) error {
 	return func(r *readerRun) error {
 		for _, p := range paths {
 			if got := r.lastSeq(p); got < seq {
 				return fmt.Errorf("%s: newest seq read %d, want %d", p, got, seq)
+			}
+			// livereader writes a new value's seen line, then reads the descriptor it held and
+			// writes the held line: wait for that too, which callers count (heldOK).
+			if seen := len(r.seen[p]); r.held[p] < seen-1 {
+				return fmt.Errorf("%s: %d held lines for %d values seen, the last one's not written yet", p, r.held[p], seen)
 			}
 		}
 		return nil
