@@ -93,8 +93,13 @@ func TestSSHFSHeal(t *testing.T) {
 		t.Logf("kill %d: the container reads again after %s", i, took.Round(time.Millisecond))
 		// The container reads again as soon as the new mount is on top; the dead one beneath
 		// is detached just after, before the status says mounted: count only then (a count
-		// taken at the first read saw 2 mounts once, in a CI run under load).
-		eventually(t, "status mounted", func() bool { return m.Status()[0].State == "mounted" })
+		// taken at the first read saw 2 mounts once, in a CI run under load). Mounted alone
+		// is also the state before the death was found, and a daemon thread already running
+		// when SIGKILL came can still answer the first read: wait for this kill's recovery.
+		eventually(t, "status mounted after recovery "+strconv.Itoa(i), func() bool {
+			st := m.Status()[0]
+			return st.State == "mounted" && st.Recoveries >= i
+		})
 		if n := len(mountsAt(t, path)); n != 1 {
 			t.Errorf("kill %d: %d mounts at the host path, want 1", i, n)
 		}
