@@ -117,8 +117,12 @@ func TestNetworkReload(t *testing.T) {
 		syscall.Kill(pids[0], syscall.SIGKILL)
 		eventually(t, healBound, "the container to read again", func() bool { return reads(r1) })
 		// The container reads as soon as the new mount is on top of the dead one; the heal
-		// detaches the dead one, then counts the recovery and says mounted: wait for that.
-		eventually(t, healBound, "mk-reload mounted again", func() bool { return mounts()[spec("mk-reload")].State == "mounted" })
+		// detaches the dead one, then counts the recovery and says mounted: wait for that
+		// (mounted alone is also the state before the probe found the death).
+		eventually(t, healBound, "mk-reload mounted again", func() bool {
+			m := mounts()[spec("mk-reload")]
+			return m.State == "mounted" && m.Recoveries >= 1
+		})
 		if m := mounts()[spec("mk-reload")]; m.Deaths != 1 || m.Recoveries != 1 {
 			t.Errorf("mk-reload: %d deaths, %d recoveries; want 1 and 1", m.Deaths, m.Recoveries)
 		}
