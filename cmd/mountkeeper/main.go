@@ -158,6 +158,9 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	if err != nil {
 		return err
 	}
+	// Read before the load: the watch started later reloads at once if the file differs by
+	// then (a ConfigMap update landing between the two would otherwise go unseen until the next).
+	loaded, _ := os.ReadFile(*configPath)
 	cfg, from, err := loadConfig()
 	if err != nil {
 		return err
@@ -189,7 +192,7 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	}
 	if _, err := os.Stat(from); err == nil {
 		// A refused config is logged and counted by ReloadConfig itself.
-		go watch.Reload(ctx, from, func(data []byte) { _ = plugin.ReloadConfig(data, from) }, log)
+		go watch.Reload(ctx, from, loaded, func(data []byte) { _ = plugin.ReloadConfig(data, from) }, log)
 	}
 	return nri.Run(ctx, plugin, nri.RunOptions{SocketPath: *socket, Name: *name, Index: *index, Log: log})
 }

@@ -18,15 +18,21 @@ import (
 // makes several changes in a row.
 const settle = 200 * time.Millisecond
 
-// Watch calls changed with the file's new content each time it differs from what it was (the
-// first content is read at start), until ctx ends. A read error is passed on as such.
-func Watch(ctx context.Context, path string, changed func(content []byte, err error)) error {
-	return watch(ctx, path, changed, nil)
+// Watch calls changed with the file's new content each time it differs from what it was,
+// until ctx ends. A read error is passed on as such.
+//
+// loaded is the content the caller has in force, read before it loaded the file: the first
+// content Watch reads, once the directory is watched, is reported at once if it differs, so
+// an update that lands between the caller's load and the watch's start is not missed (at
+// worst it is reported although the load already had it). nil: the first content Watch reads
+// is taken as the one in force.
+func Watch(ctx context.Context, path string, loaded []byte, changed func(content []byte, err error)) error {
+	return watch(ctx, path, loaded, changed, nil)
 }
 
 // watch is Watch; it closes watching, if not nil, once the directory is watched and the first
 // content read: a change made from then on is reported (the tests' start signal).
-func watch(ctx context.Context, path string, changed func(content []byte, err error), watching chan<- struct{}) error {
+func watch(ctx context.Context, path string, loaded []byte, changed func(content []byte, err error), watching chan<- struct{}) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -35,9 +41,17 @@ func watch(ctx context.Context, path string, changed func(content []byte, err er
 	if err := w.Add(filepath.Dir(path)); err != nil {
 		return err
 	}
-	last, _ := os.ReadFile(path)
+	last, err := os.ReadFile(path)
 	if watching != nil {
 		close(watching)
+	}
+	if loaded != nil {
+		switch {
+		case err != nil:
+			changed(nil, err)
+		case !bytes.Equal(last, loaded):
+			changed(last, nil)
+		}
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

@@ -22,7 +22,7 @@ func TestWatchSeesTheAtomicWriter(t *testing.T) {
 	done := make(chan error, 1)
 	watching := make(chan struct{})
 	go func() {
-		done <- watch(ctx, path, func(b []byte, err error) {
+		done <- watch(ctx, path, nil, func(b []byte, err error) {
 			if err != nil {
 				got <- "error: " + err.Error()
 				return

@@ -13,12 +13,15 @@ import (
 // a ConfigMap's ..data swap included) and on every SIGHUP (which rereads it even if unchanged),
 // until ctx ends. A file that cannot be read is logged and apply is not called: the config in
 // force stays. If the file cannot be watched, SIGHUP still reloads it. apply judges the
-// content itself (a refused config is its to log and count).
-func Reload(ctx context.Context, path string, apply func(content []byte), log logrus.FieldLogger) {
+// content itself (a refused config is its to log and count). loaded is the content read
+// before the config in force was loaded (see Watch).
+func Reload(ctx context.Context, path string, loaded []byte, apply func(content []byte), log logrus.FieldLogger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	reload(ctx, path, hup, Watch, apply, log)
+	reload(ctx, path, hup, func(ctx context.Context, path string, changed func([]byte, error)) error {
+		return Watch(ctx, path, loaded, changed)
+	}, apply, log)
 }
 
 // reload is Reload with the SIGHUPs coming from hup and the changes from watch.

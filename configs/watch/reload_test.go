@@ -26,12 +26,16 @@ func TestReload(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		unwatched bool // the file's directory cannot be watched
+		unwatched bool   // the file's directory cannot be watched
+		loaded    []byte // the content the agent loaded before the watch started (nil: none given)
 		steps     []step
 		wantWarn  string
 		wantError string
 	}{
 		{name: "a change reloads", steps: []step{{write: "v2", want: "v2"}, {write: "v3", want: "v3"}}},
+		// The file changed between the agent's load (v0) and the watch's start (v1).
+		{name: "a change before the watch started reloads at once", loaded: []byte("v0"), steps: []step{{want: "v1"}, {write: "v2", want: "v2"}}},
+		{name: "no change since the load: nothing", loaded: []byte("v1"), steps: []step{{write: "v2", want: "v2"}}},
 		{name: "SIGHUP reloads the same content", steps: []step{{hup: true, want: "v1"}, {hup: true, want: "v1"}}},
 		{name: "SIGHUP on an unreadable file keeps the config", steps: []step{{remove: true, hup: true}},
 			wantError: "config reload: open "},
@@ -47,7 +51,7 @@ func TestReload(t *testing.T) {
 			}
 			watching := make(chan struct{})
 			watchFn := func(ctx context.Context, path string, changed func([]byte, error)) error {
-				return watch(ctx, path, changed, watching)
+				return watch(ctx, path, tc.loaded, changed, watching)
 			}
 			if tc.unwatched { // as when the node is out of inotify watches
 				watchFn = func(context.Context, string, func([]byte, error)) error { return errors.New("too many open files") }
