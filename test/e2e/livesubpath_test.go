@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,8 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
@@ -283,21 +280,14 @@ func (s *liveSubPath) remove() {
 	}
 }
 
-// containerPid is the host pid of a running container's process, from the runtime's verbose
-// status (containerd and CRI-O both give it as info's "pid").
+// containerPid is the host pid of a running container's process.
 func containerPid(t *testing.T, n *node, id string) int {
 	t.Helper()
-	resp, err := n.rt.CRI().RuntimeService().ContainerStatus(n.ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	pid, err := n.rt.CRI().ContainerPid(n.ctx, id)
 	if err != nil {
-		t.Fatalf("container %.12s: status: %v", id, err)
+		t.Fatal(err)
 	}
-	var info struct {
-		Pid int `json:"pid"`
-	}
-	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
-		t.Fatalf("container %.12s: no pid in its verbose status (%v): %q", id, err, resp.GetInfo()["info"])
-	}
-	return info.Pid
+	return pid
 }
 
 // watchVersion reads the live paths through root (/proc/PID/root: the container's mount

@@ -28,8 +28,6 @@ import (
 	"testing"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -602,21 +600,11 @@ func (s *rolloutSubPaths) mountIDs(t *testing.T, pod string) map[string]string {
 // mountinfo is the mount table of pod's container, from its process (PID from the runtime).
 func (s *rolloutSubPaths) mountinfo(t *testing.T, pod string) string {
 	t.Helper()
-	resp, err := s.n.ctrd.CRI().RuntimeService().ContainerStatus(s.n.ctx, &runtimeapi.ContainerStatusRequest{ContainerId: s.ids[pod], Verbose: true})
-	if err != nil {
-		t.Fatalf("pod %s: container status: %v", pod, err)
-	}
-	var info struct {
-		Pid int `json:"pid"`
-	}
-	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
-		t.Fatalf("pod %s: no pid in its container's verbose status (%v)", pod, err)
-	}
-	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", info.Pid))
+	pid, err := s.n.ctrd.CRI().ContainerPid(s.n.ctx, s.ids[pod])
 	if err != nil {
 		t.Fatalf("pod %s: %v", pod, err)
 	}
-	return string(mi)
+	return readMountinfo(t, strconv.Itoa(pid))
 }
 
 // reads is the number of reads each pod's reader counted so far, by "pod path", and of

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -292,6 +293,22 @@ func (c *Client) StopContainer(ctx context.Context, id string) error {
 		return fmt.Errorf("CRI StopContainer %s: %w", id, err)
 	}
 	return nil
+}
+
+// ContainerPid is the host pid of a running container's process, from the runtime's verbose
+// status (containerd and CRI-O both give it as info's "pid").
+func (c *Client) ContainerPid(ctx context.Context, id string) (int, error) {
+	resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		return 0, fmt.Errorf("CRI ContainerStatus %.12s: %w", id, err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
+		return 0, fmt.Errorf("container %.12s: no pid in its verbose status (%v): %q", id, err, resp.GetInfo()["info"])
+	}
+	return info.Pid, nil
 }
 
 // RemoveContainer removes a container, stopping it first if needed.
