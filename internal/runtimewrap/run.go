@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -69,11 +70,12 @@ func Main(args []string, stderr io.Writer, sys System) int {
 	return fail(fmt.Errorf("run the real runtime: %w", sys.Exec(entry.Runtime, argv)))
 }
 
-// looksLikeCreate says whether args name create or run anywhere: a command line ParseCall
-// could not read is refused if it may be a create (fail closed), run otherwise.
+// looksLikeCreate says whether args name a subcommand that creates a container anywhere: a
+// command line ParseCall could not read is refused if it may create one (fail closed), run
+// otherwise.
 func looksLikeCreate(args []string) bool {
 	for _, a := range args {
-		if a == "create" || a == "run" {
+		if slices.Contains(Creating, a) {
 			return true
 		}
 	}

@@ -1,8 +1,8 @@
 // Package runtimewrap is the logic of mountkeeper-runtime, the OCI runtime a class's runtime
 // handler runs instead of the node's own (runc, crun): the shape of nvidia-container-runtime.
-// At `create` and `run` it refuses a container the mountkeeper NRI plugin did not mark (package
-// guard), so that no container of the class starts without its class mounts while the plugin
-// is away; everything else, and every admitted container, goes to the real runtime with the
+// At every call that creates a container (`create`, `run`, `restore`: Creating) it refuses a
+// container the mountkeeper NRI plugin did not mark (package guard), so that no container of the
+// class starts without its class mounts while the plugin is away; everything else, and every admitted container, goes to the real runtime with the
 // exact arguments. The runtime builds the spec as it does for any container (its own default
 // spec): the wrapper reads it and changes nothing.
 //
@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mountkeeper/mountkeeper/internal/engine"
@@ -60,21 +61,32 @@ func ParseEntry(path string, data []byte) (Entry, error) {
 // Call is an OCI runtime command line (runc's, which crun shares), as far as the wrapper needs
 // it.
 type Call struct {
-	Command   string // the subcommand: create, run, start, delete, state, ...
-	ID        string // create and run: the container ID
-	Bundle    string // create and run: --bundle, "" for the working directory
+	Command   string // the subcommand: create, run, restore, start, delete, state, ...
+	ID        string // a call that creates a container: the container ID
+	Bundle    string // a call that creates a container: --bundle, "" for the working directory
 	Log       string // --log: where the runtime reports errors (containerd reads it back)
 	LogFormat string // --log-format: text or json
 }
 
+// Creating are the subcommands of runc (and crun, which shares them) that create a container
+// from a bundle: create, run, and restore (a container from a checkpoint; containerd's runc shim
+// restores instead of creating when a task starts from one). The others act on a container
+// that exists (start, exec, kill, delete, checkpoint, update, ...), read state (state, list,
+// ps, events, features) or write a file (spec).
+var Creating = []string{"create", "run", "restore"}
+
 // Creates says whether the call creates a container: the only calls the wrapper checks.
-func (c Call) Creates() bool { return c.Command == "create" || c.Command == "run" }
+func (c Call) Creates() bool { return slices.Contains(Creating, c.Command) }
 
 // Global options of runc and crun that take a value; any other option is a switch.
 var globalValues = map[string]bool{"root": true, "log": true, "log-format": true, "log-level": true, "criu": true, "rootless": true, "cgroup-manager": true}
 
-// Options of create and run that take a value.
-var createValues = map[string]bool{"bundle": true, "b": true, "console-socket": true, "pid-file": true, "preserve-fds": true, "config": true, "f": true}
+// Options of create, run and restore that take a value (runc's and crun's; restore's CRIU
+// options as runc and go-runc's RestoreOpts spell them).
+var createValues = map[string]bool{
+	"bundle": true, "b": true, "console-socket": true, "pidfd-socket": true, "pid-file": true, "preserve-fds": true, "config": true, "f": true,
+	"image-path": true, "work-path": true, "parent-path": true, "page-server": true, "manage-cgroups-mode": true, "empty-ns": true, "lsm-profile": true, "lsm-mount-context": true,
+}
 
 // ParseCall parses args (without argv[0]); on an error the Call holds what was read (--log). An option it does not know is taken as a switch: if
 // that misreads a create, the container ID read is wrong, and the mark check refuses it, so a

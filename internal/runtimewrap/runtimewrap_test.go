@@ -29,6 +29,9 @@ func TestParseCall(t *testing.T) {
 		{"run, short bundle, no bundle", []string{"run", "-d", "-b", "/b", "id3"}, Call{Command: "run", ID: "id3", Bundle: "/b"}, ""},
 		{"create in the working directory", []string{"create", "id4"}, Call{Command: "create", ID: "id4"}, ""},
 		{"after --", []string{"create", "--", "id5"}, Call{Command: "create", ID: "id5"}, ""},
+		{"containerd's shim restore (go-runc's RestoreOpts)", []string{"--root", "/r", "--log", "/l", "restore", "--image-path", "/img", "--work-path", "/work", "--manage-cgroups-mode", "soft", "--empty-ns", "network", "--detach", "--pid-file", "/b/init.pid", "--no-pivot", "--bundle", "/b", "abc"},
+			Call{Command: "restore", ID: "abc", Bundle: "/b", Log: "/l"}, ""},
+		{"create with a pidfd socket", []string{"create", "--pidfd-socket", "/s", "--bundle", "/b", "id6"}, Call{Command: "create", ID: "id6", Bundle: "/b"}, ""},
 		{"start", []string{"--root", "/r", "start", "abc"}, Call{Command: "start"}, ""},
 		{"delete --force", []string{"delete", "--force", "abc"}, Call{Command: "delete"}, ""},
 		{"features", []string{"features"}, Call{Command: "features"}, ""},
@@ -147,7 +150,23 @@ func TestMainWrapper(t *testing.T) {
 	unmarked := spec(t, map[string]string{"io.kubernetes.cri.container-name": "app"})
 	marked := spec(t, map[string]string{guard.Annotation: guard.Token(key, "c1")})
 	create := []string{"--root", "/r", "--log", "/run/log.json", "--log-format", "json", "create", "--bundle", "/b", "c1"}
-	for _, tc := range []struct {
+	restore := []string{"--root", "/r", "--log", "/run/log.json", "--log-format", "json", "restore", "--image-path", "/img", "--work-path", "/img", "--detach", "--pid-file", "/b/init.pid", "--bundle", "/b", "c1"}
+	// Every other subcommand of runc acts on a container that exists or creates none: it goes
+	// to the runtime unchecked, without config.json.
+	type passCase = struct {
+		name    string
+		argv0   string
+		args    []string
+		files   map[string][]byte
+		execs   bool
+		stderr  string
+		logLine string
+	}
+	var passes []passCase
+	for _, cmd := range []string{"checkpoint", "delete", "events", "exec", "init", "kill", "list", "pause", "ps", "resume", "spec", "start", "state", "update", "features"} {
+		passes = append(passes, passCase{cmd, link, []string{"--root", "/r", cmd, "c1"}, map[string][]byte{link + ".json": entry}, true, "", ""})
+	}
+	for _, tc := range append(passes, []struct {
 		name    string
 		argv0   string
 		args    []string
@@ -165,9 +184,16 @@ func TestMainWrapper(t *testing.T) {
 		{"a create without config.json", link, create, map[string][]byte{link + ".json": entry}, false,
 			`mountkeeper: runtime class "mk-web", container c1: read the container's spec: open /b/config.json`, `{"level":"error","msg":"mountkeeper: runtime class`},
 		{"a create it cannot read", link, []string{"create", "--bundle"}, map[string][]byte{link + ".json": entry}, false, "cannot read this create command line", ""},
+		// restore creates a container too (from a checkpoint): containerd's runc shim runs it
+		// instead of create when a task starts from one.
+		{"an unmarked restore", link, restore, map[string][]byte{link + ".json": entry, "/b/config.json": unmarked}, false,
+			`mountkeeper: runtime class "mk-web", container app: the mountkeeper NRI plugin did not handle`,
+			`{"level":"error","msg":"mountkeeper: runtime class \"mk-web\", container app: the mountkeeper NRI plugin did not handle`},
+		{"a marked restore", link, restore, map[string][]byte{link + ".json": entry, "/b/config.json": marked}, true, "", ""},
+		{"a restore it cannot read", link, []string{"restore", "--image-path"}, map[string][]byte{link + ".json": entry}, false, "cannot read this create command line", ""},
 		{"no entry", link, []string{"start", "c1"}, nil, false, "run `mountkeeper runtime configure` again", ""},
 		{"started by a relative path", "mk-web", []string{"start", "c1"}, nil, false, "absolute path", ""},
-	} {
+	}...) {
 		t.Run(tc.name, func(t *testing.T) {
 			sys := &fakeSystem{files: tc.files, appended: map[string]string{}}
 			var stderr strings.Builder
