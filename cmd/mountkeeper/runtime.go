@@ -120,7 +120,7 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 				return err
 			}
 		}
-		if plan, err = runtimeconfig.Configure(o, classes); err != nil {
+		if plan, err = runtimeconfig.Configure(o, classes, "/proc"); err != nil {
 			return err
 		}
 	}

@@ -3,7 +3,10 @@ package runtimeconfig
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,13 +25,32 @@ const createdDirsLine = "# directories mountkeeper created, removed by unconfigu
 // Configure plans what the runtime needs for classes (HandlerClasses): mountkeeper's drop-in,
 // the main file's imports entry (containerd, where its imports do not cover the drop-in), the
 // wrapper binary and each class's link and entry. Nothing is written: Apply does that.
-func Configure(o Options, classes []string) (Plan, error) {
+//
+// A class configured before and no longer in classes loses its link, entry and handler, unless
+// the runtime still runs containers of it (InUse, processes under procRoot): it could not stop
+// them without the link (its shims and conmons run it for kill and delete). Such a class keeps
+// all three, with a note naming the processes, until a later configure or unconfigure finds it
+// unused.
+func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	p := Plan{Options: o}
 	var (
 		dropIn      []byte
 		realRuntime string
 		notes       []string
 	)
+	stale, err := ownClassFiles(o, classes)
+	if err != nil {
+		return p, err
+	}
+	kept, err := classUses(procRoot, stale)
+	if err != nil {
+		return p, err
+	}
+	stale = slices.DeleteFunc(stale, func(c Change) bool { return kept[classOf(c.Path)] != nil })
+	handlerClasses := slices.Concat(classes, slices.Sorted(maps.Keys(kept)))
+	for _, class := range slices.Sorted(maps.Keys(kept)) {
+		p.Notes = append(p.Notes, fmt.Sprintf("runtime class %q is no longer in the config, but %s still runs its containers (%s): its handler and wrapper link stay, so that they can be stopped, and a later `mountkeeper runtime configure` or `unconfigure` removes them once those are gone (a new pod of the class is refused)", class, o.Runtime, joinUses(map[string][]Use{class: kept[class]})))
+	}
 	switch o.Runtime {
 	case "containerd":
 		main, mainExists, err := readFile(o.ConfigFile)
@@ -39,7 +61,7 @@ func Configure(o Options, classes []string) (Plan, error) {
 		if err != nil {
 			return p, err
 		}
-		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, classes, o.classLink); err != nil {
+		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, handlerClasses, o.classLink); err != nil {
 			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 		}
 		newMain := main
@@ -58,7 +80,7 @@ func Configure(o Options, classes []string) (Plan, error) {
 		if err != nil {
 			return p, err
 		}
-		if dropIn, realRuntime, notes, err = crioDropIn(effective, classes, o.classLink); err != nil {
+		if dropIn, realRuntime, notes, err = crioDropIn(effective, handlerClasses, o.classLink); err != nil {
 			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 		}
 	default:
@@ -115,12 +137,13 @@ func Configure(o Options, classes []string) (Plan, error) {
 			Change{Path: entryPath, Old: orNil(old, ok), New: append(entry, '\n'), Mode: 0o644},
 			Change{Path: o.classLink(class), Link: o.wrapperPath(), OldLink: oldLink})
 	}
-	stale, err := ownClassFiles(o, classes)
+	changes = append(changes, stale...)
+	temps, err := staleTemps(o)
 	if err != nil {
 		return p, err
 	}
-	changes = append(changes, stale...)
-	changes = append(changes, Change{Path: o.DropIn, Old: orNil(oldDropIn, dropInExists), New: dropIn, Mode: 0o644, Config: true})
+	changes = append(changes, temps...)
+	changes = append(changes, Change{Path: o.DropIn, Old: orNil(oldDropIn, dropInExists), New: dropIn, Mode: 0o644, Config: true, TempDir: o.dropInTempDir()})
 	// The main file's imports entry last: it names the drop-in, which must exist by then.
 	p.Changes = append(changes, p.Changes...)
 	p.Changes = slices.DeleteFunc(p.Changes, unchanged)
@@ -163,18 +186,17 @@ func Unconfigure(o Options, hookFiles []string, procRoot string, force bool) (Pl
 	if err != nil {
 		return p, err
 	}
-	var links []string
-	for _, c := range own {
-		if c.OldLink != "" {
-			links = append(links, c.Path)
-		}
-	}
-	if users, err := InUse(procRoot, links); err != nil {
+	if users, err := classUses(procRoot, own); err != nil {
 		return p, err
 	} else if len(users) > 0 && !force {
-		return p, fmt.Errorf("the runtime still runs containers of the classes (%s): remove the class pods first (the runtime could not stop them without the wrapper), or run again with --force", strings.Join(users, "; "))
+		return p, fmt.Errorf("the runtime still runs containers of the classes (%s): remove the class pods first (the runtime could not stop them without the wrapper), or run again with --force", joinUses(users))
 	}
 	p.Changes = append(p.Changes, own...)
+	temps, err := staleTemps(o)
+	if err != nil {
+		return p, err
+	}
+	p.Changes = append(p.Changes, temps...)
 	for _, f := range append([]string{o.wrapperPath()}, hookFiles...) {
 		old, ok, err := readFile(f)
 		if err != nil {
@@ -243,8 +265,8 @@ func ownClassFiles(o Options, keep []string) ([]Change, error) {
 	}
 	var out []Change
 	for _, name := range names {
-		class := strings.TrimSuffix(name, runtimewrap.EntrySuffix)
-		if slices.Contains(keep, class) {
+		class := classOf(name)
+		if slices.Contains(keep, class) || isTempName(name) { // staleTemps removes those
 			continue
 		}
 		path := filepath.Join(dir, name)
@@ -306,7 +328,8 @@ func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (m
 				return nil, 0, nil, err
 			}
 			for _, p := range paths {
-				if p == dropIn || loaded[p] {
+				// Mountkeeper's temporary files a glob may match: the plan removes them.
+				if p == dropIn || loaded[p] || isTempName(filepath.Base(p)) {
 					continue
 				}
 				data, ok, err := readFile(p)
@@ -324,19 +347,27 @@ func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (m
 	return effective, version, imports, nil
 }
 
-// loadCRIO merges CRI-O's main file and its drop-ins (in name order, without mountkeeper's)
-// as CRI-O reads them.
+// loadCRIO merges CRI-O's main file and its drop-ins, without mountkeeper's, as CRI-O reads
+// them: every file below the directory whatever its name (OpenShift's is 00-default, with no
+// suffix), subdirectories included, in the order of a walk (names sorted), which is CRI-O's
+// (config.UpdateFromPath walks the directory with filepath.Walk). Mountkeeper's temporary files
+// left by a killed run are skipped: the plan removes them.
 func loadCRIO(mainPath, dir, dropIn string) (map[string]any, error) {
 	effective := map[string]any{}
 	paths := []string{mainPath}
-	names, err := listDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		if p := filepath.Join(dir, n); p != dropIn && strings.HasSuffix(n, ".conf") {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && p == dir:
+			return filepath.SkipDir
+		case err != nil:
+			return err
+		case !d.IsDir() && p != dropIn && !isTempName(d.Name()):
 			paths = append(paths, p)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range paths {
 		data, ok, err := readFile(p)

@@ -109,7 +109,7 @@ func (n node) configure(t *testing.T, classes ...string) Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Configure(n.o, names)
+	p, err := Configure(n.o, names, "/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestConfigureContainerdKubeadm(t *testing.T) {
 		t.Errorf("wrapper %v, %v: want 0755", fi, err)
 	}
 
-	again, err := Configure(n.o, []string{"mk-net", "mk-web"})
+	again, err := Configure(n.o, []string{"mk-net", "mk-web"}, "/proc")
 	if err != nil || len(again.Changes) != 0 {
 		t.Errorf("a second configure: %v, changes %+v", err, again.Changes)
 	}
@@ -293,7 +293,7 @@ func TestConfigureRefuses(t *testing.T) {
 			n.write(t, n.o.ConfigFile, tc.main, 0o644)
 			n.write(t, filepath.Join(filepath.Dir(n.o.ConfigFile), "old.toml"), "version = 2\n", 0o644)
 			before := n.snapshot(t)
-			if _, err := Configure(n.o, tc.classes); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := Configure(n.o, tc.classes, "/proc"); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Configure: %v, want %q", err, tc.want)
 			}
 			if !reflect.DeepEqual(n.snapshot(t), before) {

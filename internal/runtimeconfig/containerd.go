@@ -11,6 +11,9 @@
 //     most (containerd), inserted as text: comments, order, mode and owner stay.
 //   - Unconfigure removes the drop-in, that imports entry (the main file byte for byte as it
 //     was, if nobody changed it since) and the wrapper's files.
+//   - Neither takes a class's link and handler away while the runtime still runs containers of
+//     the class (InUse): it stops them through the link. Unconfigure refuses; configure keeps
+//     a class dropped from the config until it is unused.
 //
 // The package's builders are pure (documents in, documents out); files.go reads and writes the
 // node, restart.go restarts the runtime.

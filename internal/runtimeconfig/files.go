@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -105,7 +107,7 @@ func Apply(p Plan) error {
 				err = nil
 			}
 		default:
-			err = replaceFile(c.Path, c.New, c.Mode)
+			err = replaceFile(c.Path, c.New, c.Mode, c.TempDir)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.Path, err)
@@ -121,9 +123,44 @@ func Apply(p Plan) error {
 	return nil
 }
 
+// tempMarker is in the name of every temporary file Apply writes, "."+name+tempMarker+"-"+
+// digits beside or above name (a file) or "."+name+tempMarker beside it (a link); isTempName
+// recognises them, so that configure and unconfigure remove those a killed run left.
+const tempMarker = ".mountkeeper-tmp"
+
+var tempNamePattern = regexp.MustCompile(`^\..+` + regexp.QuoteMeta(tempMarker) + `(-[0-9]+)?$`)
+
+// isTempName says whether a file name is one of Apply's temporary files.
+func isTempName(name string) bool { return tempNamePattern.MatchString(name) }
+
+// staleTemps plans removing the temporary files a run killed between write and rename left in
+// the directories Apply writes in. One in the drop-in's directory may have been loaded by the
+// runtime (CRI-O reads every file there): removing it is a config change.
+func staleTemps(o Options) ([]Change, error) {
+	var out []Change
+	var seen []string
+	for _, d := range []string{filepath.Dir(o.DropIn), filepath.Dir(o.ConfigFile), o.dropInTempDir(), o.InstallDir, filepath.Join(o.InstallDir, classDir)} {
+		if slices.Contains(seen, d) {
+			continue
+		}
+		seen = append(seen, d)
+		names, err := listDir(d)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if isTempName(n) {
+				// Old is not read: the file may be half written, or a link.
+				out = append(out, Change{Path: filepath.Join(d, n), Old: []byte{}, Binary: true, Config: d == filepath.Dir(o.DropIn)})
+			}
+		}
+	}
+	return out, nil
+}
+
 // replaceLink makes path a symbolic link to target.
 func replaceLink(path, target string) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".mountkeeper-tmp")
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+tempMarker)
 	_ = os.Remove(tmp)
 	if err := os.Symlink(target, tmp); err != nil {
 		return err
@@ -135,11 +172,12 @@ func replaceLink(path, target string) error {
 	return nil
 }
 
-// replaceFile writes data to path through a temporary file of its own in the same directory
-// and a rename. An existing file keeps its permission bits and owner (a config of mode 0600,
-// which may hold registry credentials, stays 0600); a symbolic link is followed, so the link
-// stays and its target changes; a new file gets mode.
-func replaceFile(path string, data []byte, mode fs.FileMode) (err error) {
+// replaceFile writes data to path through a temporary file of its own in tempDir ("" for
+// path's directory) and a rename; where tempDir is on another filesystem than path, the
+// temporary file goes beside path after all. An existing file keeps its permission bits and
+// owner (a config of mode 0600, which may hold registry credentials, stays 0600); a symbolic
+// link is followed, so the link stays and its target changes; a new file gets mode.
+func replaceFile(path string, data []byte, mode fs.FileMode, tempDir string) error {
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		path = target
 	}
@@ -152,7 +190,21 @@ func replaceFile(path string, data []byte, mode fs.FileMode) (err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".mountkeeper-tmp-*")
+	own := filepath.Dir(path)
+	if tempDir == "" {
+		tempDir = own
+	}
+	err := writeAndRename(tempDir, path, data, mode, uid, gid)
+	if errors.Is(err, syscall.EXDEV) && tempDir != own {
+		err = writeAndRename(own, path, data, mode, uid, gid)
+	}
+	return err
+}
+
+// writeAndRename writes data to a new temporary file in dir, with mode and owner uid:gid (-1:
+// unchanged), and renames it onto path; on an error the temporary file is removed.
+func writeAndRename(dir, path string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+tempMarker+"-*")
 	if err != nil {
 		return err
 	}
@@ -180,5 +232,10 @@ func replaceFile(path string, data []byte, mode fs.FileMode) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	beforeRename(f.Name())
 	return os.Rename(f.Name(), path)
 }
+
+// beforeRename is called with each temporary file before its rename: where a kill then leaves
+// it (tests look there).
+var beforeRename = func(tmp string) {}

@@ -3,17 +3,32 @@ package runtimeconfig
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mountkeeper/mountkeeper/internal/runtimewrap"
 )
+
+// Use is a process through which the runtime still runs containers of a class.
+type Use struct {
+	PID int
+	// What is the process and what it runs for: "conmon, container k8s_app_web-0_shop_...".
+	What string
+	// Link is the class link it runs.
+	Link string
+}
+
+func (u Use) String() string { return fmt.Sprintf("pid %d (%s) runs %s", u.PID, u.What, u.Link) }
 
 // InUse lists the processes through which the runtime still runs containers of a class, by
 // the class links they use: CRI-O's conmon names the runtime on its command line (-r LINK),
 // containerd's runc shim runs in its pod's bundle, whose options.json names the runtime binary
 // (BinaryName). Their containers can be stopped only while the links exist.
-func InUse(procRoot string, links []string) ([]string, error) {
+func InUse(procRoot string, links []string) ([]Use, error) {
 	if len(links) == 0 {
 		return nil, nil
 	}
@@ -21,7 +36,7 @@ func InUse(procRoot string, links []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []Use
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -35,7 +50,7 @@ func InUse(procRoot string, links []string) ([]string, error) {
 			options, _ = os.ReadFile(filepath.Join(cwd, "options.json"))
 		}
 		if link := usedLink(links, args, options); link != "" {
-			out = append(out, fmt.Sprintf("pid %d (%s%s) runs %s", pid, filepath.Base(args[0]), whose(args), link))
+			out = append(out, Use{PID: pid, What: filepath.Base(args[0]) + whose(args), Link: link})
 		}
 	}
 	return out, nil
@@ -80,4 +95,42 @@ func whose(args []string) string {
 		return ", pod sandbox " + value("-id")
 	}
 	return ""
+}
+
+// classUses is which of the class links among own (ownClassFiles' changes) the runtime still
+// uses (InUse, processes under procRoot), by class: configure keeps those classes' links and
+// handlers, unconfigure refuses to remove them.
+func classUses(procRoot string, own []Change) (map[string][]Use, error) {
+	var links []string
+	for _, c := range own {
+		if c.OldLink != "" {
+			links = append(links, c.Path)
+		}
+	}
+	uses, err := InUse(procRoot, links)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]Use{}
+	for _, u := range uses {
+		class := filepath.Base(u.Link)
+		out[class] = append(out[class], u)
+	}
+	return out, nil
+}
+
+// classOf is the class of a class link or entry path.
+func classOf(path string) string {
+	return strings.TrimSuffix(filepath.Base(path), runtimewrap.EntrySuffix)
+}
+
+// joinUses lists uses in a line, class by class in name order.
+func joinUses(byClass map[string][]Use) string {
+	var out []string
+	for _, class := range slices.Sorted(maps.Keys(byClass)) {
+		for _, u := range byClass[class] {
+			out = append(out, u.String())
+		}
+	}
+	return strings.Join(out, "; ")
 }

@@ -31,7 +31,11 @@ func TestInUse(t *testing.T) {
 		os.Symlink(p.cwd, filepath.Join(proc, pid, "cwd"))
 	}
 	os.MkdirAll(filepath.Join(proc, "self"), 0o755)
-	got, err := InUse(proc, []string{link})
+	uses, err := InUse(proc, []string{link})
+	var got []string
+	for _, u := range uses {
+		got = append(got, u.String())
+	}
 	want := []string{"pid 100 (conmon, container k8s_app_web-0_shop_uid_0) runs " + link, "pid 200 (containerd-shim-runc-v2, pod sandbox abc123) runs " + link}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("InUse = %q, %v; want %q", got, err, want)

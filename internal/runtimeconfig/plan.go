@@ -86,6 +86,9 @@ func (o Options) importEntry() string {
 	return o.DropIn
 }
 
+// dropInTempDir is the drop-in's Change.TempDir: the parent of its directory.
+func (o Options) dropInTempDir() string { return filepath.Dir(filepath.Dir(o.DropIn)) }
+
 // wrapperPath is where the wrapper binary is installed.
 func (o Options) wrapperPath() string { return filepath.Join(o.InstallDir, WrapperName) }
 
@@ -106,6 +109,11 @@ type Change struct {
 	Mode fs.FileMode
 	// Config: the runtime reads the file at start only, so changing it needs a restart.
 	Config bool
+	// TempDir is where the new contents are written before the rename onto Path: "" for
+	// Path's own directory. The drop-in's is outside the directory the runtime reads every file
+	// of (CRI-O's crio.conf.d, a containerd glob import), so that a run killed before the
+	// rename leaves nothing there for the runtime to load.
+	TempDir string
 }
 
 func (c Change) removes() bool { return c.New == nil && c.Link == "" }
