@@ -153,7 +153,7 @@ func TestMainWrapper(t *testing.T) {
 	restore := []string{"--root", "/r", "--log", "/run/log.json", "--log-format", "json", "restore", "--image-path", "/img", "--work-path", "/img", "--detach", "--pid-file", "/b/init.pid", "--bundle", "/b", "c1"}
 	// Every other subcommand of runc acts on a container that exists or creates none: it goes
 	// to the runtime unchecked, without config.json.
-	type passCase = struct {
+	type wrapperCase struct {
 		name    string
 		argv0   string
 		args    []string
@@ -162,19 +162,11 @@ func TestMainWrapper(t *testing.T) {
 		stderr  string
 		logLine string
 	}
-	var passes []passCase
+	var passes []wrapperCase
 	for _, cmd := range []string{"checkpoint", "delete", "events", "exec", "init", "kill", "list", "pause", "ps", "resume", "spec", "start", "state", "update", "features"} {
-		passes = append(passes, passCase{cmd, link, []string{"--root", "/r", cmd, "c1"}, map[string][]byte{link + ".json": entry}, true, "", ""})
+		passes = append(passes, wrapperCase{cmd, link, []string{"--root", "/r", cmd, "c1"}, map[string][]byte{link + ".json": entry}, true, "", ""})
 	}
-	for _, tc := range append(passes, []struct {
-		name    string
-		argv0   string
-		args    []string
-		files   map[string][]byte
-		execs   bool
-		stderr  string
-		logLine string
-	}{
+	for _, tc := range append(passes, []wrapperCase{
 		{"a marked create", link, create, map[string][]byte{link + ".json": entry, "/b/config.json": marked}, true, "", ""},
 		{"start", link, []string{"--root", "/r", "start", "c1"}, map[string][]byte{link + ".json": entry}, true, "", ""},
 		{"an unreadable delete goes to the runtime", link, []string{"--root"}, map[string][]byte{link + ".json": entry}, true, "", ""},
