@@ -1,17 +1,16 @@
 package nri
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/configs/watch"
@@ -21,33 +20,26 @@ import (
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 
-// lockedBuffer is a log the plugin's goroutines write while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// bufferLogger is a logger whose lines the test reads while the plugin's goroutines log.
+func bufferLogger() (*logrus.Logger, *logLines) {
+	l, hook := logtest.NewNullLogger()
+	return l, &logLines{hook}
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+type logLines struct{ hook *logtest.Hook }
+
+func (l *logLines) String() string {
+	var b strings.Builder
+	for _, e := range l.hook.AllEntries() {
+		line, _ := e.String()
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func bufferLogger() (*logrus.Logger, *lockedBuffer) {
-	buf := &lockedBuffer{}
-	l := logrus.New()
-	l.SetOutput(buf)
-	return l, buf
-}
-
-// admitted is what the runtime's guard (the hook, mountkeeper-runtime) says of the container
-// the plugin created as adj, reading the key from the state dir its entry names.
+// createAndAdmit creates container id of a pod of handler and returns what the runtime's guard
+// (the hook, mountkeeper-runtime) says of it, reading the key from the state dir its entry
+// names.
 func createAndAdmit(t *testing.T, p *Plugin, handler, id, entryStateDir string) error {
 	t.Helper()
 	adj, _, err := p.CreateContainer(context.Background(),
