@@ -14,7 +14,6 @@ require (
 	github.com/prometheus/common v0.70.1
 	github.com/sirupsen/logrus v1.10.2
 	go.yaml.in/yaml/v3 v3.0.5
-	golang.org/x/net v0.58.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.83.2
 	k8s.io/cri-api v0.37.0
@@ -30,6 +29,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
+	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect

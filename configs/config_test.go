@@ -693,3 +693,24 @@ func TestSubPathUpdates(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckLiveChange: a reload may change anything but stateDir; a changed stateDir is
+// refused naming the key, both values and the restart it needs.
+func TestCheckLiveChange(t *testing.T) {
+	parse := func(text string) *configs.Config {
+		t.Helper()
+		c, err := configs.Parse([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	was := parse("stateDir: /var/lib/a\nruntimeClasses: {x: {mounts: [{source: /s, destination: /d}]}}\n")
+	if err := was.CheckLiveChange(parse("stateDir: /var/lib/a\nmountTimeout: 5s\nruntimeClasses: {y: {mounts: [{source: /s, destination: /d}]}}\n")); err != nil {
+		t.Errorf("a reload that keeps stateDir: %v", err)
+	}
+	err := was.CheckLiveChange(parse("runtimeClasses: {x: {mounts: [{source: /s, destination: /d}]}}\n"))
+	if err == nil || !strings.Contains(err.Error(), `stateDir changed from "/var/lib/a" to "/var/lib/mountkeeper"`) || !strings.Contains(err.Error(), "restart the agent") {
+		t.Errorf("a reload that moves stateDir (to the default): %v, want it refused, naming the key and the restart", err)
+	}
+}

@@ -497,11 +497,14 @@ func (p *Plugin) guardFor(cfg *configs.Config) (*guard.Signer, error) {
 	p.guardMu.Lock()
 	defer p.guardMu.Unlock()
 	if p.guard == nil || p.guardKeyDir != cfg.StateDir {
-		key, err := guard.LoadOrCreateKey(cfg.StateDir)
+		key, err := guard.EnsureKey(cfg.StateDir)
 		if err != nil {
 			return nil, err
 		}
-		p.guard, p.guardKeyDir = guard.NewSigner(key), cfg.StateDir
+		if key.Replaced != nil {
+			p.log.Warnf("guard key %s %s: replaced it by a new key (a container marked with the lost key and not yet created is refused once; kubelet's retry is marked with the new one)", key.Replaced.Path, key.Replaced.Problem())
+		}
+		p.guard, p.guardKeyDir = guard.NewSigner(key.Bytes), cfg.StateDir
 	}
 	return p.guard, nil
 }
@@ -558,7 +561,13 @@ func (p *Plugin) Ready() error {
 // Reload puts cfg in force for the next CreateContainer. Network mounts that cfg no longer
 // asks for and that no container uses begin their grace period; mounts in use, and those whose
 // spec did not change, are untouched.
+//
+// A config that changes a setting a running agent cannot (configs.Config.CheckLiveChange:
+// stateDir) is refused whole: the config in force stays.
 func (p *Plugin) Reload(cfg *configs.Config) error {
+	if err := p.config().CheckLiveChange(cfg); err != nil {
+		return err
+	}
 	if err := p.apply(cfg); err != nil {
 		return err // refused: the config in force stays, as the log says
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
@@ -39,9 +40,23 @@ func mustConfig(t testing.TB, text string) *configs.Config {
 		t.Fatalf("parse test config: %v", err)
 	}
 	if !strings.Contains(text, "stateDir:") {
-		cfg.StateDir = t.TempDir() // the guard key and subPath copies stay in the test
+		cfg.StateDir = testStateDir(t) // the guard key and subPath copies stay in the test
 	}
 	return cfg
+}
+
+// stateDirs is each test's state dir: the configs of one test share it, as a running agent's
+// do (a reload cannot move it).
+var stateDirs sync.Map // testing.TB -> string
+
+func testStateDir(t testing.TB) string {
+	if dir, ok := stateDirs.Load(t); ok {
+		return dir.(string)
+	}
+	dir := t.TempDir()
+	stateDirs.Store(t, dir)
+	t.Cleanup(func() { stateDirs.Delete(t) })
+	return dir
 }
 
 func mountStrings(ms []*api.Mount) []string {

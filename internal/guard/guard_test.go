@@ -70,7 +70,7 @@ func TestKey(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, KeyFile), []byte("short"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadKey(dir); err == nil || !strings.Contains(err.Error(), "remove it") {
+	if _, err := LoadKey(dir); err == nil || !strings.Contains(err.Error(), "replaces it when it starts") {
 		t.Errorf("a truncated key: %v, want an error that says what to do", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // The guard runs as a short-lived hook process, so it cannot count its refusals in the agent's
@@ -51,8 +50,6 @@ type Refusal struct{ Class, Reason string }
 const (
 	maxRefusalLines = 256      // distinct class/reason pairs kept
 	maxRefusalsSize = 64 << 10 // bytes read at most
-	lockAttempts    = 500      // times 2ms: a writer waits for the lock at most about 1s
-	lockPause       = 2 * time.Millisecond
 )
 
 // handlerName is what a runtime handler (a RuntimeClass's handler, a DNS label) looks like.
@@ -71,7 +68,7 @@ func RecordRefusal(stateDir, class, reason string) error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
-	unlock, err := lockRefusals(stateDir)
+	unlock, err := lockFile(filepath.Join(stateDir, RefusalsFile+".lock"))
 	if err != nil {
 		return err
 	}
@@ -130,42 +127,4 @@ func readRefusals(stateDir string) (map[Refusal]uint64, []Refusal, error) {
 		counts[r] += n
 	}
 	return counts, order, sc.Err()
-}
-
-// lockRefusals takes the writers' lock, waiting at most lockAttempts*lockPause.
-func lockRefusals(stateDir string) (func(), error) {
-	p := filepath.Join(stateDir, RefusalsFile+".lock")
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for range lockAttempts {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil // closing releases the lock
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			break
-		}
-		time.Sleep(lockPause)
-	}
-	f.Close()
-	return nil, fmt.Errorf("lock %s: %w", p, err)
-}
-
-// writeAtomic replaces path with data: a reader sees the old or the new file, never half.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

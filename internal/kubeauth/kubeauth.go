@@ -7,6 +7,13 @@
 // server two requests each time; each call to the API server is bounded, and while it cannot
 // answer (down, slow, the agent's own rights missing) the caller gets 503, never a hang and
 // never the endpoint.
+//
+// Whoever reaches the port may send tokens, so what an unauthenticated caller can cost is
+// bounded too: tokens not known to be allowed are reviewed at most a few at once and a few
+// per second (past that: 429, no review), and refusals are remembered apart from the allowed
+// tokens, in a smaller cache, so a flood of made-up tokens never evicts a real scraper's
+// answer. A token that was allowed is reviewed again, when its answer expires, within a
+// bound of its own, which made-up tokens cannot use up.
 package kubeauth
 
 import (
@@ -44,7 +51,14 @@ type Options struct {
 	Timeout    time.Duration // each review; default 5s
 	AllowTTL   time.Duration // how long an allowed token is remembered; default 1m
 	DenyTTL    time.Duration // how long a refused token is remembered; default 10s
-	MaxEntries int           // tokens remembered at most; default 256
+	MaxEntries int           // allowed tokens remembered at most; default 256
+	MaxDenied  int           // refused tokens remembered at most; default 64
+	// Reviews of tokens not known to be allowed: at most ReviewsInFlight at once (default 2),
+	// ReviewBurst in a row (default 5), then one per ReviewEvery (default 1s). Tokens that
+	// were allowed are reviewed again at most ReviewsInFlight at once, apart.
+	ReviewsInFlight int
+	ReviewBurst     int
+	ReviewEvery     time.Duration
 	// Failed is told why a review could not be made (the caller got 503); may be nil.
 	Failed func(error)
 	now    func() time.Time // tests
@@ -62,6 +76,18 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 256
+	}
+	if o.MaxDenied <= 0 {
+		o.MaxDenied = 64
+	}
+	if o.ReviewsInFlight <= 0 {
+		o.ReviewsInFlight = 2
+	}
+	if o.ReviewBurst <= 0 {
+		o.ReviewBurst = 5
+	}
+	if o.ReviewEvery <= 0 {
+		o.ReviewEvery = time.Second
 	}
 	if o.Failed == nil {
 		o.Failed = func(error) {}
@@ -86,7 +112,10 @@ func Guard(r Reviewer, o Options) func(http.Handler) http.Handler {
 }
 
 func newGuard(r Reviewer, o Options) *guard {
-	return &guard{r: r, o: o.withDefaults(), cache: map[[sha256.Size]byte]verdict{}}
+	o = o.withDefaults()
+	return &guard{r: r, o: o, allowed: map[tokenHash]verdict{}, denied: map[tokenHash]verdict{},
+		fresh: newReviewLimit(o.ReviewsInFlight, o.ReviewBurst, o.ReviewEvery),
+		known: newReviewLimit(o.ReviewsInFlight, 0, 0)}
 }
 
 func (g *guard) wrap(next http.Handler) http.Handler {
@@ -99,8 +128,11 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 		}
 		v := g.check(req.Context(), token)
 		if v.code != http.StatusOK {
-			if v.code == http.StatusUnauthorized {
+			switch v.code {
+			case http.StatusUnauthorized:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="mountkeeper"`)
+			case http.StatusTooManyRequests:
+				w.Header().Set("Retry-After", "1")
 			}
 			http.Error(w, v.message, v.code)
 			return
@@ -110,11 +142,20 @@ func (g *guard) wrap(next http.Handler) http.Handler {
 }
 
 type guard struct {
-	r     Reviewer
-	o     Options
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]verdict // by the token's hash: no token is kept
+	r Reviewer
+	o Options
+	// The caches are by the token's hash: no token is kept. allowed holds the tokens whose last
+	// answer was 200, expired ones too (they are "known": reviewed again under known's bound);
+	// only a token the API server accepts and whose user is allowed gets in. denied holds
+	// refusals, which anyone can make.
+	mu      sync.Mutex
+	allowed map[tokenHash]verdict
+	denied  map[tokenHash]verdict
+	fresh   *reviewLimit // reviews of tokens not in allowed
+	known   *reviewLimit // reviews of tokens in allowed whose answer expired
 }
+
+type tokenHash = [sha256.Size]byte
 
 func bearer(req *http.Request) (string, bool) {
 	h := req.Header.Get("Authorization")
@@ -126,39 +167,73 @@ func bearer(req *http.Request) (string, bool) {
 	return token, true
 }
 
-// check returns the token's verdict, from the cache or from fresh reviews.
+// check returns the token's verdict, from the caches or from fresh reviews, or 429 when the
+// reviews' bound is reached.
 func (g *guard) check(ctx context.Context, token string) verdict {
 	key := sha256.Sum256([]byte(token))
 	now := g.o.now()
 	g.mu.Lock()
-	v, ok := g.cache[key]
-	g.mu.Unlock()
-	if ok && now.Before(v.expires) {
+	v, known := g.allowed[key]
+	if known && now.Before(v.expires) {
+		g.mu.Unlock()
 		return v
 	}
-	v = g.review(ctx, token)
-	if v.code == http.StatusServiceUnavailable {
-		return v // not an answer: asked again next time
+	if v, ok := g.denied[key]; ok && now.Before(v.expires) {
+		g.mu.Unlock()
+		return v
 	}
-	ttl := g.o.DenyTTL
-	if v.code == http.StatusOK {
-		ttl = g.o.AllowTTL
+	limit := g.fresh
+	if known {
+		limit = g.known
 	}
-	v.expires = now.Add(ttl)
-	g.mu.Lock()
-	if len(g.cache) >= g.o.MaxEntries {
-		for k, old := range g.cache {
-			if !now.Before(old.expires) {
-				delete(g.cache, k)
-			}
-		}
-		if len(g.cache) >= g.o.MaxEntries {
-			clear(g.cache) // many live tokens at once: start over rather than grow
-		}
+	if !limit.take(now) {
+		g.mu.Unlock()
+		return verdict{code: http.StatusTooManyRequests, message: "Too Many Requests: too many unknown tokens to check with the Kubernetes API server now; try again"}
 	}
-	g.cache[key] = v
 	g.mu.Unlock()
+	v = g.review(ctx, token)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	limit.done()
+	switch v.code {
+	case http.StatusServiceUnavailable:
+		return v // not an answer: asked again next time
+	case http.StatusOK:
+		v.expires = now.Add(g.o.AllowTTL)
+		delete(g.denied, key)
+		if _, ok := g.allowed[key]; !ok {
+			evictOne(g.allowed, g.o.MaxEntries, now)
+		}
+		g.allowed[key] = v
+	default:
+		v.expires = now.Add(g.o.DenyTTL)
+		delete(g.allowed, key) // revoked: no longer known
+		if _, ok := g.denied[key]; !ok {
+			evictOne(g.denied, g.o.MaxDenied, now)
+		}
+		g.denied[key] = v
+	}
 	return v
+}
+
+// evictOne makes room for one more entry in cache, which holds at most max: it drops the
+// expired entries, or else the one that expires first.
+func evictOne(cache map[tokenHash]verdict, max int, now time.Time) {
+	if len(cache) < max {
+		return
+	}
+	var first tokenHash
+	var firstExpires time.Time
+	for k, v := range cache {
+		if !now.Before(v.expires) {
+			delete(cache, k)
+		} else if firstExpires.IsZero() || v.expires.Before(firstExpires) {
+			first, firstExpires = k, v.expires
+		}
+	}
+	if len(cache) >= max {
+		delete(cache, first)
+	}
 }
 
 func (g *guard) review(ctx context.Context, token string) verdict {

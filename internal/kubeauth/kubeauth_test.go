@@ -2,6 +2,7 @@ package kubeauth
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -139,15 +140,16 @@ func TestGuardCaches(t *testing.T) {
 	}
 }
 
-// TestGuardCacheStaysBounded: endless distinct tokens do not grow the cache past MaxEntries.
+// TestGuardCacheStaysBounded: endless distinct tokens (reviews not limited here) do not grow
+// the refusals' cache past MaxDenied, and the last one is still remembered.
 func TestGuardCacheStaysBounded(t *testing.T) {
 	r := &fakeReviewer{users: map[string]string{}}
-	g := newGuard(r, Options{Verb: "get", Path: "/metrics", MaxEntries: 16})
+	g := newGuard(r, Options{Verb: "get", Path: "/metrics", MaxDenied: 16, ReviewBurst: 2000})
 	h := g.wrap(http.NotFoundHandler())
 	for i := range 1000 {
 		get(t, h, fmt.Sprintf("token-%d", i))
 		g.mu.Lock()
-		n := len(g.cache)
+		n := len(g.denied) + len(g.allowed)
 		g.mu.Unlock()
 		if n > 16 {
 			t.Fatalf("%d tokens cached after %d distinct ones, want at most 16", n, i+1)
@@ -206,18 +208,7 @@ func TestAPIReviewerIsBounded(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(block)
-	dir := t.TempDir()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("agent-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewAPIReviewer(srv.URL, filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, dir := newTestAPIReviewer(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -232,5 +223,144 @@ func TestAPIReviewerIsBounded(t *testing.T) {
 	}
 	if _, err := NewAPIReviewer("http://"+srv.Listener.Addr().String(), filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")); err == nil {
 		t.Error("an http:// API server was accepted: tokens would travel in clear")
+	}
+}
+
+// newTestAPIReviewer is the real client of the API server srv plays, with the agent's token
+// and srv's CA in the returned dir.
+func newTestAPIReviewer(t *testing.T, srv *httptest.Server) (*APIReviewer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("agent-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAPIReviewer(srv.URL, filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, dir
+}
+
+// fakeAPIServer plays the API server's TokenReview and SubjectAccessReview endpoints (the API
+// server cannot run in a unit test): it knows one token, whose user may get /metrics, and
+// counts the reviews it answers and how many it answered at once at most.
+type fakeAPIServer struct {
+	token, user string
+	mu          sync.Mutex
+	reviews     map[string]int // by kind
+	running     int
+	maxRunning  int
+}
+
+func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Kind string
+		Spec struct {
+			Token                 string
+			User                  string
+			NonResourceAttributes struct{ Path, Verb string }
+		}
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.reviews[req.Kind]++
+	f.running++
+	f.maxRunning = max(f.maxRunning, f.running)
+	f.mu.Unlock()
+	defer func() { f.mu.Lock(); f.running--; f.mu.Unlock() }()
+	time.Sleep(2 * time.Millisecond) // an API server takes a while: concurrent reviews overlap
+	status := map[string]any{}
+	switch req.Kind {
+	case "TokenReview":
+		if req.Spec.Token == f.token {
+			status["authenticated"], status["user"] = true, map[string]any{"username": f.user}
+		}
+	case "SubjectAccessReview":
+		a := req.Spec.NonResourceAttributes
+		status["allowed"] = req.Spec.User == f.user && a.Verb == "get" && a.Path == "/metrics"
+	}
+	json.NewEncoder(w).Encode(map[string]any{"status": status})
+}
+
+func (f *fakeAPIServer) count(kind string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reviews[kind]
+}
+
+// TestGuardUnknownTokenFlood: 1,000 requests with made-up tokens, 50 at once, against the real
+// client and an API server played by an HTTPS server, cost a bounded number of TokenReviews
+// (ReviewBurst, at most ReviewsInFlight at once; the rest get 429 or a remembered 401), and
+// the real scraper is still served from its cached answer; once that answer expires it is
+// checked again and served although the flood has used up the unknown tokens' reviews.
+func TestGuardUnknownTokenFlood(t *testing.T) {
+	api := &fakeAPIServer{token: "scraper-token", user: "system:serviceaccount:monitoring:prometheus", reviews: map[string]int{}}
+	srv := httptest.NewTLSServer(api)
+	defer srv.Close()
+	reviewer, _ := newTestAPIReviewer(t, srv)
+	c := &clock{t: time.Unix(1000, 0)} // frozen: no review budget comes back during a flood
+	h := Guard(reviewer, Options{Verb: "get", Path: "/metrics", now: c.now})(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "metrics") }))
+	if got := get(t, h, "scraper-token"); got != 200 {
+		t.Fatalf("the scraper before the flood: %d, want 200", got)
+	}
+	flood := func(round int) map[int]int {
+		var mu sync.Mutex
+		codes := map[int]int{}
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					code := get(t, h, fmt.Sprintf("forged-%d-%d", round, i))
+					mu.Lock()
+					codes[code]++
+					mu.Unlock()
+				}
+			}()
+		}
+		for i := range 1000 {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		return codes
+	}
+	codes := flood(1)
+	t.Logf("1,000 made-up tokens: answers %v, %d TokenReviews in all", codes, api.count("TokenReview"))
+	if n := api.count("TokenReview"); n > 1+5 {
+		t.Errorf("%d TokenReviews for 1 scraper and 1,000 made-up tokens (answers %v), want at most %d", n, codes, 1+5)
+	}
+	if codes[200] != 0 || codes[401]+codes[429] != 1000 {
+		t.Errorf("the flood got %v, want 401 and 429 only", codes)
+	}
+	before := api.count("TokenReview") + api.count("SubjectAccessReview")
+	if got := get(t, h, "scraper-token"); got != 200 {
+		t.Errorf("the scraper after the flood: %d, want 200", got)
+	}
+	if after := api.count("TokenReview") + api.count("SubjectAccessReview"); after != before {
+		t.Errorf("the scraper's answer was evicted by the flood: %d more reviews, want it served from the cache", after-before)
+	}
+	c.add(2 * time.Minute) // the scraper's answer expired; the flood goes on
+	flood(2)
+	if got := get(t, h, "scraper-token"); got != 200 {
+		t.Errorf("the scraper once its answer expired, during a flood: %d, want 200", got)
+	}
+	if n := api.count("TokenReview"); n > 1+5+5+1 {
+		t.Errorf("%d TokenReviews after two floods, want at most %d", n, 1+5+5+1)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.maxRunning > 2 {
+		t.Errorf("%d reviews at once, want at most ReviewsInFlight (2)", api.maxRunning)
 	}
 }

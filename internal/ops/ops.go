@@ -11,7 +11,9 @@
 //
 // Both servers bound every connection (Limits): a slow or idle client is cut off, and at most
 // MaxConns connections are open at once, so that no client can pile up goroutines and
-// descriptors in an agent that runs on every node.
+// descriptors in an agent that runs on every node; a connection waiting idle gives its place
+// to a new one, so idle connections cannot keep a caller out, and the node listener takes at
+// most a few connections from one address.
 package ops
 
 import (
@@ -27,8 +29,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // DefaultAddress is where `mountkeeper status` looks, and what the shipped systemd unit listens
@@ -50,12 +50,20 @@ type Limits struct {
 	Read       time.Duration // the whole request
 	Write      time.Duration // from the end of the request's headers to the end of the answer
 	Idle       time.Duration // a kept-alive connection waiting for its next request
-	MaxConns   int           // connections open at once; more wait in the kernel's backlog
+	// MaxConns connections are open at once: a new one displaces the oldest that is not in a
+	// request (connLimit), or is closed if all are in one.
+	MaxConns int
+	// PerHost (if > 0) connections from one address at most; more are closed at once.
+	PerHost int
 }
 
 // DefaultLimits suit probes and a Prometheus scrape: an answer takes milliseconds, a scrape
 // interval is 15s or more (a connection idle longer is reopened), and a node has few callers.
 var DefaultLimits = Limits{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 60 * time.Second, MaxConns: 32}
+
+// NodeLimits are DefaultLimits for the node listener, which anyone who reaches the node's
+// address may open: a scraper needs one or two connections, so one address holds 4 at most.
+var NodeLimits = func() Limits { l := DefaultLimits; l.PerHost = 4; return l }()
 
 // CheckLocal says whether address may serve /status: a unix socket or a loopback TCP address.
 func CheckLocal(address string) error {
@@ -124,13 +132,15 @@ func ServeMetrics(ctx context.Context, l net.Listener, metrics http.Handler, gua
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", guard(metrics))
 	tc := &tls.Config{GetCertificate: cert, MinVersion: tls.VersionTLS12}
-	return serve(ctx, l, mux, tc, DefaultLimits)
+	return serve(ctx, l, mux, tc, NodeLimits)
 }
 
 // serve answers on l with handler, bounded by lim, until ctx ends; with tc, over TLS.
 func serve(ctx context.Context, l net.Listener, handler http.Handler, tc *tls.Config, lim Limits) error {
+	limited := limitConns(l, lim)
 	srv := &http.Server{
 		Handler:           handler,
+		ConnState:         limited.connState,
 		ReadHeaderTimeout: lim.ReadHeader,
 		ReadTimeout:       lim.Read,
 		WriteTimeout:      lim.Write,
@@ -138,7 +148,7 @@ func serve(ctx context.Context, l net.Listener, handler http.Handler, tc *tls.Co
 		MaxHeaderBytes:    16 << 10,
 		TLSConfig:         tc,
 	}
-	l = netutil.LimitListener(l, lim.MaxConns)
+	l = limited
 	if tc != nil {
 		l = tls.NewListener(l, tc)
 	}
