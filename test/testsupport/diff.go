@@ -7,7 +7,8 @@ import (
 )
 
 // LineDiff is a minimal line diff of a and b (longest common subsequence): "-" lines only in
-// a, "+" lines only in b, "  " lines in both.
+// a, "+" lines only in b, "  " lines in both; of these only the diffContext lines around a
+// change are shown, a run of the others as one "  ..." line.
 func LineDiff(a, b string) string {
 	x, y := strings.Split(strings.TrimSuffix(a, "\n"), "\n"), strings.Split(strings.TrimSuffix(b, "\n"), "\n")
 	lcs := make([][]int, len(x)+1)
@@ -23,19 +24,43 @@ func LineDiff(a, b string) string {
 			}
 		}
 	}
-	var out bytes.Buffer
+	var lines []string // each "  ", "+ " or "- " and the line
 	i, j := 0, 0
 	for i < len(x) || j < len(y) {
 		switch {
 		case i < len(x) && j < len(y) && x[i] == y[j]:
-			fmt.Fprintf(&out, "  %s\n", x[i])
+			lines = append(lines, "  "+x[i])
 			i, j = i+1, j+1
 		case j < len(y) && (i == len(x) || lcs[i][j+1] >= lcs[i+1][j]):
-			fmt.Fprintf(&out, "+ %s\n", y[j])
+			lines = append(lines, "+ "+y[j])
 			j++
 		default:
-			fmt.Fprintf(&out, "- %s\n", x[i])
+			lines = append(lines, "- "+x[i])
 			i++
+		}
+	}
+	return elideUnchanged(lines)
+}
+
+// diffContext is how many unchanged lines LineDiff shows before and after a change.
+const diffContext = 3
+
+func elideUnchanged(lines []string) string {
+	near := make([]bool, len(lines))
+	for k, l := range lines {
+		if !strings.HasPrefix(l, "  ") {
+			for n := max(0, k-diffContext); n <= min(len(lines)-1, k+diffContext); n++ {
+				near[n] = true
+			}
+		}
+	}
+	var out bytes.Buffer
+	for k, l := range lines {
+		switch {
+		case near[k]:
+			fmt.Fprintf(&out, "%s\n", l)
+		case k == 0 || near[k-1]:
+			out.WriteString("  ...\n")
 		}
 	}
 	return out.String()

@@ -50,6 +50,11 @@ func TestLineDiff(t *testing.T) {
 	if want := "  a\n- b\n  c\n+ d\n"; got != want {
 		t.Errorf("LineDiff = %q, want %q", got, want)
 	}
+	long := "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"
+	got = LineDiff(long, strings.Replace(long, "5\n", "five\n", 1))
+	if want := "  ...\n  2\n  3\n  4\n+ five\n- 5\n  6\n  7\n  8\n  ...\n"; got != want {
+		t.Errorf("LineDiff of a long text = %q, want %q", got, want)
+	}
 }
 
 // TestMountsLive: stacked mounts, mounts below a dir and peer groups of real mounts.
