@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // cgroupV1Hierarchy is one cgroup v1 hierarchy of the host, as the calling process sees it.
@@ -81,9 +83,9 @@ func parseCgroupV1Hierarchies(table, ownCgroups string) ([]cgroupV1Hierarchy, er
 			self[controllerKey(parts[1])] = parts[2]
 		}
 	}
-	mounts, err := mountinfo.GetMountsFromReader(strings.NewReader(table), mountinfo.FSTypeFilter("cgroup"))
+	mounts, err := testsupport.ParseMounts(table, mountinfo.FSTypeFilter("cgroup"))
 	if err != nil {
-		return nil, fmt.Errorf("parse mountinfo: %w", err)
+		return nil, err
 	}
 	var out []cgroupV1Hierarchy
 	for _, m := range mounts {

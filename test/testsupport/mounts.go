@@ -32,6 +32,16 @@ func Mounts(pid int, filter mountinfo.FilterFunc) ([]*mountinfo.Info, error) {
 	return ms, nil
 }
 
+// ParseMounts parses a mountinfo table read elsewhere (e.g. cat /proc/self/mountinfo run in a
+// container) and returns the mounts filter keeps (nil: all).
+func ParseMounts(table string, filter mountinfo.FilterFunc) ([]*mountinfo.Info, error) {
+	ms, err := mountinfo.GetMountsFromReader(strings.NewReader(table), filter)
+	if err != nil {
+		return nil, fmt.Errorf("parse mountinfo: %w", err)
+	}
+	return ms, nil
+}
+
 // At keeps the mounts whose mount point is path: more than one when mounts are stacked there.
 func At(path string) mountinfo.FilterFunc {
 	return func(m *mountinfo.Info) (skip, stop bool) { return m.Mountpoint != path, false }

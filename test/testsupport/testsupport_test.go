@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
@@ -27,8 +26,7 @@ func TestParseCgroupV2(t *testing.T) {
 }
 
 func TestTag(t *testing.T) {
-	ms, err := mountinfo.GetMountsFromReader(strings.NewReader(
-		`36 35 98:0 /mnt1 /mnt\040dir rw,noatime master:1 shared:7 - ext3 /dev/root rw,errors=continue`+"\n"), nil)
+	ms, err := ParseMounts(`36 35 98:0 /mnt1 /mnt\040dir rw,noatime master:1 shared:7 - ext3 /dev/root rw,errors=continue`+"\n", nil)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("parse: %v, %d mounts", err, len(ms))
 	}
