@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // nsFixture is a process in a mount namespace of its own (rslave, as runc makes it), a
@@ -77,19 +79,17 @@ func newNSFixture(t *testing.T) *nsFixture {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// mountinfo returns the mountinfo lines of pid whose mount point is below dir.
-func mountinfo(t *testing.T, pid int, dir string) map[string]string {
+// mountsBelow returns the mounts of pid's namespace whose mount point is below dir, by their
+// path relative to dir.
+func mountsBelow(t *testing.T, pid int, dir string) map[string]mountinfo.Info {
 	t.Helper()
-	data, err := os.ReadFile("/proc/" + itoa(pid) + "/mountinfo")
+	ms, err := testsupport.Mounts(pid, testsupport.Below(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out[strings.TrimPrefix(f[4], dir)] = line
-		}
+	out := map[string]mountinfo.Info{}
+	for _, m := range ms {
+		out[strings.TrimPrefix(m.Mountpoint, dir)] = *m
 	}
 	return out
 }
@@ -97,19 +97,11 @@ func mountinfo(t *testing.T, pid int, dir string) map[string]string {
 // peerGroup is the "shared:N" group of the host mount at dir.
 func peerGroup(t *testing.T, dir string) string {
 	t.Helper()
-	data, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 6 && f[4] == dir {
-			for _, tag := range f[6:] {
-				if g, ok := strings.CutPrefix(tag, "shared:"); ok {
-					return g
-				}
-			}
-		}
+	g, err := testsupport.PeerGroup(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s is not a shared mount", dir)
-	return ""
+	return g
 }
 
 func TestNamespaceMounter(t *testing.T) {
@@ -124,7 +116,7 @@ func TestNamespaceMounter(t *testing.T) {
 	if err := (NamespaceMounter{}).MountInContainer(req); err != nil {
 		t.Fatalf("MountInContainer: %v", err)
 	}
-	got := mountinfo(t, f.pid, f.rootfs)
+	got := mountsBelow(t, f.pid, f.rootfs)
 	want := map[string]struct {
 		tags []string // optional fields and options that must be there
 		not  []string
@@ -135,30 +127,30 @@ func TestNamespaceMounter(t *testing.T) {
 		"/etc/file":    {},
 	}
 	for dst, w := range want {
-		line, ok := got[dst]
+		m, ok := got[dst]
 		if !ok {
 			t.Errorf("%s is not mounted in the namespace; got %v", dst, got)
 			continue
 		}
-		fields := strings.Fields(line)
+		fields := strings.Fields(m.Optional)
 		for _, tag := range w.tags {
 			if !slices.Contains(fields, tag) {
-				t.Errorf("%s lacks %s: %s", dst, tag, line)
+				t.Errorf("%s lacks %s: %+v", dst, tag, m)
 			}
 		}
 		for _, tag := range w.not {
 			if slices.Contains(fields, tag) {
-				t.Errorf("%s has %s: %s", dst, tag, line)
+				t.Errorf("%s has %s: %+v", dst, tag, m)
 			}
 		}
 	}
-	if opts := strings.Fields(got["/vol/slave"])[5]; !strings.HasPrefix(opts, "ro,") {
-		t.Errorf("/vol/slave is not read-only: %s", got["/vol/slave"])
+	if opts := got["/vol/slave"].Options; !strings.HasPrefix(opts, "ro,") {
+		t.Errorf("/vol/slave is not read-only: %+v", got["/vol/slave"])
 	}
-	if opts := strings.Fields(got["/vol/shared"])[5]; !strings.Contains(opts, "nosuid") || !strings.Contains(opts, "nodev") {
-		t.Errorf("/vol/shared lacks nosuid,nodev: %s", got["/vol/shared"])
+	if opts := got["/vol/shared"].Options; !strings.Contains(opts, "nosuid") || !strings.Contains(opts, "nodev") {
+		t.Errorf("/vol/shared lacks nosuid,nodev: %+v", got["/vol/shared"])
 	}
-	if host := mountinfo(t, os.Getpid(), f.rootfs); len(host) > 0 {
+	if host := mountsBelow(t, os.Getpid(), f.rootfs); len(host) > 0 {
 		t.Errorf("mounts leaked into the host's namespace: %v", host)
 	}
 }
@@ -175,10 +167,10 @@ func TestNamespaceMounterAllOrNothing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("MountInContainer error\ngot:  %v\nwant: %s", err, want)
 	}
-	if got := mountinfo(t, f.pid, f.rootfs); len(got) > 0 {
+	if got := mountsBelow(t, f.pid, f.rootfs); len(got) > 0 {
 		t.Errorf("mounts left in the namespace after a failure: %v", got)
 	}
-	if got := mountinfo(t, os.Getpid(), f.rootfs); len(got) > 0 {
+	if got := mountsBelow(t, os.Getpid(), f.rootfs); len(got) > 0 {
 		t.Errorf("mounts in the host's namespace: %v", got)
 	}
 	for _, p := range []string{f.rootfs + "/vol", f.src + "/private/nested"} {
@@ -223,7 +215,7 @@ func TestNamespaceMounterErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Fatalf("error\ngot:  %v\nwant: %s", err, tt.err)
 			}
-			if got := mountinfo(t, f.pid, f.rootfs); len(got) > 0 {
+			if got := mountsBelow(t, f.pid, f.rootfs); len(got) > 0 {
 				t.Errorf("mounts left: %v", got)
 			}
 		})
@@ -294,7 +286,7 @@ func TestNoOtherThreadEntersTheNamespace(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	if got := len(mountinfo(t, f.pid, f.rootfs)); got != 40 {
+	if got := len(mountsBelow(t, f.pid, f.rootfs)); got != 40 {
 		t.Errorf("%d mounts in the container's namespace, want 40", got)
 	}
 	if samples.Load() == 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/test/privatens"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // countingInspector is Live, counting the questions it is asked.
@@ -33,7 +34,7 @@ func TestCacheSeesEveryChange(t *testing.T) {
 	}
 	dir := t.TempDir()
 	mount(t, "-t", "tmpfs", "mk-cache", dir)
-	run(t, "mount", "--make-shared", dir)
+	testsupport.Run(t, "mount", "--make-shared", dir)
 	src := filepath.Join(dir, "srv", "a")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestCacheSeesEveryChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("source back", "")
-	run(t, "mount", "--make-private", dir)
+	testsupport.Run(t, "mount", "--make-private", dir)
 	check("after the mount was made private", "is private")
 }
 
@@ -126,7 +127,7 @@ func TestCacheSharesOneMountsAnswer(t *testing.T) {
 	}
 	dir, peer := t.TempDir(), t.TempDir()
 	mount(t, "-t", "tmpfs", "mk-cache", dir)
-	run(t, "mount", "--make-shared", dir)
+	testsupport.Run(t, "mount", "--make-shared", dir)
 	mount(t, "--bind", dir, peer) // a peer, to be dir's master below
 	for _, d := range []string{"slave", "shared"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
@@ -147,7 +148,7 @@ func TestCacheSharesOneMountsAnswer(t *testing.T) {
 		}
 	}
 	// dir made a slave of its peer: no longer shared. No mount table change that poll sees.
-	run(t, "mount", "--make-slave", dir)
+	testsupport.Run(t, "mount", "--make-slave", dir)
 	err = c.CheckSources(mounts)
 	if err == nil || !strings.Contains(err.Error(), "/shared") || !strings.Contains(err.Error(), "needs it shared") || strings.Contains(err.Error(), "/slave (") {
 		t.Fatalf("after the mount became a slave: %v, want only the rshared source refused", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/specmod"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // blockingInspector never answers until release is closed.
@@ -213,23 +214,23 @@ func TestLiveInNamespace(t *testing.T) {
 	privSub := mkdir("private/sub")
 	// shared: a tmpfs made shared.
 	mount(t, "-t", "tmpfs", "mk-shared", shr)
-	run(t, "mount", "--make-shared", shr)
+	testsupport.Run(t, "mount", "--make-shared", shr)
 	// slave: a bind of the shared one, made a slave of it.
 	mount(t, "--bind", shr, slv)
-	run(t, "mount", "--make-slave", slv)
+	testsupport.Run(t, "mount", "--make-slave", slv)
 	// shared and slave: a slave that is also shared ("shared:N master:M").
 	mount(t, "--bind", shr, both)
-	run(t, "mount", "--make-slave", both)
-	run(t, "mount", "--make-shared", both)
+	testsupport.Run(t, "mount", "--make-slave", both)
+	testsupport.Run(t, "mount", "--make-shared", both)
 	// stacked: a private tmpfs over a shared one; the top one counts.
 	mount(t, "-t", "tmpfs", "mk-lower", stacked)
-	run(t, "mount", "--make-shared", stacked)
+	testsupport.Run(t, "mount", "--make-shared", stacked)
 	lower, err := Live{}.MountPoints([]string{stacked})
 	if err != nil {
 		t.Fatalf("MountPoints(%s): %v", stacked, err)
 	}
 	mount(t, "-t", "tmpfs", "mk-upper", stacked)
-	run(t, "mount", "--make-private", stacked)
+	testsupport.Run(t, "mount", "--make-private", stacked)
 
 	t.Run("MountPoints", func(t *testing.T) {
 		tests := []struct {
@@ -346,18 +347,11 @@ func TestLiveInNamespace(t *testing.T) {
 // test ends.
 func mount(t *testing.T, args ...string) {
 	t.Helper()
-	run(t, "mount", args...)
+	testsupport.Run(t, "mount", args...)
 	target := args[len(args)-1]
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", target).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", target, err, out)
 		}
 	})
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestSSHFSMountWithoutState is the fault of an agent killed between its mount and its state
@@ -120,13 +121,7 @@ func prepareSSHFSExport(t *testing.T, tmp, content string) (keys, export string)
 	if err := os.WriteFile(filepath.Join(export, "hello"), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "host"))
-	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(keys, "user"))
-	pub, err := os.ReadFile(filepath.Join(keys, "user.pub"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(keys, "authorized_keys"), pub, 0o600); err != nil {
+	if err := testsupport.MakeSSHKeys(keys); err != nil {
 		t.Fatal(err)
 	}
 	return keys, export

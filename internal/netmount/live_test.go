@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // Environment of the re-executed test binary.
@@ -161,7 +161,7 @@ func TestSSHFS(t *testing.T) {
 	})
 
 	t.Run("the FUSE daemon runs in the mount's scope", func(t *testing.T) {
-		self, err := cgroupOf(os.Getpid())
+		self, err := testsupport.CgroupV2(os.Getpid())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestSSHFS(t *testing.T) {
 			t.Fatal("no FUSE daemon found for the mount")
 		}
 		for _, pid := range daemons {
-			cg, err := cgroupOf(pid)
+			cg, err := testsupport.CgroupV2(pid)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,12 +255,12 @@ func TestSSHFS(t *testing.T) {
 			t.Fatalf("fake agent: %s", line)
 		}
 		path2 = p
-		if cg, _ := cgroupOf(agent.Process.Pid); cg != "/"+sc.Parent+"/agent" {
+		if cg, _ := testsupport.CgroupV2(agent.Process.Pid); cg != "/"+sc.Parent+"/agent" {
 			t.Errorf("agent runs in %s, want /%s/agent", cg, sc.Parent)
 		}
 		daemons2 = daemonsOf(t, path2)
 		for _, pid := range daemons2 {
-			if cg, _ := cgroupOf(pid); cg != scopeOf(spec2) {
+			if cg, _ := testsupport.CgroupV2(pid); cg != scopeOf(spec2) {
 				t.Errorf("the agent's FUSE daemon %d is in %s, want %s", pid, cg, scopeOf(spec2))
 			}
 		}
@@ -548,44 +548,18 @@ func (w testWriter) Write(p []byte) (int, error) {
 // per-connection children die with it), serving SFTP to root with the key in keys.
 func startSSHD(t *testing.T, sc *CgroupScoper, keys string, port int) {
 	t.Helper()
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { // sshd's privilege separation directory
-		t.Fatal(err)
-	}
-	cg := filepath.Join(sc.Root, sc.Parent, "sshd-"+strconv.Itoa(port))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sshd, err := lookPath("sshd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logFile := filepath.Join(filepath.Dir(keys), "sshd-"+strconv.Itoa(port)+".log")
-	cmd, _ := startInCgroup(t, cg, nil, sshd, "-D", "-E", logFile, "-f", "/dev/null", "-h", filepath.Join(keys, "host"),
-		"-p", strconv.Itoa(port), "-o", "ListenAddress=127.0.0.1", "-o", "Subsystem=sftp internal-sftp",
-		"-o", "AuthorizedKeysFile="+filepath.Join(keys, "authorized_keys"), "-o", "StrictModes=no",
-		"-o", "PidFile=none")
+	sshd := testsupport.NewSSHD(keys, port, filepath.Join(sc.Root, sc.Parent, "sshd-"+strconv.Itoa(port)),
+		filepath.Join(filepath.Dir(keys), "sshd-"+strconv.Itoa(port)+".log"))
 	t.Cleanup(func() {
-		os.WriteFile(filepath.Join(cg, "cgroup.kill"), []byte("1"), 0o644)
-		cmd.Wait()
-		for i := 0; i < 100 && syscall.Rmdir(cg) != nil; i++ {
-			time.Sleep(20 * time.Millisecond)
-		}
+		sshd.Stop()
 		if t.Failed() {
-			if log, err := os.ReadFile(logFile); err == nil {
+			if log, err := os.ReadFile(sshd.Log()); err == nil {
 				t.Logf("sshd on port %d:\n%s", port, log)
 			}
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logFile)
-			t.Fatalf("sshd does not listen on port %d: %v\n%s", port, err, log)
-		}
+	if err := sshd.Start(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -618,12 +592,11 @@ func startInCgroup(t *testing.T, dir string, env []string, argv ...string) (*exe
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testsupport.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // readBounded reads a file through a network mount, failing the test instead of hanging.
@@ -653,7 +626,7 @@ func readBounded(t *testing.T, path string) string {
 // mountsAt returns every mountinfo entry whose mount point is path (stacked mounts count).
 func mountsAt(t *testing.T, path string) []*mountinfo.Info {
 	t.Helper()
-	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.Mountpoint != path, false })
+	infos, err := testsupport.MountsAt(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -720,13 +693,6 @@ func cgroupProcs(t *testing.T, dir string) []int {
 		}
 	}
 	return pids
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
 }
 
 // reexecInPrivateNamespace runs this test again in a private mount namespace and checks that

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // fakeSystem is a host in memory. Its hooks, when set, decide what mount and unmount do.
@@ -203,11 +204,7 @@ var testSpec = netspec.Spec{Type: "cifs", Source: "//10.0.0.1/srv", Options: []s
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-	}
+	testsupport.Eventually(t, 5*time.Second, 5*time.Millisecond, what, cond)
 }
 
 // acquire calls Acquire with a context that ends after timeout, and fails the test if

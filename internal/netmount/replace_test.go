@@ -11,6 +11,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestReplaceDeadReachesSlavesAndKeepsOneMount plays the heal with tmpfs mounts standing in
@@ -115,20 +116,13 @@ func TestReplaceDeadReachesSlavesAndKeepsOneMount(t *testing.T) {
 
 func countMountsAt(t *testing.T, path string) int {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	filter := testsupport.At(path)
+	if strings.HasSuffix(path, "/") { // the mounts below it
+		filter = testsupport.Below(path)
+	}
+	ms, err := testsupport.Mounts(0, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range splitLines(string(data)) {
-		f := splitFields(line)
-		if len(f) > 4 && (f[4] == path || (path[len(path)-1] == '/' && len(f[4]) > len(path) && f[4][:len(path)] == path)) {
-			n++
-		}
-	}
-	return n
+	return len(ms)
 }
-
-func splitLines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
-
-func splitFields(s string) []string { return strings.Fields(s) }

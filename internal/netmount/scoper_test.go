@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 type fakeProbe map[string]string // path -> content; present means it exists
@@ -204,20 +205,6 @@ func alive(pid int) bool {
 	return !strings.HasPrefix(rest, "Z") && !strings.HasPrefix(rest, "X")
 }
 
-// cgroupOf returns the cgroup2 path of pid ("/a/b"), relative to the cgroup2 root.
-func cgroupOf(pid int) (string, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("pid %d has no cgroup2 entry: %s", pid, data)
-}
-
 func TestCgroupScoperLive(t *testing.T) {
 	sc := testCgroupScoper(t)
 	out, err := os.CreateTemp(t.TempDir(), "out")
@@ -236,7 +223,7 @@ func TestCgroupScoperLive(t *testing.T) {
 	t.Cleanup(func() { cancel(); cmd.Wait() })
 
 	want := "/" + sc.Parent + "/mount-test"
-	if got, err := cgroupOf(cmd.Process.Pid); err != nil || got != want {
+	if got, err := testsupport.CgroupV2(cmd.Process.Pid); err != nil || got != want {
 		t.Errorf("helper runs in cgroup %q (%v), want %q", got, err, want)
 	}
 	if sid, _ := unix.Getsid(cmd.Process.Pid); sid != cmd.Process.Pid {

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -23,6 +22,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files and deploy/*.yaml from the chart")
@@ -163,29 +163,8 @@ func compareGolden(t *testing.T, path, got string) {
 		t.Fatalf("%v (write it with -update)", err)
 	}
 	if string(want) != got {
-		t.Errorf("%s differs from what the chart renders (check the change, then go test ./test/chart -update):\n%s", path, lineDiff(string(want), got))
+		t.Errorf("%s differs from what the chart renders (check the change, then go test ./test/chart -update):\n%s", path, testsupport.LineDiff(string(want), got))
 	}
-}
-
-// lineDiff lists the first lines that differ, enough to see what changed.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	shown := 0
-	for i := 0; i < max(len(w), len(g)) && shown < 20; i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			b.WriteString("line " + strconv.Itoa(i+1) + ":\n  - " + wl + "\n  + " + gl + "\n")
-			shown++
-		}
-	}
-	return b.String()
 }
 
 // objects decodes every YAML document of a rendering.

@@ -6,11 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // Cgroup2 is a cgroup of the cgroup2 hierarchy that a test made, e.g. to run the plugin in and
@@ -55,31 +52,13 @@ func (c *Cgroup2) Kill() error {
 }
 
 func (c *Cgroup2) kill() error {
-	if err := os.WriteFile(filepath.Join(c.Dir, "cgroup.kill"), []byte("1"), 0); err != nil {
-		return fmt.Errorf("kill cgroup %s: %w", c.Dir, err)
+	// A process that outlives SIGKILL is stuck in the kernel: the error says which and where,
+	// so that a failure can be understood from a CI log alone.
+	left, err := testsupport.KillCgroup(c.Dir, cgroupKillTimeout)
+	if len(left) > 0 {
+		return fmt.Errorf("%w: %s", err, describeProcs(left))
 	}
-	// "populated 0" comes once the processes have exited (a zombie does not count: checked on
-	// 6.18); only then can the cgroup be removed. A process that outlives SIGKILL is stuck in
-	// the kernel: the error says which and where, so that a failure can be understood from a
-	// CI log alone.
-	deadline := time.Now().Add(cgroupKillTimeout)
-	for {
-		events, err := os.ReadFile(filepath.Join(c.Dir, "cgroup.events"))
-		if err != nil || strings.Contains(string(events), "populated 0") {
-			return err
-		}
-		if time.Now().After(deadline) {
-			var pids []int
-			procs, _ := os.ReadFile(filepath.Join(c.Dir, "cgroup.procs"))
-			for _, f := range strings.Fields(string(procs)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					pids = append(pids, pid)
-				}
-			}
-			return fmt.Errorf("cgroup %s still populated %v after cgroup.kill: %s", c.Dir, cgroupKillTimeout, describeProcs(pids))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return err
 }
 
 // Remove kills what is left in the cgroup and removes it. Safe to call twice.
@@ -106,12 +85,11 @@ func RemoveMountScope(key string) error {
 	os.Remove(parent) // only if empty: another mount's cgroup may live there
 	// On a hybrid host the scope also has a group in each cgroup v1 hierarchy; its processes
 	// are gone with the cgroup2 group above.
-	if mi, rerr := os.ReadFile("/proc/self/mountinfo"); rerr == nil {
-		for _, line := range strings.Split(string(mi), "\n") {
-			f := strings.Fields(line)
-			if i := slices.Index(f, "-"); i > 0 && i+1 < len(f) && f[i+1] == "cgroup" {
-				os.Remove(filepath.Join(f[4], "mountkeeper.slice", "mount-"+key))
-				os.Remove(filepath.Join(f[4], "mountkeeper.slice"))
+	if mounts, rerr := readMounts(); rerr == nil {
+		for _, m := range mounts {
+			if m.fsType == "cgroup" {
+				os.Remove(filepath.Join(m.mountPoint, "mountkeeper.slice", "mount-"+key))
+				os.Remove(filepath.Join(m.mountPoint, "mountkeeper.slice"))
 			}
 		}
 	}
@@ -120,15 +98,4 @@ func RemoveMountScope(key string) error {
 
 // StartInCgroup starts cmd in the cgroup dir: clone3 places it there (CLONE_INTO_CGROUP), so
 // it never runs in the caller's cgroup.
-func StartInCgroup(cmd *exec.Cmd, dir string) error {
-	fd, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer fd.Close() // the child has it from clone3
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
-	return cmd.Start()
-}
+func StartInCgroup(cmd *exec.Cmd, dir string) error { return testsupport.StartInCgroup(cmd, dir) }

@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // cgroupV1Hierarchy is one cgroup v1 hierarchy of the host, as the calling process sees it.
@@ -57,11 +61,11 @@ func cgroupV1Hierarchies() ([]cgroupV1Hierarchy, error) {
 	if err != nil {
 		return nil, err
 	}
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	table, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
-	out, err := parseCgroupV1Hierarchies(string(mountinfo), string(own))
+	out, err := parseCgroupV1Hierarchies(string(table), string(own))
 	if err == nil && len(out) > 0 && !cgroup2At("/sys/fs/cgroup/unified") {
 		err = errors.New("cgroup v1 hierarchies without cgroup2 at /sys/fs/cgroup/unified: not the hybrid layout systemd supports")
 	}
@@ -71,7 +75,7 @@ func cgroupV1Hierarchies() ([]cgroupV1Hierarchy, error) {
 // parseCgroupV1Hierarchies finds, in a process's mountinfo, the cgroup v1 hierarchies mounted
 // below /sys/fs/cgroup, and in its /proc/PID/cgroup its cgroup in each (the line that names
 // the same controllers).
-func parseCgroupV1Hierarchies(mountinfo, ownCgroups string) ([]cgroupV1Hierarchy, error) {
+func parseCgroupV1Hierarchies(table, ownCgroups string) ([]cgroupV1Hierarchy, error) {
 	self := map[string]string{} // controllers, sorted -> path
 	for _, line := range strings.Split(strings.TrimSpace(ownCgroups), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -79,20 +83,18 @@ func parseCgroupV1Hierarchies(mountinfo, ownCgroups string) ([]cgroupV1Hierarchy
 			self[controllerKey(parts[1])] = parts[2]
 		}
 	}
+	mounts, err := testsupport.ParseMounts(table, mountinfo.FSTypeFilter("cgroup"))
+	if err != nil {
+		return nil, err
+	}
 	var out []cgroupV1Hierarchy
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// ID parent major:minor root mountpoint options ... - fstype source superoptions
-		pre, post, ok := strings.Cut(line, " - ")
-		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(tail) < 3 || tail[0] != "cgroup" {
-			continue
-		}
-		mount := fields[4]
+	for _, m := range mounts {
+		mount := m.Mountpoint
 		if filepath.Dir(mount) != "/sys/fs/cgroup" {
 			continue
 		}
 		var ctrls []string
-		for _, o := range strings.Split(tail[2], ",") {
+		for _, o := range strings.Split(m.VFSOptions, ",") {
 			// Not a controller: access mode and the hierarchy's flags (release_agent=,
 			// clone_children, xattr, noprefix, cpuset_v2_mode).
 			if o != "rw" && o != "ro" && o != "xattr" && o != "noprefix" && !strings.Contains(o, "_") {

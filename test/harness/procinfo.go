@@ -5,21 +5,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // MountsAt counts the mounts stacked at path in this mount namespace.
 func MountsAt(path string) (int, error) {
-	ms, err := readMounts()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, m := range ms {
-		if m.mountPoint == path {
-			n++
-		}
-	}
-	return n, nil
+	ms, err := testsupport.MountsAt(path)
+	return len(ms), err
 }
 
 // ProcessCgroup returns the cgroup2 path of the first process whose command line contains
@@ -31,12 +24,8 @@ func ProcessCgroup(words ...string) string {
 		return ""
 	}
 	cg, _ := os.ReadFile(filepath.Join(dir, "cgroup"))
-	for _, line := range strings.Split(string(cg), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return rest
-		}
-	}
-	return ""
+	rest, _ := testsupport.ParseCgroupV2(string(cg))
+	return rest
 }
 
 // ProcessPid returns the PID of the first process whose command line contains every one of
