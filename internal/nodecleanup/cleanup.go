@@ -120,9 +120,14 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	copies := filepath.Join(dir, "subpath")
-	copiesDev, copiesMounted, err := deviceOf(copies)
+	copyInfos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(copies))
 	if err != nil {
 		return err
+	}
+	copyOrder, copyForeign := copyTree(copyInfos, copies)
+	copiesDev, copiesMounted := "", len(copyInfos) > 0
+	if top := topAt(copyInfos, copies); top != nil {
+		copiesDev = fmt.Sprintf("%d:%d", top.Major, top.Minor)
 	}
 	devices := make([]string, 0, len(network)+1)
 	for _, hm := range network {
@@ -169,15 +174,14 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if copiesMounted {
-		if h := holders[copiesDev]; len(h) > 0 {
+		switch h := holders[copiesDev]; {
+		case len(h) > 0:
 			kept = append(kept, Kept{What: "subPath copies (tmpfs)", Path: copies, Holders: h})
-		} else {
-			say("unmount the subPath copies' tmpfs at %s (its copies, secrets among them, go with it)", copies)
-			if !o.DryRun {
-				if err := unix.Unmount(copies, 0); err != nil {
-					errs = append(errs, fmt.Errorf("unmount %s: %w", copies, err))
-				}
-			}
+		case len(copyForeign) > 0:
+			errs = append(errs, fmt.Errorf("%s holds mounts that are not mountkeeper's (%s): unmount them, then run the cleanup again",
+				copies, strings.Join(copyForeign, ", ")))
+		default:
+			errs = append(errs, unmountCopies(copyOrder, o.DryRun, say))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -232,12 +236,31 @@ func removeStateDir(dir string) error {
 	return os.RemoveAll(dir)
 }
 
-// deviceOf is the device (major:minor) of the mount at path, if path is a mount point.
-func deviceOf(path string) (string, bool, error) {
-	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
-	if err != nil || len(infos) == 0 {
-		return "", false, err
+// unmountCopies unmounts the copy tree in order (copyTree), the live copies' layers and bases
+// before the tmpfs under them, and stops at the first that fails: what sits below it would
+// stay busy, and a later run starts again from what is left.
+func unmountCopies(order []copyMount, dry bool, say func(string, ...any)) error {
+	lazily := 0
+	for _, c := range order {
+		if !c.Layer {
+			say("unmount the subPath copies' tmpfs at %s (its copies, secrets among them, go with it)", c.Path)
+		} else {
+			say("unmount %s", c.describe())
+		}
+		if dry {
+			continue
+		}
+		lazy, err := unmountCopy(c)
+		if err != nil {
+			return err
+		}
+		if lazy {
+			lazily++
+			say("lazily detached %s: it is still in use in this mount namespace (an open file or a working directory); its memory is freed when that ends", c.describe())
+		}
 	}
-	i := infos[len(infos)-1] // the top one
-	return fmt.Sprintf("%d:%d", i.Major, i.Minor), true, nil
+	if lazily > 0 {
+		say("%d subPath copy mounts lazily detached", lazily)
+	}
+	return nil
 }
