@@ -14,7 +14,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -193,26 +192,13 @@ func Run(ctx context.Context, o Options) error {
 		// their pods' next containers against it. It goes with the run that finishes.
 		return &InUseError{Kept: kept}
 	}
-	key := filepath.Join(dir, guard.KeyFile)
-	if _, err := os.Lstat(key); err == nil {
-		say("remove the guard key %s", key)
-		if !o.DryRun {
-			if err := os.Remove(key); err != nil {
-				return fmt.Errorf("node cleanup: %w", err)
-			}
-		}
-	}
-	say("remove the state directory %s", dir)
-	if o.DryRun {
-		return nil
-	}
-	return removeStateDir(dir)
+	return removeStateDir(dir, o.DryRun, say)
 }
 
 // removeStateDir unmounts the agent's own mounts below dir (mounts/ and staging/, each bound
-// onto itself to set its propagation) and removes dir; any other mount below it stops the
-// removal: RemoveAll would cross into it.
-func removeStateDir(dir string) error {
+// onto itself to set its propagation) and removes what the agent made in dir (stateLayout),
+// and dir once nothing else is left; any other mount below it stops the removal.
+func removeStateDir(dir string, dry bool, say func(string, ...any)) error {
 	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return err
@@ -220,12 +206,7 @@ func removeStateDir(dir string) error {
 	own := map[string]bool{filepath.Join(dir, "mounts"): true, filepath.Join(dir, "staging"): true}
 	var others []string
 	for _, i := range infos {
-		switch {
-		case own[i.Mountpoint]:
-			if err := unix.Unmount(i.Mountpoint, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("node cleanup: unmount %s: %w", i.Mountpoint, err)
-			}
-		case i.Mountpoint != dir:
+		if !own[i.Mountpoint] && i.Mountpoint != dir {
 			others = append(others, i.Mountpoint)
 		}
 	}
@@ -233,7 +214,49 @@ func removeStateDir(dir string) error {
 		return fmt.Errorf("node cleanup: %s keeps mounts that are not the agent's (%s): unmount them, then run the cleanup again",
 			dir, strings.Join(others, ", "))
 	}
-	return os.RemoveAll(dir)
+	entries, err := listState(dir)
+	if err != nil {
+		return fmt.Errorf("node cleanup: %w", err)
+	}
+	remove, foreign := sweep(entries)
+	for _, rel := range foreign {
+		say("keep %s: not mountkeeper's", filepath.Join(dir, rel))
+	}
+	for _, i := range infos {
+		if own[i.Mountpoint] {
+			say("unmount %s (bound onto itself)", i.Mountpoint)
+			if !dry {
+				if err := unix.Unmount(i.Mountpoint, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+					return fmt.Errorf("node cleanup: unmount %s: %w", i.Mountpoint, err)
+				}
+			}
+		}
+	}
+	for _, r := range remove {
+		path := filepath.Join(dir, r.Rel)
+		switch r.Rel {
+		case guard.KeyFile:
+			say("remove the guard key %s", path)
+		case ".":
+			say("remove the state directory %s", dir)
+		default:
+			say("remove %s", path)
+		}
+		if dry {
+			continue
+		}
+		notEmpty, err := removeBeneath(dir, r)
+		if err != nil {
+			return fmt.Errorf("node cleanup: %w", err)
+		}
+		if notEmpty {
+			say("left %s in place: it holds what is not mountkeeper's", path)
+		}
+	}
+	if len(foreign) > 0 {
+		say("left the state directory %s in place: it holds what is not mountkeeper's", dir)
+	}
+	return nil
 }
 
 // unmountCopies unmounts the copy tree in order (copyTree), the live copies' layers and bases
