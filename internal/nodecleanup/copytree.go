@@ -2,12 +2,10 @@ package nodecleanup
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
 )
 
 // The subPath copies' tmpfs (<stateDir>/subpath) is not always one mount: a live subPath
@@ -94,26 +92,4 @@ func (c copyMount) describe() string {
 		return fmt.Sprintf("the live subPath copy's mount %d (its base or a layer) at %s", c.ID, c.Path)
 	}
 	return "the subPath copies' tmpfs at " + c.Path
-}
-
-// unmountCopy unmounts c if it is still the mount on top at its path: plainly, or lazily
-// (MNT_DETACH) when something of this mount namespace still holds it (EBUSY: an open file, a
-// working directory; another namespace's hold was looked for before); lazy says so. Its
-// memory is freed once the last holder lets go.
-func unmountCopy(c copyMount) (lazy bool, err error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, c.Path, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_MNT_ID, &stx); err != nil {
-		return false, fmt.Errorf("unmount %s: %w", c.describe(), err)
-	}
-	if stx.Mask&unix.STATX_MNT_ID != 0 && int(stx.Mnt_id) != c.ID {
-		return false, fmt.Errorf("unmount %s: the mount on top there is %d, not %d as listed: the mounts changed meanwhile", c.describe(), stx.Mnt_id, c.ID)
-	}
-	err = unix.Unmount(c.Path, unix.UMOUNT_NOFOLLOW)
-	if errors.Is(err, unix.EBUSY) {
-		lazy, err = true, unix.Unmount(c.Path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	}
-	if err != nil {
-		return lazy, fmt.Errorf("unmount %s: %w", c.describe(), err)
-	}
-	return lazy, nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,21 +34,11 @@ import (
 // holds). One run of the cleanup takes all of it down, lazily detaching (and saying so) only
 // the busy layer, and removes the guard key and the state directory: no second run is needed.
 func TestCleanupLiveSubPathLayers(t *testing.T) {
-	testenv.Require(t, "root", "unshare", "sh")
-	if err := mounttable.CanMountBeneath(); err != nil {
-		testenv.Skip(t, "live subPath copies need MOVE_MOUNT_BENEATH: %v", err)
-	}
-	if !privatens.Run(t) {
+	testenv.Require(t, "sh")
+	state, copies, ok := copyState(t)
+	if !ok {
 		return
 	}
-	state := filepath.Join(t.TempDir(), "state")
-	copies := filepath.Join(state, "subpath")
-	mkdirs(t, copies)
-	writeFile(t, filepath.Join(state, guard.KeyFile), "0123456789abcdef0123456789abcdef")
-	// As subpath.PrepareCopyDir makes it: a tmpfs of its own, shared.
-	mount(t, "mountkeeper-subpath", copies, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV)
-	mount(t, "", copies, "", unix.MS_SHARED)
-	t.Cleanup(func() { detachAll(state) })
 
 	ctr := filepath.Join(copies, "pod-uid", "ctr-id", "cfg")
 	settled := liveCopy(t, filepath.Join(ctr, "0"), false, 2, true)
@@ -76,8 +67,7 @@ func TestCleanupLiveSubPathLayers(t *testing.T) {
 	}
 
 	var b bytes.Buffer
-	err = Run(context.Background(), Options{StateDir: state, Out: &b, LockWait: 100 * time.Millisecond,
-		Scoper: &netmount.CgroupScoper{Root: filepath.Join(t.TempDir(), "no-cgroup"), Parent: "none"}, Holders: onlyPID{-1}})
+	err = Run(context.Background(), testOptions(t, state, &b))
 	t.Logf("cleanup:\n%s-> %v", b.String(), err)
 	if err != nil {
 		t.Fatalf("one run of the cleanup: %v, want everything removed", err)
@@ -95,6 +85,35 @@ func TestCleanupLiveSubPathLayers(t *testing.T) {
 	if got, err := os.ReadFile(fmt.Sprintf("/proc/%d/cwd/content", holder.Process.Pid)); err != nil || string(got) != "v1" {
 		t.Errorf("the holder's working directory holds %q (%v), want v1", got, err)
 	}
+}
+
+// copyState makes, in a private mount namespace, a state directory with a guard key and the
+// copy tmpfs as subpath.PrepareCopyDir makes it (a tmpfs of its own, shared), on a kernel
+// that can make live copies; ok false: the test ran in a namespace of its own (privatens.Run).
+func copyState(t *testing.T) (state, copies string, ok bool) {
+	t.Helper()
+	testenv.Require(t, "root")
+	if err := mounttable.CanMountBeneath(); err != nil {
+		testenv.Skip(t, "live subPath copies need MOVE_MOUNT_BENEATH: %v", err)
+	}
+	if !privatens.Run(t) {
+		return "", "", false
+	}
+	state = filepath.Join(t.TempDir(), "state")
+	copies = filepath.Join(state, "subpath")
+	mkdirs(t, copies)
+	writeFile(t, filepath.Join(state, guard.KeyFile), "0123456789abcdef0123456789abcdef")
+	mount(t, "mountkeeper-subpath", copies, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV)
+	mount(t, "", copies, "", unix.MS_SHARED)
+	t.Cleanup(func() { detachAll(state) })
+	return state, copies, true
+}
+
+// testOptions are the options of a cleanup of state in a test: no holders (other tests'
+// namespaces hold copies of these mounts under make unit), no cgroup scopes, output to out.
+func testOptions(t *testing.T, state string, out io.Writer) Options {
+	return Options{StateDir: state, Out: out, LockWait: 100 * time.Millisecond, Holders: onlyPID{-1},
+		Scoper: &netmount.CgroupScoper{Root: filepath.Join(t.TempDir(), "no-cgroup"), Parent: "none"}}
 }
 
 // liveCopy makes path below the copy tmpfs a live copy as the live update code leaves it, with
@@ -198,4 +217,60 @@ func mkdirs(t *testing.T, dirs ...string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestCleanupLiveSubPathRetry: when a mount of the copy tree cannot be unmounted (here the
+// node refuses the base of one copy once, with EPERM, as a locked mount would), the cleanup
+// names it and the cause, touches nothing below it (no lazy detach of the tmpfs, which would
+// take the failed mount along unseen), keeps the guard key, and a second run finishes.
+func TestCleanupLiveSubPathRetry(t *testing.T) {
+	state, copies, ok := copyState(t)
+	if !ok {
+		return
+	}
+	key := filepath.Join(state, guard.KeyFile)
+	stuck := liveCopy(t, filepath.Join(copies, "pod", "ctr", "cfg", "0"), true, 1, true)
+	liveCopy(t, filepath.Join(copies, "pod", "ctr", "cfg", "1"), false, 2, true)
+
+	var b bytes.Buffer
+	o := testOptions(t, state, &b)
+	err := run(context.Background(), o, &refuseOnce{liveNode: liveNode{}, path: stuck})
+	t.Logf("first run:\n%s-> %v", b.String(), err)
+	if err == nil || !strings.Contains(err.Error(), stuck) || !strings.Contains(err.Error(), "operation not permitted") {
+		t.Fatalf("first run: %v, want an error naming %s and the cause", err, stuck)
+	}
+	if stacked(t, stuck) != 1 || stacked(t, copies) != 1 || !exists(key) || strings.Contains(b.String(), "lazily") {
+		t.Errorf("after the failure: %d mounts at %s (want its base), %d at %s (want the tmpfs), guard key there %v (want it), output %q",
+			stacked(t, stuck), stuck, stacked(t, copies), copies, exists(key), b.String())
+	}
+	b.Reset()
+	err = Run(context.Background(), o)
+	t.Logf("second run:\n%s-> %v", b.String(), err)
+	if err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if infos, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(state)); len(infos) != 0 || exists(state) {
+		t.Errorf("after the second run: %d mounts below %s, state directory there %v", len(infos), state, exists(state))
+	}
+}
+
+// refuseOnce is the live node, but the unmount of the base at path (the mount at path that
+// is on the tmpfs) fails once with EPERM.
+type refuseOnce struct {
+	liveNode
+	path  string
+	fired bool
+}
+
+func (r *refuseOnce) unmountCopy(c copyMount) (bool, error) {
+	if c.Path == r.path && !r.fired && stackedNow(c.Path) == 1 {
+		r.fired = true
+		return false, fmt.Errorf("unmount %s: %w", c.describe(), unix.EPERM)
+	}
+	return r.liveNode.unmountCopy(c)
+}
+
+func stackedNow(path string) int {
+	ms, _ := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != path, false })
+	return len(ms)
 }

@@ -7,13 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/internal/guard"
-	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -64,8 +62,7 @@ func TestCleanupKeepsForeignFiles(t *testing.T) {
 	t.Cleanup(func() { detachAll(state) })
 
 	var b bytes.Buffer
-	err := Run(context.Background(), Options{StateDir: state, Out: &b, LockWait: 100 * time.Millisecond,
-		Scoper: &netmount.CgroupScoper{Root: filepath.Join(dir, "no-cgroup"), Parent: "none"}, Holders: onlyPID{-1}})
+	err := Run(context.Background(), testOptions(t, state, &b))
 	t.Logf("cleanup:\n%s-> %v", b.String(), err)
 	if err != nil {
 		t.Fatalf("cleanup: %v, want the foreign files kept and named, and no error", err)
