@@ -15,7 +15,8 @@ import (
 // one. The names are those of their writers:
 //
 //   - lock: netmount.LockStateDir, the flock every agent holds while it runs;
-//   - guard.key and its temporary guard.key.<n>: guard.LoadOrCreateKey;
+//   - guard.key, its temporary guard.key.<n> and guard.key.lock (its writers' lock, in newer
+//     versions): guard.LoadOrCreateKey;
 //   - guard-refusals, guard-refusals.lock and guard-refusals.<n>: guard.RecordRefusal, the
 //     guard's refusal counts (the runtime wrapper and the OCI hook write them);
 //   - subpath-live.json and subpath-live.json.tmp: the live subPath copies (nri/live.go,
@@ -52,7 +53,7 @@ func dir(pattern string, inside ...owned) owned {
 // stateLayout is the state directory's layout.
 var stateLayout = []owned{
 	file(lockFile),
-	file(regexp.QuoteMeta(guard.KeyFile) + `(?:\.` + num + `)?`),
+	file(regexp.QuoteMeta(guard.KeyFile) + `(?:\.lock|\.` + num + `)?`),
 	file(regexp.QuoteMeta(guard.RefusalsFile) + `(?:\.lock|\.` + num + `)?`),
 	file(`subpath-live\.json(?:\.tmp)?`),
 	dir(`subpath`),

@@ -33,7 +33,7 @@ func TestCleanupKeepsForeignFiles(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	key := "0123456789abcdef"
 	ours := []string{
-		guard.KeyFile, guard.KeyFile + ".123456", guard.RefusalsFile, guard.RefusalsFile + ".lock", guard.RefusalsFile + ".98765",
+		guard.KeyFile, guard.KeyFile + ".123456", guard.KeyFile + ".lock", guard.RefusalsFile, guard.RefusalsFile + ".lock", guard.RefusalsFile + ".98765",
 		"lock", "subpath-live.json", "subpath-live.json.tmp",
 		"state/" + key + ".json", "state/." + key + ".4242.tmp",
 		"secrets/" + key, "secrets/.secret.777.tmp",
