@@ -1,9 +1,16 @@
 // Package nodecleanup is `mountkeeper node cleanup`: what an uninstall (the DaemonSet's, or an
 // operator by hand) does to the node once the agent is stopped. It releases the network mounts
 // the agent left and their scopes, unmounts the tmpfs of subPath copies (they may hold
-// secrets), removes the guard key and the state directory; it refuses to remove what a
-// running container still uses, and says which container (process, cgroup) holds it: see
-// ProcHolders for how it knows. The runtime's config is `mountkeeper runtime unconfigure`'s.
+// secrets) with the live copies' mounts on it, removes the guard key and whatever else the
+// agent wrote in its state directory (by name: layout.go), and the directory once nothing
+// else is in it; it refuses to remove what a running container still uses, and says which
+// container (process, cgroup) holds it: see ProcHolders for how it knows. The runtime's
+// config is `mountkeeper runtime unconfigure`'s.
+//
+// Like internal/runtimeconfig it plans, then applies: gather reads what the node holds
+// (Facts), plan decides from those values alone what to do (Plan: pure, table-tested), and
+// apply takes the steps through a small interface of side effects (node; liveNode on the
+// host); a dry run prints the plan.
 package nodecleanup
 
 import (
@@ -13,17 +20,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
-
-	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 )
 
@@ -85,8 +85,14 @@ func (e *InUseError) Error() string {
 }
 
 // Run cleans the node up after the agent; see the package comment. It fails without changing
-// anything while an agent runs on the state directory.
+// anything while an agent runs on the state directory. It reads what there is (gather), plans
+// from that alone what to do (plan), and prints the plan (DryRun) or applies it.
 func Run(ctx context.Context, o Options) error {
+	return run(ctx, o, nil)
+}
+
+// run is Run with the side effects of n (nil: the live node's).
+func run(ctx context.Context, o Options, n node) error {
 	o.LockWait = cmp.Or(o.LockWait, DefaultLockWait)
 	o.UnmountTimeout = cmp.Or(o.UnmountTimeout, DefaultUnmountTimeout)
 	if o.Holders == nil {
@@ -94,12 +100,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
-	}
-	say := func(format string, args ...any) {
-		if o.DryRun {
-			format = "would: " + format
-		}
-		fmt.Fprintf(o.Out, format+"\n", args...)
 	}
 	dir, err := filepath.EvalSymlinks(o.StateDir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -115,129 +115,25 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer lock.Close()
 
-	network, err := netmount.HostMounts(dir)
+	facts, err := gather(dir, o.Holders)
 	if err != nil {
-		return err
+		return fmt.Errorf("node cleanup: %w", err)
 	}
-	copies := filepath.Join(dir, "subpath")
-	copiesDev, copiesMounted, err := deviceOf(copies)
-	if err != nil {
-		return err
-	}
-	devices := make([]string, 0, len(network)+1)
-	for _, hm := range network {
-		devices = append(devices, hm.Device)
-	}
-	if copiesMounted {
-		devices = append(devices, copiesDev)
-	}
-	holders, err := o.Holders.Holders(devices)
-	if err != nil {
-		return fmt.Errorf("node cleanup: find the containers that use the mounts: %w", err)
-	}
-
-	var kept []Kept
-	var errs []error
 	scoper := o.Scoper
-	if scoper == nil && len(network) > 0 {
-		if scoper, err = netmount.DetectScoper(); err != nil {
+	if scoper == nil {
+		// Needed to release a network mount; without one (no cgroup2, no systemd) there are
+		// no scopes to look for either.
+		if scoper, err = netmount.DetectScoper(); err != nil && len(facts.Network) > 0 {
 			return err
 		}
 	}
-	for _, hm := range network {
-		what := "network mount " + cmp.Or(hm.Spec, hm.FSType+" (no state file)")
-		if h := holders[hm.Device]; len(h) > 0 {
-			kept = append(kept, Kept{What: what, Path: hm.Path, Holders: h})
-			continue
-		}
-		say("release %s at %s and its scope", what, hm.Path)
-		if !o.DryRun {
-			if err := netmount.ReleaseHostMount(ctx, dir, hm, scoper, o.UnmountTimeout); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if scoper == nil {
-		scoper, _ = netmount.DetectScoper() // nil without cgroup2 or systemd: no scopes to find
-	}
-	if scoper != nil && !o.DryRun {
-		busy, err := netmount.LeftoverScopes(dir, scoper)
-		errs = append(errs, err)
-		for _, unit := range slices.Sorted(maps.Keys(busy)) {
-			kept = append(kept, Kept{What: "scope " + unit + " (its host mount is gone; a container may still hold its filesystem)",
-				Path: unit, Pids: busy[unit]})
-		}
-	}
-	if copiesMounted {
-		if h := holders[copiesDev]; len(h) > 0 {
-			kept = append(kept, Kept{What: "subPath copies (tmpfs)", Path: copies, Holders: h})
-		} else {
-			say("unmount the subPath copies' tmpfs at %s (its copies, secrets among them, go with it)", copies)
-			if !o.DryRun {
-				if err := unix.Unmount(copies, 0); err != nil {
-					errs = append(errs, fmt.Errorf("unmount %s: %w", copies, err))
-				}
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("node cleanup: %w", err)
-	}
-	if len(kept) > 0 {
-		// The guard key stays with the state directory: the containers named still run on
-		// a node whose guard (the runtime wrapper, still in place until unconfigure) checks
-		// their pods' next containers against it. It goes with the run that finishes.
-		return &InUseError{Kept: kept}
-	}
-	key := filepath.Join(dir, guard.KeyFile)
-	if _, err := os.Lstat(key); err == nil {
-		say("remove the guard key %s", key)
-		if !o.DryRun {
-			if err := os.Remove(key); err != nil {
-				return fmt.Errorf("node cleanup: %w", err)
-			}
-		}
-	}
-	say("remove the state directory %s", dir)
+	facts.Scopes = scoper != nil
+	p := plan(facts)
 	if o.DryRun {
-		return nil
+		return p.print(o.Out)
 	}
-	return removeStateDir(dir)
-}
-
-// removeStateDir unmounts the agent's own mounts below dir (mounts/ and staging/, each bound
-// onto itself to set its propagation) and removes dir; any other mount below it stops the
-// removal: RemoveAll would cross into it.
-func removeStateDir(dir string) error {
-	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return err
+	if n == nil {
+		n = liveNode{scoper: scoper, unmountTimeout: o.UnmountTimeout}
 	}
-	own := map[string]bool{filepath.Join(dir, "mounts"): true, filepath.Join(dir, "staging"): true}
-	var others []string
-	for _, i := range infos {
-		switch {
-		case own[i.Mountpoint]:
-			if err := unix.Unmount(i.Mountpoint, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("node cleanup: unmount %s: %w", i.Mountpoint, err)
-			}
-		case i.Mountpoint != dir:
-			others = append(others, i.Mountpoint)
-		}
-	}
-	if len(others) > 0 {
-		return fmt.Errorf("node cleanup: %s keeps mounts that are not the agent's (%s): unmount them, then run the cleanup again",
-			dir, strings.Join(others, ", "))
-	}
-	return os.RemoveAll(dir)
-}
-
-// deviceOf is the device (major:minor) of the mount at path, if path is a mount point.
-func deviceOf(path string) (string, bool, error) {
-	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
-	if err != nil || len(infos) == 0 {
-		return "", false, err
-	}
-	i := infos[len(infos)-1] // the top one
-	return fmt.Sprintf("%d:%d", i.Major, i.Minor), true, nil
+	return apply(ctx, p, n, o.Out)
 }

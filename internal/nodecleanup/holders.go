@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Holder is a process outside the cleaner's own mount namespace that holds a mount of a
@@ -68,11 +70,11 @@ func (p ProcHolders) Holders(devices []string) (map[string][]Holder, error) {
 			continue // gone meanwhile, a kernel thread, or a namespace already read
 		}
 		seen[ns] = true
-		mi, err := os.ReadFile(filepath.Join(dir, "mountinfo"))
+		infos, err := readMountinfo(filepath.Join(dir, "mountinfo"), want)
 		if err != nil {
-			continue
+			continue // gone meanwhile
 		}
-		for dev, point := range devicesIn(string(mi), want) {
+		for dev, point := range firstMountOf(infos) {
 			out[dev] = append(out[dev], Holder{PID: pid, Comm: readTrim(filepath.Join(dir, "comm")),
 				Cgroup: cgroupV2(readTrim(filepath.Join(dir, "cgroup"))), MountPoint: point})
 		}
@@ -80,17 +82,23 @@ func (p ProcHolders) Holders(devices []string) (map[string][]Holder, error) {
 	return out, nil
 }
 
-// devicesIn returns, of the devices in want, those mountinfo has a mount of, with the first
-// mount point of each.
-func devicesIn(mountinfo string, want map[string]bool) map[string]string {
+// readMountinfo reads the mounts of the devices in want from a mountinfo file (the library
+// undoes its escapes).
+func readMountinfo(path string, want map[string]bool) ([]*mountinfo.Info, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return mountinfo.GetMountsFromReader(f, func(m *mountinfo.Info) (bool, bool) { return !want[device(m)], false })
+}
+
+// firstMountOf is, for each device, the mount point of its first mount in infos.
+func firstMountOf(infos []*mountinfo.Info) map[string]string {
 	found := make(map[string]string)
-	for _, line := range strings.Split(mountinfo, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 || !want[f[2]] {
-			continue
-		}
-		if _, ok := found[f[2]]; !ok {
-			found[f[2]] = unescape(f[4])
+	for _, m := range infos {
+		if _, ok := found[device(m)]; !ok {
+			found[device(m)] = m.Mountpoint
 		}
 	}
 	return found
@@ -110,23 +118,4 @@ func cgroupV2(text string) string {
 func readTrim(path string) string {
 	b, _ := os.ReadFile(path)
 	return strings.TrimSpace(string(b))
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

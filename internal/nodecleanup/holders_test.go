@@ -2,15 +2,21 @@ package nodecleanup
 
 import (
 	"maps"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
-func TestDevicesIn(t *testing.T) {
+func TestReadMountinfo(t *testing.T) {
 	mi := `612 598 0:42 / /data rw,nosuid,nodev,relatime master:302 - fuse.sshfs root@srv:/x rw,user_id=0,group_id=0
 613 598 0:29 /copies/abc/0 /etc/with\040space ro,relatime - tmpfs mountkeeper-subpath rw
 614 598 0:29 /copies/abc/1 /etc/second ro,relatime - tmpfs mountkeeper-subpath rw
 615 598 0:5 / /dev rw - tmpfs tmpfs rw
 `
+	path := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(path, []byte(mi), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		want map[string]bool
@@ -22,8 +28,9 @@ func TestDevicesIn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := devicesIn(mi, tt.want); !maps.Equal(got, tt.got) {
-				t.Errorf("devicesIn = %v, want %v", got, tt.got)
+			infos, err := readMountinfo(path, tt.want)
+			if got := firstMountOf(infos); err != nil || !maps.Equal(got, tt.got) {
+				t.Errorf("readMountinfo = %v, %v; want %v", got, err, tt.got)
 			}
 		})
 	}
