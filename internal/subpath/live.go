@@ -32,7 +32,8 @@ func (Live) Stat(path string) (Info, error) {
 	return infoOf(&stx), nil
 }
 
-func statFD(fd int, name string) (Info, error) {
+// StatFD is what statx says about the file open at fd (name is for messages).
+func StatFD(fd int, name string) (Info, error) {
 	var stx unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, statxMask, &stx); err != nil {
 		return Info{}, &fs.PathError{Op: "statx", Path: name, Err: err}
@@ -66,11 +67,11 @@ func (Live) Open(dir *Node, rel string, how unix.OpenHow) (*Node, error) {
 		dirfd, name = dir.fd, dir.Name+"/"+rel
 	}
 	how.Flags |= unix.O_PATH | unix.O_CLOEXEC
-	fd, err := openat2(dirfd, rel, &how)
+	fd, err := Openat2(dirfd, rel, &how)
 	if err != nil {
 		return nil, &fs.PathError{Op: "openat2", Path: name, Err: err}
 	}
-	info, err := statFD(fd, name)
+	info, err := StatFD(fd, name)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -128,7 +129,7 @@ func (Live) Clone(n *Node) (*Node, error) {
 		return nil, &fs.PathError{Op: "open_tree", Path: n.Name, Err: err}
 	}
 	name := "clone of " + n.Name
-	info, err := statFD(fd, name)
+	info, err := StatFD(fd, name)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -172,7 +173,7 @@ func (Live) Attach(tree, target *Node, beneath bool) (Mount, error) {
 	if err := unix.MoveMount(tree.fd, "", target.fd, "", flags); err != nil {
 		return Mount{}, fmt.Errorf("move_mount %s %s %s: %w", tree.Name, how, target.Name, err)
 	}
-	info, err := statFD(tree.fd, target.Name)
+	info, err := StatFD(tree.fd, target.Name)
 	if err != nil {
 		return Mount{}, err
 	}
@@ -190,6 +191,19 @@ func (Live) MakePrivate(tree *Node) error {
 		return fmt.Errorf("make the bind on %s private: %w", tree.Name, err)
 	}
 	return nil
+}
+
+// Openat2 is openat2(2); it retries on EAGAIN, which RESOLVE_BENEATH returns when a rename or
+// mount raced the lookup and the kernel could not prove it safe.
+func Openat2(dirfd int, rel string, how *unix.OpenHow) (int, error) {
+	var fd int
+	var err error
+	for range 16 {
+		if fd, err = unix.Openat2(dirfd, rel, how); err != unix.EAGAIN {
+			break
+		}
+	}
+	return fd, err
 }
 
 func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

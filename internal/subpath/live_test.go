@@ -13,6 +13,8 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 
+	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
+
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
@@ -23,12 +25,12 @@ func TestLiveInNamespace(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
-	k := newKubelet(t) // its root is a shared bind mount of itself
-	sec := k.volume(secret, "sec", true)
-	ts := k.writeAtomic(sec, map[string]entry{"token": file("t1"), "dir/x": file("x1")})
-	fileTarget := k.bind(sec, "sec", "app", 0, "token")
-	dirTarget := k.bind(sec, "sec", "app", 1, "dir")
-	k.writeAtomic(sec, map[string]entry{"token": file("t2"), "dir/x": file("x2")})
+	k := subpathtest.NewKubelet(t) // its root is a shared bind mount of itself
+	sec := k.Volume(subpathtest.Secret, "sec", true)
+	ts := k.WriteAtomic(sec, map[string]subpathtest.Entry{"token": subpathtest.File("t1"), "dir/x": subpathtest.File("x1")})
+	fileTarget := subpathtest.Bind(k, ParseTarget, sec, "sec", "app", 0, "token")
+	dirTarget := subpathtest.Bind(k, ParseTarget, sec, "sec", "app", 1, "dir")
+	k.WriteAtomic(sec, map[string]subpathtest.Entry{"token": subpathtest.File("t2"), "dir/x": subpathtest.File("x2")})
 
 	open := func(p string) *Node {
 		t.Helper()
@@ -42,7 +44,7 @@ func TestLiveInNamespace(t *testing.T) {
 
 	t.Run("Mount", func(t *testing.T) {
 		var kstat unix.Stat_t
-		must(t, unix.Stat(k.root, &kstat))
+		subpathtest.Must(t, unix.Stat(k.Root, &kstat))
 		tests := []struct {
 			path, root, point string
 			shared            bool
@@ -50,7 +52,7 @@ func TestLiveInNamespace(t *testing.T) {
 			{path: fileTarget.Path, root: "/" + ts + "/token//deleted", point: fileTarget.Path, shared: true},
 			{path: dirTarget.Path, root: "/" + ts + "/dir//deleted", point: dirTarget.Path, shared: true},
 			{path: sec, root: "/", point: sec, shared: true},
-			{path: filepath.Join(k.pod(), "volumes"), root: k.root, point: k.root, shared: true},
+			{path: filepath.Join(k.Pod(), "volumes"), root: k.Root, point: k.Root, shared: true},
 		}
 		for _, tt := range tests {
 			n := open(tt.path)
@@ -102,35 +104,35 @@ func TestLiveInNamespace(t *testing.T) {
 	})
 
 	t.Run("Attach propagates as a bind does; MakePrivate", func(t *testing.T) {
-		src := filepath.Join(k.root, "src")
-		must(t, os.WriteFile(src, []byte("s"), 0o644))
-		plain, viaAttach := filepath.Join(k.root, "plain"), filepath.Join(k.root, "attached")
+		src := filepath.Join(k.Root, "src")
+		subpathtest.Must(t, os.WriteFile(src, []byte("s"), 0o644))
+		plain, viaAttach := filepath.Join(k.Root, "plain"), filepath.Join(k.Root, "attached")
 		for _, p := range []string{plain, viaAttach} {
-			must(t, os.WriteFile(p, nil, 0o644))
+			subpathtest.Must(t, os.WriteFile(p, nil, 0o644))
 		}
-		root, err := Live{}.Mount(open(k.root))
-		must(t, err)
+		root, err := Live{}.Mount(open(k.Root))
+		subpathtest.Must(t, err)
 		// A bind with mount(2) of a file on the shared kubelet root: a peer of the root.
-		must(t, unix.Mount(src, plain, "", unix.MS_BIND, ""))
+		subpathtest.Must(t, unix.Mount(src, plain, "", unix.MS_BIND, ""))
 		if m, err := (Live{}).Mount(open(plain)); err != nil || !m.Shared {
 			t.Fatalf("a plain bind below the shared root is %s (%v); this test expects shared", m.Propagation(), err)
 		}
 		tree, err := Live{}.Clone(open(src))
-		must(t, err)
+		subpathtest.Must(t, err)
 		defer tree.Close()
 		m, err := Live{}.Attach(tree, open(viaAttach), false)
-		must(t, err)
+		subpathtest.Must(t, err)
 		if !m.Shared || m.Point != viaAttach || m.Root != filepath.Join(root.Root, "src") {
 			t.Errorf("Attach = %+v (%s), want a shared mount of %s on %s, as mount(2) makes", m, m.Propagation(), src, viaAttach)
 		}
 		if b, _ := os.ReadFile(viaAttach); string(b) != "s" {
 			t.Errorf("%s reads %q after Attach, want s", viaAttach, b)
 		}
-		must(t, Live{}.MakePrivate(tree))
+		subpathtest.Must(t, Live{}.MakePrivate(tree))
 		if got := propagation(t, viaAttach); got != "private" {
 			t.Errorf("after MakePrivate the bind on %s is %s", viaAttach, got)
 		}
-		if got := propagation(t, k.root); got != "shared" {
+		if got := propagation(t, k.Root); got != "shared" {
 			t.Errorf("MakePrivate of a bind changed the kubelet root to %s", got)
 		}
 	})
@@ -141,10 +143,10 @@ func TestLiveInNamespace(t *testing.T) {
 			t.Errorf("Path(..data opened O_NOFOLLOW) = %q, %v", p, err)
 		}
 		d, err := Live{}.Open(nil, sec, unix.OpenHow{Flags: unix.O_DIRECTORY})
-		must(t, err)
+		subpathtest.Must(t, err)
 		defer d.Close()
 		names, err := Live{}.Names(d)
-		must(t, err)
+		subpathtest.Must(t, err)
 		if got := strings.Join(slices.Sorted(slices.Values(names)), " "); !strings.Contains(got, "..data") || !strings.Contains(got, "token") {
 			t.Errorf("Names(%s) = %s", sec, got)
 		}
