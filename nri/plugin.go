@@ -88,7 +88,7 @@ type Plugin struct {
 // It remembers the sources that passed until the host changes (hostmount.Checker.WithCache);
 // where inotify or /proc/self/mountinfo cannot be opened, it checks every time.
 func NewHostChecker() specmod.Host {
-	c := hostmount.NewChecker(hostmount.Live{})
+	c := hostmount.NewChecker(hostmount.System{})
 	if cached, err := c.WithCache(); err == nil {
 		return cached
 	}

@@ -64,7 +64,7 @@
 // it belongs neither in specmod, which only edits specs and is pure, nor in hostmount, which
 // answers generic questions about host mounts. The rules (ParseTarget and the functions in
 // rules.go and fallback.go) are pure and table-tested; the side effects sit behind Host
-// (host.go), whose real implementation is Live (live.go); it reads mounts through
+// (host.go), whose real implementation is System (system.go); it reads mounts through
 // internal/mounttable (statmount(2), or mountinfo before Linux 6.8). What the sub-packages need
 // of it is exported and no more: Repairer.Locate (the safe resolution a copy reads through),
 // Node.FD, Openat2, StatFD, ThroughData, TypeName, NewFallback and the errors Fallback reasons

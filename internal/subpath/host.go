@@ -10,7 +10,7 @@ import (
 
 // Host performs the side effects of a repair. Apart from Stat (Stale's one call) and the Open
 // of the kubelet root dir, every call works on file descriptors: no path string is resolved
-// twice, so nothing can be swapped in between a check and its use. Live is the real
+// twice, so nothing can be swapped in between a check and its use. System is the real
 // implementation.
 type Host interface {
 	// Stat statx()es path without following a final symlink: one syscall, whatever the number

@@ -317,7 +317,7 @@ func TestRepairInNamespace(t *testing.T) {
 		return
 	}
 	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, Live{}) })
+		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, System{}) })
 	}
 	// The same on a kernel that cannot mount beneath (< 6.5): detach, then attach.
 	for _, sc := range scenarios {
@@ -367,13 +367,13 @@ func setup(t *testing.T, sc scenario) (*env, Target, string) {
 // propagation of the mount on path.
 func propagation(t *testing.T, path string) string {
 	t.Helper()
-	n, err := Live{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+	n, err := System{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
 	subpathtest.Must(t, err)
 	defer n.Close()
 	if !n.MountRoot {
 		t.Fatalf("%s is not a mount point", path)
 	}
-	m, err := Live{}.Mount(n)
+	m, err := System{}.Mount(n)
 	subpathtest.Must(t, err)
 	return m.Propagation()
 }
@@ -485,11 +485,11 @@ func testNotStale(t *testing.T) {
 	}
 }
 
-// hookHost is Live with hooks: before the first Clone (between resolving the new object and
+// hookHost is System with hooks: before the first Clone (between resolving the new object and
 // binding it), a kernel that cannot mount beneath, and failures of the n-th Attach (before or
 // after it attached) or Detach (counted from 1).
 type hookHost struct {
-	Live
+	System
 	beforeClone                             func()
 	noBeneath                               bool
 	failAttach, failAfterAttach, failDetach map[int]bool
@@ -501,7 +501,7 @@ func (h *hookHost) MakePrivate(tree *Node) error {
 	if h.failPrivate {
 		return errors.New("injected failure to make private")
 	}
-	return h.Live.MakePrivate(tree)
+	return h.System.MakePrivate(tree)
 }
 
 func (h *hookHost) Clone(n *Node) (*Node, error) {
@@ -509,7 +509,7 @@ func (h *hookHost) Clone(n *Node) (*Node, error) {
 		h.beforeClone()
 		h.beforeClone = nil
 	}
-	return h.Live.Clone(n)
+	return h.System.Clone(n)
 }
 
 func (h *hookHost) Attach(tree, target *Node, beneath bool) (Mount, error) {
@@ -520,7 +520,7 @@ func (h *hookHost) Attach(tree, target *Node, beneath bool) (Mount, error) {
 	if h.failAttach[h.attaches] {
 		return Mount{}, errors.New("injected failure before attach")
 	}
-	m, err := h.Live.Attach(tree, target, beneath)
+	m, err := h.System.Attach(tree, target, beneath)
 	if err == nil && h.failAfterAttach[h.attaches] {
 		return m, errors.New("injected failure after attach")
 	}
@@ -532,7 +532,7 @@ func (h *hookHost) Detach(n *Node) error {
 	if h.failDetach[h.detaches] {
 		return errors.New("injected detach failure")
 	}
-	return h.Live.Detach(n)
+	return h.System.Detach(n)
 }
 
 // testSwapAfterCheck: after the key was opened (and checked), it is replaced with a symlink

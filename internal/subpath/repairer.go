@@ -29,8 +29,8 @@ type Repairer struct {
 	host Host
 }
 
-// NewRepairer returns a Repairer with real side effects (Live).
-func NewRepairer(kubeletRoot string) *Repairer { return NewRepairerWith(kubeletRoot, Live{}) }
+// NewRepairer returns a Repairer with real side effects (System).
+func NewRepairer(kubeletRoot string) *Repairer { return NewRepairerWith(kubeletRoot, System{}) }
 
 // Root is the kubelet root dir it repairs below.
 func (r *Repairer) Root() string { return r.root }

@@ -64,7 +64,7 @@ type Copies struct {
 	Dir    string
 	Budget Budget
 	r      *subpath.Repairer
-	tree   treeCopier // the tree copier (copylive.go)
+	tree   treeCopier // the tree copier (system.go)
 
 	mu       sync.Mutex
 	prepared bool
@@ -97,7 +97,7 @@ func (c *Copies) prepare() error {
 // New returns the copier for dir, which becomes a tmpfs of budget's node size on first use
 // (PrepareCopyDir), of the subPaths below r's kubelet root dir.
 func New(r *subpath.Repairer, dir string, budget Budget) *Copies {
-	return &Copies{Dir: dir, Budget: budget, r: r, tree: live{}, pods: map[string]*Usage{}, ctrs: map[string]ctrCopies{}}
+	return &Copies{Dir: dir, Budget: budget, r: r, tree: system{}, pods: map[string]*Usage{}, ctrs: map[string]ctrCopies{}}
 }
 
 // KubeletRoot is the kubelet root dir of the subPaths it copies.

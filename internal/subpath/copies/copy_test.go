@@ -245,14 +245,14 @@ func testBudgetAfterReload(t *testing.T) {
 
 // cancellingTree cancels the copy's context once it has charged after entries.
 type cancellingTree struct {
-	live
+	system
 	cancel  context.CancelFunc
 	after   int
 	charged int
 }
 
 func (h *cancellingTree) CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(int64) error) error {
-	return h.live.CopyTree(ctx, dir, rel, want, dst, func(cost int64) error {
+	return h.system.CopyTree(ctx, dir, rel, want, dst, func(cost int64) error {
 		if h.charged++; h.charged == h.after {
 			h.cancel()
 		}

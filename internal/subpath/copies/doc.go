@@ -27,7 +27,7 @@
 // subPath keeps kubelet's bind (a Fallback): one pod over its budget cannot take another
 // pod's copies, and the container starts as kubelet would start it.
 //
-// The tree copier (copylive.go) opens nothing but regular files and directories, never
+// The tree copier (system.go) opens nothing but regular files and directories, never
 // blocking (O_NONBLOCK: a FIFO or device swapped in after the type check is refused by its
 // type), and follows no symlink below the object located: every entry is opened with openat2
 // RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS relative to its parent (InTree), a

@@ -19,5 +19,5 @@
 // first copy, and released (Copies.Release) once its version is gone; the live copies are
 // recorded in a state file (followstate.go) so that an agent started again follows them on
 // (Resume). Its mount side effects sit behind layerOps (layers.go), whose real implementation
-// is liveLayers.
+// is systemLayers.
 package liveupdate

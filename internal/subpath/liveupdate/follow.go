@@ -104,7 +104,7 @@ func (vw *volWorker) end() {
 func NewFollower(c *copies.Copies, statePath string, onUpdate func(Update)) *Follower {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Follower{
-		copies: c, ops: liveLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
+		copies: c, ops: systemLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
 		paths: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
 		pids: map[string]uint32{}, userns: map[string]int{},
 		scanInterval: 2 * time.Second,
@@ -177,7 +177,7 @@ func (f *Follower) baseRoot(path string) (string, error) {
 		return "", err
 	}
 	defer n.Close()
-	m, err := subpath.Live{}.Mount(n)
+	m, err := subpath.System{}.Mount(n)
 	if err != nil {
 		return "", err
 	}

@@ -146,7 +146,7 @@ func (f *Follower) topVersion(lp *livePath) (int, bool) {
 		return 0, false
 	}
 	defer n.Close()
-	m, err := subpath.Live{}.Mount(n)
+	m, err := subpath.System{}.Mount(n)
 	if err != nil {
 		return 0, false
 	}
@@ -199,7 +199,7 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 		if !ok {
 			continue
 		}
-		if info, err := (subpath.Live{}).Stat(sp.Path); err != nil || !info.MountRoot {
+		if info, err := (subpath.System{}).Stat(sp.Path); err != nil || !info.MountRoot {
 			continue
 		}
 		f.mu.Lock()

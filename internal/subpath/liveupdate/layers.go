@@ -52,13 +52,13 @@ type layerOps interface {
 	detachBelow(dir string) error
 }
 
-// liveLayers is layerOps on the running host (Live's descriptor calls).
-type liveLayers struct{}
+// systemLayers is layerOps on the running host (System's descriptor calls).
+type systemLayers struct{}
 
-var _ layerOps = liveLayers{}
+var _ layerOps = systemLayers{}
 
 func openPath(path string) (*subpath.Node, error) {
-	return subpath.Live{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+	return subpath.System{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
 }
 
 // setPropagation is mount_setattr(2) of the mount tree is the root of (Linux >= 5.12).
@@ -77,7 +77,7 @@ func privateClone(path string) (n, tree *subpath.Node, err error) {
 	if n, err = openPath(path); err != nil {
 		return nil, nil, err
 	}
-	if tree, err = (subpath.Live{}).Clone(n); err == nil {
+	if tree, err = (subpath.System{}).Clone(n); err == nil {
 		if err = setPropagation(tree, unix.MS_PRIVATE); err != nil {
 			tree.Close()
 		}
@@ -89,24 +89,24 @@ func privateClone(path string) (n, tree *subpath.Node, err error) {
 	return n, tree, nil
 }
 
-func (liveLayers) makeBase(path string) error {
+func (systemLayers) makeBase(path string) error {
 	n, tree, err := privateClone(path)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
 	defer tree.Close()
-	if _, err := (subpath.Live{}).Attach(tree, n, false); err != nil {
+	if _, err := (subpath.System{}).Attach(tree, n, false); err != nil {
 		return err
 	}
 	if err := setPropagation(tree, unix.MS_SHARED); err != nil {
-		_ = subpath.Live{}.Detach(tree)
+		_ = subpath.System{}.Detach(tree)
 		return err
 	}
 	return nil
 }
 
-func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
+func (systemLayers) putLayer(base, baseRoot, version string, userns int) error {
 	v, tree, err := privateClone(version)
 	if err != nil {
 		return err
@@ -125,7 +125,7 @@ func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
 		return err
 	}
 	defer top.Close()
-	m, err := subpath.Live{}.Mount(top)
+	m, err := subpath.System{}.Mount(top)
 	if err != nil {
 		return err
 	}
@@ -133,17 +133,17 @@ func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
 		return fmt.Errorf("%s is not a mount point: its base is missing", base)
 	}
 	if m.Root == baseRoot {
-		_, err := subpath.Live{}.Attach(tree, top, false)
+		_, err := subpath.System{}.Attach(tree, top, false)
 		return err
 	}
-	if _, err := (subpath.Live{}).Attach(tree, top, true); err != nil {
+	if _, err := (subpath.System{}).Attach(tree, top, true); err != nil {
 		return err
 	}
-	return subpath.Live{}.Detach(top)
+	return subpath.System{}.Detach(top)
 }
 
 // detachBelow is copies.DetachBelow.
-func (liveLayers) detachBelow(dir string) error { return copies.DetachBelow(dir) }
+func (systemLayers) detachBelow(dir string) error { return copies.DetachBelow(dir) }
 
 // mountsAt counts the mounts stacked at path in this mount namespace.
 func mountsAt(path string) (int, error) {

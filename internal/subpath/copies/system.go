@@ -25,7 +25,7 @@ const copyFlags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEX
 // is copied as a symlink, never followed.
 const InTree = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
-// treeCopier copies what a copy reads; live is the running host's.
+// treeCopier copies what a copy reads; system is the running host's.
 type treeCopier interface {
 	// CopyTree copies the regular file or directory want, which rel names below dir, to the
 	// new path dst, keeping mode, owner and SELinux label, opening nothing but regular files
@@ -35,10 +35,10 @@ type treeCopier interface {
 	CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(cost int64) error) error
 }
 
-// live is treeCopier on the running host.
-type live struct{}
+// system is treeCopier on the running host.
+type system struct{}
 
-var _ treeCopier = live{}
+var _ treeCopier = system{}
 
 // CopyTree copies the regular file or directory want, which rel (..data/<key>) names below
 // the volume directory dir, to dst, which must not exist: the content, mode, owner and
@@ -50,7 +50,7 @@ var _ treeCopier = live{}
 // (FIFO, socket, device) is subpath.ErrNotRegular. charge is called before each entry is written
 // with what it costs (EntryCost) and stops the copy with its error. ctx is checked before each
 // entry. What was written is left for the caller to remove.
-func (live) CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(cost int64) error) error {
+func (system) CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(cost int64) error) error {
 	if want.Mode != unix.S_IFREG && want.Mode != unix.S_IFDIR {
 		return fmt.Errorf("%s is a %s: %w", want.Name, subpath.TypeName(want.Mode), subpath.ErrNotRegular)
 	}

@@ -18,10 +18,10 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
-// TestLiveInNamespace checks Live's answers against real mounts: statmount and the mountinfo
+// TestSystemInNamespace checks System's answers against real mounts: statmount and the mountinfo
 // fallback agree (deleted roots included), and a bind attached below a shared mount, which
 // comes out shared, is made private.
-func TestLiveInNamespace(t *testing.T) {
+func TestSystemInNamespace(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
@@ -34,7 +34,7 @@ func TestLiveInNamespace(t *testing.T) {
 
 	open := func(p string) *Node {
 		t.Helper()
-		n, err := Live{}.Open(nil, p, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+		n, err := System{}.Open(nil, p, unix.OpenHow{Flags: unix.O_NOFOLLOW})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestLiveInNamespace(t *testing.T) {
 			if !n.UniqueMountID {
 				t.Log("the kernel has no unique mount IDs (Linux < 6.8): only the mountinfo fallback is checked")
 			}
-			got, err := Live{}.Mount(n)
+			got, err := System{}.Mount(n)
 			if err != nil {
 				t.Fatalf("Mount(%s): %v", tt.path, err)
 			}
@@ -75,7 +75,7 @@ func TestLiveInNamespace(t *testing.T) {
 				t.Errorf("%s: statmount says %+v, mountinfo says %+v", tt.path, got, fallback)
 			}
 		}
-		if got, err := (Live{}).Mount(open(sec)); err != nil || got.Major != unix.Major(open(sec).Dev) || got.Minor != unix.Minor(open(sec).Dev) {
+		if got, err := (System{}).Mount(open(sec)); err != nil || got.Major != unix.Major(open(sec).Dev) || got.Minor != unix.Minor(open(sec).Dev) {
 			t.Errorf("Mount(%s) device %d:%d (%v), want the tmpfs' %d:%d", sec, got.Major, got.Minor, err, unix.Major(open(sec).Dev), unix.Minor(open(sec).Dev))
 		}
 	})
@@ -90,7 +90,7 @@ func TestLiveInNamespace(t *testing.T) {
 			{path: dirTarget.Path, nlink0: true, mountRoot: true, dir: true},
 			{path: filepath.Join(sec, "..data"), nlink0: false},
 		} {
-			i, err := Live{}.Stat(tt.path)
+			i, err := System{}.Stat(tt.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestLiveInNamespace(t *testing.T) {
 				t.Errorf("Stat(%s) = %+v; want nlink 0 %v, mount root %v, dir %v", tt.path, i, tt.nlink0, tt.mountRoot, tt.dir)
 			}
 		}
-		if _, err := (Live{}).Stat(filepath.Join(sec, "missing")); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "missing") {
+		if _, err := (System{}).Stat(filepath.Join(sec, "missing")); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "missing") {
 			t.Errorf("Stat of a missing path: %v", err)
 		}
 	})
@@ -110,17 +110,17 @@ func TestLiveInNamespace(t *testing.T) {
 		for _, p := range []string{plain, viaAttach} {
 			subpathtest.Must(t, os.WriteFile(p, nil, 0o644))
 		}
-		root, err := Live{}.Mount(open(k.Root))
+		root, err := System{}.Mount(open(k.Root))
 		subpathtest.Must(t, err)
 		// A bind with mount(2) of a file on the shared kubelet root: a peer of the root.
 		subpathtest.Must(t, unix.Mount(src, plain, "", unix.MS_BIND, ""))
-		if m, err := (Live{}).Mount(open(plain)); err != nil || !m.Shared {
+		if m, err := (System{}).Mount(open(plain)); err != nil || !m.Shared {
 			t.Fatalf("a plain bind below the shared root is %s (%v); this test expects shared", m.Propagation(), err)
 		}
-		tree, err := Live{}.Clone(open(src))
+		tree, err := System{}.Clone(open(src))
 		subpathtest.Must(t, err)
 		defer tree.Close()
-		m, err := Live{}.Attach(tree, open(viaAttach), false)
+		m, err := System{}.Attach(tree, open(viaAttach), false)
 		subpathtest.Must(t, err)
 		if !m.Shared || m.Point != viaAttach || m.Root != filepath.Join(root.Root, "src") {
 			t.Errorf("Attach = %+v (%s), want a shared mount of %s on %s, as mount(2) makes", m, m.Propagation(), src, viaAttach)
@@ -128,7 +128,7 @@ func TestLiveInNamespace(t *testing.T) {
 		if b, _ := os.ReadFile(viaAttach); string(b) != "s" {
 			t.Errorf("%s reads %q after Attach, want s", viaAttach, b)
 		}
-		subpathtest.Must(t, Live{}.MakePrivate(tree))
+		subpathtest.Must(t, System{}.MakePrivate(tree))
 		if got := propagation(t, viaAttach); got != "private" {
 			t.Errorf("after MakePrivate the bind on %s is %s", viaAttach, got)
 		}
@@ -139,13 +139,13 @@ func TestLiveInNamespace(t *testing.T) {
 
 	t.Run("Path and Names", func(t *testing.T) {
 		n := open(filepath.Join(sec, "..data"))
-		if p, err := (Live{}).Path(n); err != nil || p != filepath.Join(sec, "..data") {
+		if p, err := (System{}).Path(n); err != nil || p != filepath.Join(sec, "..data") {
 			t.Errorf("Path(..data opened O_NOFOLLOW) = %q, %v", p, err)
 		}
-		d, err := Live{}.Open(nil, sec, unix.OpenHow{Flags: unix.O_DIRECTORY})
+		d, err := System{}.Open(nil, sec, unix.OpenHow{Flags: unix.O_DIRECTORY})
 		subpathtest.Must(t, err)
 		defer d.Close()
-		names, err := Live{}.Names(d)
+		names, err := System{}.Names(d)
 		subpathtest.Must(t, err)
 		if got := strings.Join(slices.Sorted(slices.Values(names)), " "); !strings.Contains(got, "..data") || !strings.Contains(got, "token") {
 			t.Errorf("Names(%s) = %s", sec, got)
@@ -153,7 +153,7 @@ func TestLiveInNamespace(t *testing.T) {
 	})
 
 	t.Run("Detach refuses a node that is no mount root", func(t *testing.T) {
-		if err := (Live{}).Detach(open(filepath.Join(sec, "token"))); err == nil || !strings.Contains(err.Error(), "not the root of a mount") {
+		if err := (System{}).Detach(open(filepath.Join(sec, "token"))); err == nil || !strings.Contains(err.Error(), "not the root of a mount") {
 			t.Errorf("Detach of a plain file: %v", err)
 		}
 	})
