@@ -11,7 +11,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/metrics"
-	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/liveupdate"
 )
 
 // Live subPath updates (issue 25): the Follower of the copies in force makes the copies the
@@ -26,7 +27,7 @@ const liveStateFile = "subpath-live.json"
 // followerFor is the Follower of next, the copies of the config being applied: the one in
 // force when it follows the same directory (it goes on with its copies), else a new one, the
 // old one closed. Callers hold p.mu.
-func (p *Plugin) followerForLocked(cfg *configs.Config, next *subpath.Copies) *subpath.Follower {
+func (p *Plugin) followerForLocked(cfg *configs.Config, next *copies.Copies) *liveupdate.Follower {
 	old := p.follower
 	switch {
 	case next == nil:
@@ -40,17 +41,17 @@ func (p *Plugin) followerForLocked(cfg *configs.Config, next *subpath.Copies) *s
 	if next == nil {
 		return nil
 	}
-	return next.NewFollower(filepath.Join(cfg.StateDir, liveStateFile), p.liveUpdated)
+	return liveupdate.NewFollower(next, filepath.Join(cfg.StateDir, liveStateFile), p.liveUpdated)
 }
 
-func (p *Plugin) liveFollower() *subpath.Follower {
+func (p *Plugin) liveFollower() *liveupdate.Follower {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.follower
 }
 
 // liveUpdated logs and counts one update of a live copy.
-func (p *Plugin) liveUpdated(u subpath.Update) {
+func (p *Plugin) liveUpdated(u liveupdate.Update) {
 	p.live.Count(u.Result)
 	log := p.log.WithFields(logrus.Fields{"container": u.Container, "volume": u.Copy.Target.Volume, "subPath": u.Copy.SubPath, "result": u.Result})
 	if u.Err != nil {
@@ -66,7 +67,7 @@ func (p *Plugin) trackLive(log *logrus.Entry, id string, d *engine.Decision) {
 	for _, n := range d.LiveNotes {
 		log.Warn(n)
 	}
-	if !slices.ContainsFunc(d.Copies, func(c subpath.Copy) bool { return c.Live }) {
+	if !slices.ContainsFunc(d.Copies, func(c copies.Copy) bool { return c.Live }) {
 		return
 	}
 	f := p.liveFollower()
@@ -142,7 +143,7 @@ func (p *Plugin) syncLive(ctrs []*api.Container) {
 }
 
 // liveStatus is what status and metrics show of the live copies.
-func (p *Plugin) liveStatus() *subpath.LiveStatus {
+func (p *Plugin) liveStatus() *liveupdate.LiveStatus {
 	f := p.liveFollower()
 	if f == nil {
 		return nil
@@ -153,7 +154,7 @@ func (p *Plugin) liveStatus() *subpath.LiveStatus {
 
 // withLiveMetrics registers the live copies' collectors with m.
 func (p *Plugin) withLiveMetrics(m *metrics.Metrics) {
-	p.live = metrics.NewLiveSubPaths(subpath.UpdateResults, func() (int, int64) {
+	p.live = metrics.NewLiveSubPaths(liveupdate.UpdateResults, func() (int, int64) {
 		st := p.liveStatus()
 		if st == nil {
 			return 0, 0

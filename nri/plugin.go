@@ -30,6 +30,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/idmap"
 	"github.com/mountkeeper/mountkeeper/internal/metrics"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/liveupdate"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -54,9 +56,9 @@ type Plugin struct {
 	mountsLeft func(cfg *configs.Config) bool
 	net        Mounter // nil until a config has network mounts
 
-	subPaths *subpath.Repairer // repairs stale subPath mounts, below cfg's kubelet root
-	copies   *subpath.Copies   // private copies of atomic-writer subPaths (made by subPaths); nil with subPathRepair off
-	follower *subpath.Follower // makes live copies follow their volume (live.go); nil with copies
+	subPaths *subpath.Repairer    // repairs stale subPath mounts, below cfg's kubelet root
+	copies   *copies.Copies       // private copies of atomic-writer subPaths (made by subPaths); nil with subPathRepair off
+	follower *liveupdate.Follower // makes live copies follow their volume (live.go); nil with copies
 	live     *metrics.LiveSubPaths
 
 	metrics    *metrics.Metrics          // nil counts nothing
@@ -86,7 +88,7 @@ type Plugin struct {
 // It remembers the sources that passed until the host changes (hostmount.Checker.WithCache);
 // where inotify or /proc/self/mountinfo cannot be opened, it checks every time.
 func NewHostChecker() specmod.Host {
-	c := hostmount.NewChecker(hostmount.Live{})
+	c := hostmount.NewChecker(hostmount.System{})
 	if cached, err := c.WithCache(); err == nil {
 		return cached
 	}
@@ -183,12 +185,12 @@ func (p *Plugin) apply(cfg *configs.Config) error {
 
 // copiesFor is where cfg keeps the private copies of subPaths, made on demand by r: below
 // <stateDir>/subpath; nil with subPathRepair off.
-func copiesFor(cfg *configs.Config, r *subpath.Repairer) *subpath.Copies {
+func copiesFor(cfg *configs.Config, r *subpath.Repairer) *copies.Copies {
 	if !cfg.SubPathRepair {
 		return nil
 	}
 	b := cfg.SubPathCopies
-	return r.Copies(filepath.Join(cfg.StateDir, "subpath"), subpath.Budget{
+	return copies.New(r, filepath.Join(cfg.StateDir, "subpath"), copies.Budget{
 		PodBytes: b.PodBytes, PodEntries: b.PodEntries, NodeBytes: b.NodeBytes, NodeEntries: b.NodeEntries,
 	})
 }
@@ -197,7 +199,7 @@ func copiesFor(cfg *configs.Config, r *subpath.Repairer) *subpath.Copies {
 // turns copies off or moves them elsewhere would leave the old copies (secrets among them)
 // where nothing removes them any more. The containers keep what they bound. It runs without
 // p.mu, which every CreateContainer takes.
-func (p *Plugin) sweepOldCopies(old, next *subpath.Copies) {
+func (p *Plugin) sweepOldCopies(old, next *copies.Copies) {
 	if old == nil || next != nil && next.Dir == old.Dir {
 		return
 	}
@@ -206,7 +208,7 @@ func (p *Plugin) sweepOldCopies(old, next *subpath.Copies) {
 	}
 }
 
-func (p *Plugin) subPathCopies() *subpath.Copies {
+func (p *Plugin) subPathCopies() *copies.Copies {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.copies
@@ -443,7 +445,7 @@ func addedMessage(d engine.Decision) string {
 // kubelet's volume mounts are idmapped (NRI does not show the mappings), so the copy is too:
 // runc maps an "idmap" mount with the container's own mappings. A live copy is bound rslave,
 // so that its updates reach the container.
-func fromCopy(m *api.Mount, c subpath.Copy, userns bool) *api.Mount {
+func fromCopy(m *api.Mount, c copies.Copy, userns bool) *api.Mount {
 	opts := append([]string(nil), m.Options...)
 	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
 		opts = append(opts, "idmap")

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/liveupdate"
 )
 
 // Status is what `mountkeeper status` shows of a running plugin.
@@ -18,7 +18,7 @@ type Status struct {
 	// LiveSubPaths are the live subPath copies: how many are followed, the old versions still
 	// held open (retiredCopies, retiredBytes: charged to their pods until freed) and the
 	// updates so far by result.
-	LiveSubPaths *subpath.LiveStatus `json:"liveSubPaths,omitempty"`
+	LiveSubPaths *liveupdate.LiveStatus `json:"liveSubPaths,omitempty"`
 }
 
 // NetworkMount is one network filesystem mounted on the host (netmount.MountStatus, which cmd

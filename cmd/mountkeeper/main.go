@@ -215,7 +215,7 @@ func runRender(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	// A dry run: network filesystems are shown where they would be mounted, and the host check
 	// says whether they are mounted there now; subPath binds are left alone.
-	eng := &engine.Engine{Config: cfg, Host: hostmount.NewChecker(hostmount.Live{}), Network: dryRunNetwork{cfg.StateDir}}
+	eng := &engine.Engine{Config: cfg, Host: hostmount.NewChecker(hostmount.System{}), Network: dryRunNetwork{cfg.StateDir}}
 	out, d, err := eng.Render(context.Background(), *class, engine.Container{Name: *container}, doc)
 	switch {
 	case err != nil:

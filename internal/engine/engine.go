@@ -11,6 +11,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -63,7 +64,7 @@ type Decision struct {
 	Repairs []subpath.Repair
 	// Copies replace the container's subPath mounts of atomic-writer volumes: each
 	// Copy.Target.Path source is to be bound from Copy.Path instead.
-	Copies []subpath.Copy
+	Copies []copies.Copy
 	// Fallbacks are the subPath mounts that keep kubelet's bind because they could not be
 	// copied or repaired; the container is not refused for them.
 	Fallbacks []subpath.Fallback
@@ -92,11 +93,11 @@ type SubPaths interface {
 }
 
 // SubPathCopies makes a container's private copies of its atomic-writer subPaths
-// (subpath.Copies), returning the subPath sources it did not copy.
+// (copies.Copies), returning the subPath sources it did not copy.
 type SubPathCopies interface {
 	// CopySources returns the copies, the sources of other volumes, and the atomic-writer
 	// subPaths it could not copy; it stops when ctx ends, leaving nothing of a copy given up.
-	CopySources(ctx context.Context, id string, sources []string) ([]subpath.Copy, []string, []subpath.Fallback)
+	CopySources(ctx context.Context, id string, sources []string) ([]copies.Copy, []string, []subpath.Fallback)
 	// Remove removes container id's copies.
 	Remove(id string) error
 }

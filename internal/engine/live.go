@@ -7,7 +7,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/configs"
-	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
 // markLive marks the copies that follow updates of their volume (issue 25): all of a class
@@ -17,7 +17,7 @@ import (
 // mount is Bidirectional (rshared: its propagation is the pod's to keep). In a container with
 // a user namespace the layers are idmapped (Copy.Idmap) like the runtime's bind of the copy.
 // It returns the notes; any other value of the annotation is one too.
-func markLive(rc configs.RuntimeClass, annotations map[string]string, userns bool, copies []subpath.Copy, mounts []oci.Mount) []string {
+func markLive(rc configs.RuntimeClass, annotations map[string]string, userns bool, copies []copies.Copy, mounts []oci.Mount) []string {
 	var notes []string
 	switch rc.SubPathUpdates {
 	case configs.SubPathUpdatesLive:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
 func TestMarkLive(t *testing.T) {
@@ -34,7 +35,7 @@ func TestMarkLive(t *testing.T) {
 		{name: "live, user namespace", updates: configs.SubPathUpdatesLive, userns: true, live: []bool{true, false}, note: "Bidirectional"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			copies := []subpath.Copy{{Target: subpath.Target{Path: a, Volume: "cfg"}}, {Target: subpath.Target{Path: b, Volume: "cfg"}}}
+			copies := []copies.Copy{{Target: subpath.Target{Path: a, Volume: "cfg"}}, {Target: subpath.Target{Path: b, Volume: "cfg"}}}
 			notes := markLive(configs.RuntimeClass{SubPathUpdates: tc.updates}, tc.annotations, tc.userns, copies, mounts)
 			for i, c := range copies {
 				if c.Live != tc.live[i] || c.Idmap != (tc.live[i] && tc.userns) {

@@ -10,13 +10,14 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/hostmount"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // subPathFix is what fixSubPaths did to a container's subPath mounts.
 type subPathFix struct {
-	copies    []subpath.Copy
+	copies    []copies.Copy
 	repairs   []subpath.Repair
 	fallbacks []subpath.Fallback
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
 )
 
@@ -20,7 +21,7 @@ type hungCopies struct {
 	removed []string
 }
 
-func (h *hungCopies) CopySources(context.Context, string, []string) ([]subpath.Copy, []string, []subpath.Fallback) {
+func (h *hungCopies) CopySources(context.Context, string, []string) ([]copies.Copy, []string, []subpath.Fallback) {
 	<-h.release
 	return nil, nil, nil
 }

@@ -13,16 +13,16 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
-// countingInspector is Live, counting the questions it is asked.
+// countingInspector is System, counting the questions it is asked.
 type countingInspector struct {
-	Live
+	System
 	n atomic.Int64
 }
 
-func (c *countingInspector) Stat(p string) (fs.FileInfo, error) { c.n.Add(1); return c.Live.Stat(p) }
+func (c *countingInspector) Stat(p string) (fs.FileInfo, error) { c.n.Add(1); return c.System.Stat(p) }
 func (c *countingInspector) MountPoints(p []string) ([]MountPoint, error) {
 	c.n.Add(1)
-	return c.Live.MountPoints(p)
+	return c.System.MountPoints(p)
 }
 
 // TestCacheSeesEveryChange: a cached check asks the host nothing, and the next check after any
@@ -134,7 +134,7 @@ func TestCacheSharesOneMountsAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := NewChecker(Live{}).WithCache()
+	c, err := NewChecker(System{}).WithCache()
 	if err != nil {
 		t.Fatal(err)
 	}

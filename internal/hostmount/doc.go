@@ -5,6 +5,6 @@
 //
 // It is a package of its own because the NRI plugin (nri/) and the OCI hook (hook/) both need it,
 // and it has side effects: it belongs neither in specmod, which is pure, nor in configs.
-// The side effects sit behind Inspector so that Checker's rules are table-testable; Live is the
+// The side effects sit behind Inspector so that Checker's rules are table-testable; System is the
 // real implementation.
 package hostmount

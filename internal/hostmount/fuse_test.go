@@ -40,7 +40,7 @@ func TestCachedCheckAsksNoFUSEServer(t *testing.T) {
 	}
 	t.Cleanup(func() { harness.UnmountAll(dir) })
 
-	c, err := NewChecker(Live{}).WithTimeout(10 * time.Second).WithCache()
+	c, err := NewChecker(System{}).WithTimeout(10 * time.Second).WithCache()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/liveupdate"
 )
 
 // Outcomes of a CreateContainer decision.
@@ -46,7 +47,7 @@ var Enums = map[string]map[string][]string{
 	"mountkeeper_network_mounts":             {"state": netmountStates()},
 	"mountkeeper_guard_refusals_total":       {"reason": guardReasons()},
 	"mountkeeper_subpath_fallbacks_total":    {"reason": subpath.Reasons},
-	"mountkeeper_live_subpath_updates_total": {"result": subpath.UpdateResults},
+	"mountkeeper_live_subpath_updates_total": {"result": liveupdate.UpdateResults},
 }
 
 // Metrics holds mountkeeper's collectors.

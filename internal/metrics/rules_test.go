@@ -15,6 +15,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/liveupdate"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
@@ -142,7 +143,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	}
 	m.Register(GuardRefusals(func() string { return dir }, func(error) {}))
 	m.Register(NewSubPathFallbacks(subpath.Reasons).Collector())
-	for _, c := range NewLiveSubPaths(subpath.UpdateResults, func() (int, int64) { return 0, 0 }).Collectors() {
+	for _, c := range NewLiveSubPaths(liveupdate.UpdateResults, func() (int, int64) { return 0, 0 }).Collectors() {
 		m.Register(c)
 	}
 	m.Decision("c", Added, "", 0)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/benchratio"
 
+	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
+
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
@@ -35,35 +37,35 @@ func BenchmarkStaleCheck(b *testing.B) {
 	// The node's mounts: one tmpfs, and 10,000 binds of a directory of it onto directories of
 	// it, so that one lazy unmount of the tmpfs removes them all.
 	base, err := filepath.EvalSymlinks(b.TempDir())
-	must(b, err)
+	subpathtest.Must(b, err)
 	node := filepath.Join(base, "node")
-	must(b, os.Mkdir(node, 0o755))
-	must(b, unix.Mount("tmpfs", node, "tmpfs", 0, "size=64m"))
+	subpathtest.Must(b, os.Mkdir(node, 0o755))
+	subpathtest.Must(b, unix.Mount("tmpfs", node, "tmpfs", 0, "size=64m"))
 	b.Cleanup(func() {
 		if err := unix.Unmount(node, unix.MNT_DETACH); err != nil {
 			b.Errorf("unmount %s: %v", node, err)
 		}
 	})
 	src := filepath.Join(node, "src")
-	must(b, os.Mkdir(src, 0o755))
+	subpathtest.Must(b, os.Mkdir(src, 0o755))
 	start := time.Now()
 	for i := range benchMounts {
 		p := filepath.Join(node, strconv.Itoa(i))
-		must(b, os.Mkdir(p, 0o755))
-		must(b, unix.Mount(src, p, "", unix.MS_BIND, ""))
+		subpathtest.Must(b, os.Mkdir(p, 0o755))
+		subpathtest.Must(b, unix.Mount(src, p, "", unix.MS_BIND, ""))
 	}
 	made := time.Since(start)
 
 	// One subPath mount of a configMap key, made stale by an update, as the plugin meets it.
-	k := newKubelet(b)
-	vol := k.volume(configMap, "cfg", false)
-	k.writeAtomic(vol, map[string]entry{"app.conf": file("v1")})
-	tg := k.bind(vol, "cfg", "app", 0, "app.conf")
-	k.writeAtomic(vol, map[string]entry{"app.conf": file("v2")})
-	r := NewRepairer(k.root)
+	k := subpathtest.NewKubelet(b)
+	vol := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	k.WriteAtomic(vol, map[string]subpathtest.Entry{"app.conf": subpathtest.File("v1")})
+	tg := subpathtest.Bind(k, ParseTarget, vol, "cfg", "app", 0, "app.conf")
+	k.WriteAtomic(vol, map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")})
+	r := NewRepairer(k.Root)
 
 	infos, err := mountinfo.GetMounts(nil)
-	must(b, err)
+	subpathtest.Must(b, err)
 	if len(infos) < benchMounts {
 		b.Fatalf("mountinfo lists %d mounts, want at least %d", len(infos), benchMounts)
 	}

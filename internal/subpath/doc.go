@@ -1,4 +1,8 @@
-// Package subpath repairs kubelet subPath mounts that went stale.
+// Package subpath knows kubelet's subPath layout: it finds subPath bind targets, repairs the
+// ones that went stale, and reports as a Fallback a subPath that it or its sub-packages could
+// not handle. Package copies (below it) makes private copies of atomic-writer subPaths within
+// budgets; package liveupdate makes live copies follow their volumes. The imports go one way:
+// liveupdate -> copies -> subpath.
 //
 // A container that mounts one key of a configMap (or secret, downwardAPI, projected volume)
 // with subPath gets, as its mount source, a bind target that kubelet made:
@@ -53,13 +57,16 @@
 // Fallback with a reason from a bounded set (Reasons), so that the front end logs and counts it
 // and the container starts as kubelet would start it; a stale bind left so fails in the runtime
 // as it would without mountkeeper. Copies are bounded per pod and per node and stop when their
-// caller gives up (copy.go).
+// caller gives up (package copies).
 //
 // It is a package of its own because it holds knowledge of kubelet's on-disk layout and has
 // mount side effects, and both the NRI plugin (nri/) and the OCI precreate hook (hook/) use it:
 // it belongs neither in specmod, which only edits specs and is pure, nor in hostmount, which
 // answers generic questions about host mounts. The rules (ParseTarget and the functions in
 // rules.go and fallback.go) are pure and table-tested; the side effects sit behind Host
-// (host.go), whose real implementation is Live (live.go, and copylive.go for the copies); it
-// reads mounts through internal/mounttable (statmount(2), or mountinfo before Linux 6.8).
+// (host.go), whose real implementation is System (system.go); it reads mounts through
+// internal/mounttable (statmount(2), or mountinfo before Linux 6.8). What the sub-packages need
+// of it is exported and no more: Repairer.Locate (the safe resolution a copy reads through),
+// Node.FD, Openat2, StatFD, ThroughData, TypeName, NewFallback and the errors Fallback reasons
+// are told from.
 package subpath

@@ -64,8 +64,8 @@ var (
 	ErrOverBudget = errors.New("over the pod's budget for subPath copies")
 	// ErrNotRegular says a copy met an entry that is not a regular file, directory or symlink.
 	ErrNotRegular = errors.New("not a regular file or directory")
-	// errChanged says the volume changed under every attempt to copy it.
-	errChanged = errors.New("the volume changed under each copy")
+	// ErrChanged says the volume changed under every attempt to copy it.
+	ErrChanged = errors.New("the volume changed under each copy")
 )
 
 // reasonOf classifies the error of a copy or repair into a Fallback reason. Pure.
@@ -81,7 +81,7 @@ func reasonOf(err error) string {
 		return ReasonNotRegular
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, bounded.ErrNoAnswer):
 		return ReasonTimeout
-	case errors.Is(err, errChanged):
+	case errors.Is(err, ErrChanged):
 		return ReasonChanged
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ENOTDIR):
 		return ReasonNotFound
@@ -89,8 +89,8 @@ func reasonOf(err error) string {
 	return ReasonError
 }
 
-// fallback is the Fallback for target t's error.
-func fallback(t Target, err error) Fallback {
+// NewFallback is the Fallback for target t's error.
+func NewFallback(t Target, err error) Fallback {
 	return Fallback{Target: t, Reason: reasonOf(err), Err: err}
 }
 
@@ -100,7 +100,7 @@ func Fallbacks(kubeletRoot string, sources []string, err error) []Fallback {
 	var fs []Fallback
 	for _, s := range sources {
 		if t, ok := ParseTarget(kubeletRoot, s); ok {
-			fs = append(fs, fallback(t, err))
+			fs = append(fs, NewFallback(t, err))
 		}
 	}
 	return fs

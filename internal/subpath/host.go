@@ -1,7 +1,6 @@
 package subpath
 
 import (
-	"context"
 	"errors"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +10,7 @@ import (
 
 // Host performs the side effects of a repair. Apart from Stat (Stale's one call) and the Open
 // of the kubelet root dir, every call works on file descriptors: no path string is resolved
-// twice, so nothing can be swapped in between a check and its use. Live is the real
+// twice, so nothing can be swapped in between a check and its use. System is the real
 // implementation.
 type Host interface {
 	// Stat statx()es path without following a final symlink: one syscall, whatever the number
@@ -38,12 +37,6 @@ type Host interface {
 	Attach(tree, target *Node, beneath bool) (Mount, error)
 	// MakePrivate makes the attached mount tree private: it leaves its peer group and master.
 	MakePrivate(tree *Node) error
-	// CopyTree copies the regular file or directory want, which rel names below dir, to the
-	// new path dst, keeping mode, owner and SELinux label, opening nothing but regular files
-	// and directories, without blocking and following no symlink below want. charge is told
-	// each entry's cost before it is written and stops the copy with its error; ctx is
-	// checked before each entry.
-	CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst string, charge func(cost int64) error) error
 }
 
 // ErrNoBeneath says a mount cannot be attached beneath another here: the kernel is older than
@@ -76,6 +69,10 @@ type Node struct {
 	Name string
 	fd   int
 }
+
+// FD is the descriptor, for the calls on it that Host does not make (package copies reads and
+// copies below it, package liveupdate sets a layer's mount attributes).
+func (n *Node) FD() int { return n.fd }
 
 // Close closes the descriptor; a nil Node or a second Close does nothing.
 func (n *Node) Close() {

@@ -36,7 +36,7 @@ func (r *Repairer) RepairSources(sources []string) ([]Repair, []Fallback, error)
 		case errors.Is(err, ErrNotMounted):
 			errs = append(errs, err)
 		default:
-			fallbacks = append(fallbacks, fallback(t, err))
+			fallbacks = append(fallbacks, NewFallback(t, err))
 		}
 	}
 	return repairs, fallbacks, errors.Join(errs...)

@@ -11,22 +11,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/test/privatens"
-)
+	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
 
-const (
-	configMap   = "kubernetes.io~configmap"
-	secret      = "kubernetes.io~secret"
-	projected   = "kubernetes.io~projected"
-	downwardAPI = "kubernetes.io~downward-api"
-	emptyDir    = "kubernetes.io~empty-dir"
-	csi         = "kubernetes.io~csi"
+	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
 // env is what a scenario's update sees: the fake kubelet, the volume under test, a secret
 // volume beside it and files outside the kubelet root (each outside file says "OUTSIDE").
 type env struct {
-	*kubelet
+	*subpathtest.Kubelet
 	volDir          string
 	sibling         string
 	outFile, outDir string
@@ -36,20 +29,20 @@ type env struct {
 // replaceFile is an update that removes the volume's file rel and writes a new one there.
 func replaceFile(rel, content string) func(e *env) {
 	return func(e *env) {
-		must(e.t, os.Remove(filepath.Join(e.volDir, rel)))
-		must(e.t, os.WriteFile(filepath.Join(e.volDir, rel), []byte(content), 0o644))
+		subpathtest.Must(e.T, os.Remove(filepath.Join(e.volDir, rel)))
+		subpathtest.Must(e.T, os.WriteFile(filepath.Join(e.volDir, rel), []byte(content), 0o644))
 	}
 }
 
 // atomic updates the volume under test the atomic-writer way, old timestamp dir removed.
-func (e *env) atomic(files map[string]entry) { e.newTS = e.writeAtomic(e.volDir, files) }
+func (e *env) atomic(files map[string]subpathtest.Entry) { e.newTS = e.WriteAtomic(e.volDir, files) }
 
 type scenario struct {
 	name    string
 	plugin  string
 	volume  string
 	tmpfs   bool
-	initial map[string]entry
+	initial map[string]subpathtest.Entry
 	subPath string // as the pod spec names it
 	update  func(e *env)
 	// dirName is the volume's directory below its plugin directory, when not volume (a PV's
@@ -66,150 +59,160 @@ type scenario struct {
 	wantErr     []string
 }
 
-var initialConfig = map[string]entry{
-	"app.conf":       file("v1"),
-	"conf.d/app.ini": file("ini1"),
+var initialConfig = map[string]subpathtest.Entry{
+	"app.conf":       subpathtest.File("v1"),
+	"conf.d/app.ini": subpathtest.File("ini1"),
 }
 
 var scenarios = []scenario{
 	{
-		name: "configMap file key", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
-		update: func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2"), "conf.d/app.ini": file("ini2")}) },
-		want:   "v2",
+		name: "configMap file key", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) {
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2"), "conf.d/app.ini": subpathtest.File("ini2")})
+		},
+		want: "v2",
 	},
 	{
-		name: "configMap file key, kubelet's bind private", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		name: "configMap file key, kubelet's bind private", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		privateBind: true,
-		update:      func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2"), "conf.d/app.ini": file("ini2")}) },
-		want:        "v2",
+		update: func(e *env) {
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2"), "conf.d/app.ini": subpathtest.File("ini2")})
+		},
+		want: "v2",
 	},
 	{
-		name: "secret directory, kubelet's bind private", plugin: secret, volume: "creds", tmpfs: true,
-		initial: map[string]entry{"d/a": file("a1")}, subPath: "d", privateBind: true,
-		update: func(e *env) { e.atomic(map[string]entry{"d/a": file("a2")}) },
+		name: "secret directory, kubelet's bind private", plugin: subpathtest.Secret, volume: "creds", tmpfs: true,
+		initial: map[string]subpathtest.Entry{"d/a": subpathtest.File("a1")}, subPath: "d", privateBind: true,
+		update: func(e *env) { e.atomic(map[string]subpathtest.Entry{"d/a": subpathtest.File("a2")}) },
 		want:   "a=a2",
 	},
 	{
-		name: "configMap nested key", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d/app.ini",
-		update: func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2"), "conf.d/app.ini": file("ini2")}) },
-		want:   "ini2",
+		name: "configMap nested key", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d/app.ini",
+		update: func(e *env) {
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2"), "conf.d/app.ini": subpathtest.File("ini2")})
+		},
+		want: "ini2",
 	},
 	{
-		name: "configMap deep nested key", plugin: configMap, volume: "cfg",
-		initial: map[string]entry{"a/b/c/d/e.ini": file("e1")}, subPath: "a/b/c/d/e.ini",
-		update: func(e *env) { e.atomic(map[string]entry{"a/b/c/d/e.ini": file("e2")}) },
+		name: "configMap deep nested key", plugin: subpathtest.ConfigMap, volume: "cfg",
+		initial: map[string]subpathtest.Entry{"a/b/c/d/e.ini": subpathtest.File("e1")}, subPath: "a/b/c/d/e.ini",
+		update: func(e *env) { e.atomic(map[string]subpathtest.Entry{"a/b/c/d/e.ini": subpathtest.File("e2")}) },
 		want:   "e2",
 	},
 	{
-		name: "configMap directory subPath", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		name: "configMap directory subPath", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
 		update: func(e *env) {
-			e.atomic(map[string]entry{"conf.d/app.ini": file("ini2"), "conf.d/extra.ini": file("x2")})
+			e.atomic(map[string]subpathtest.Entry{"conf.d/app.ini": subpathtest.File("ini2"), "conf.d/extra.ini": subpathtest.File("x2")})
 		},
 		want: "app.ini=ini2 extra.ini=x2",
 	},
 	{
-		name: "secret key on its own tmpfs", plugin: secret, volume: "creds", tmpfs: true,
-		initial: map[string]entry{"token": file("t1")}, subPath: "token",
-		update: func(e *env) { e.atomic(map[string]entry{"token": file("t2")}) },
+		name: "secret key on its own tmpfs", plugin: subpathtest.Secret, volume: "creds", tmpfs: true,
+		initial: map[string]subpathtest.Entry{"token": subpathtest.File("t1")}, subPath: "token",
+		update: func(e *env) { e.atomic(map[string]subpathtest.Entry{"token": subpathtest.File("t2")}) },
 		want:   "t2",
 	},
 	{
-		name: "projected directory", plugin: projected, volume: "bundle",
-		initial: map[string]entry{"certs/ca.crt": file("ca1"), "certs/tls.crt": file("tls1")}, subPath: "certs",
-		update: func(e *env) { e.atomic(map[string]entry{"certs/ca.crt": file("ca2"), "certs/tls.crt": file("tls2")}) },
-		want:   "ca.crt=ca2 tls.crt=tls2",
+		name: "projected directory", plugin: subpathtest.Projected, volume: "bundle",
+		initial: map[string]subpathtest.Entry{"certs/ca.crt": subpathtest.File("ca1"), "certs/tls.crt": subpathtest.File("tls1")}, subPath: "certs",
+		update: func(e *env) {
+			e.atomic(map[string]subpathtest.Entry{"certs/ca.crt": subpathtest.File("ca2"), "certs/tls.crt": subpathtest.File("tls2")})
+		},
+		want: "ca.crt=ca2 tls.crt=tls2",
 	},
 	{
-		name: "projected nested key on tmpfs", plugin: projected, volume: "bundle", tmpfs: true,
-		initial: map[string]entry{"certs/ca.crt": file("ca1")}, subPath: "certs/ca.crt",
-		update: func(e *env) { e.atomic(map[string]entry{"certs/ca.crt": file("ca2")}) },
+		name: "projected nested key on tmpfs", plugin: subpathtest.Projected, volume: "bundle", tmpfs: true,
+		initial: map[string]subpathtest.Entry{"certs/ca.crt": subpathtest.File("ca1")}, subPath: "certs/ca.crt",
+		update: func(e *env) { e.atomic(map[string]subpathtest.Entry{"certs/ca.crt": subpathtest.File("ca2")}) },
 		want:   "ca2",
 	},
 	{
-		name: "downwardAPI key", plugin: downwardAPI, volume: "podinfo",
-		initial: map[string]entry{"labels": file(`app="a"`)}, subPath: "labels",
-		update: func(e *env) { e.atomic(map[string]entry{"labels": file(`app="b"`)}) },
+		name: "downwardAPI key", plugin: subpathtest.DownwardAPI, volume: "podinfo",
+		initial: map[string]subpathtest.Entry{"labels": subpathtest.File(`app="a"`)}, subPath: "labels",
+		update: func(e *env) { e.atomic(map[string]subpathtest.Entry{"labels": subpathtest.File(`app="b"`)}) },
 		want:   `app="b"`,
 	},
 	{
-		name: "key is now a symlink that stays inside the volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		name: "key is now a symlink that stays inside the volume", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		update: func(e *env) {
-			e.atomic(map[string]entry{"app.conf": symlink("sub/../real.conf"), "real.conf": file("v2"), "sub/keep": file("")})
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.Symlink("sub/../real.conf"), "real.conf": subpathtest.File("v2"), "sub/keep": subpathtest.File("")})
 		},
 		want: "v2", wantNewRel: "real.conf",
 	},
 	{
-		name: "key no longer exists", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d/app.ini",
-		update:  func(e *env) { e.atomic(map[string]entry{"app.conf": file("v2")}) },
+		name: "key no longer exists", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d/app.ini",
+		update:  func(e *env) { e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")}) },
 		wantErr: []string{"key conf.d/app.ini is no longer in configMap volume cfg", "no such file or directory"},
 	},
 	{
-		name: "key is now a symlink to /", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
-		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": symlink("/")}) },
+		name: "key is now a symlink to /", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]subpathtest.Entry{"conf.d": subpathtest.Symlink("/")}) },
 		wantErr: []string{"key conf.d of configMap volume cfg leads out of the volume", "it was not followed"},
 	},
 	{
-		name: "key is now a relative symlink into a sibling volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		name: "key is now a relative symlink into a sibling volume", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		update: func(e *env) {
-			e.atomic(map[string]entry{"app.conf": symlink("../../../kubernetes.io~secret/sec/..data/token")})
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.Symlink("../../../kubernetes.io~secret/sec/..data/token")})
 		},
 		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
 	},
 	{
-		name: "key is now an absolute symlink into a sibling volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		name: "key is now an absolute symlink into a sibling volume", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		update: func(e *env) {
-			e.atomic(map[string]entry{"app.conf": symlink(filepath.Join(e.sibling, "token"))})
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.Symlink(filepath.Join(e.sibling, "token"))})
 		},
 		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
 	},
 	{
-		name: "key is now a symlink to /proc/self/root", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
-		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": symlink("/proc/self/root")}) },
+		name: "key is now a symlink to /proc/self/root", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]subpathtest.Entry{"conf.d": subpathtest.Symlink("/proc/self/root")}) },
 		wantErr: []string{"key conf.d of configMap volume cfg leads out of the volume"},
 	},
 	{
-		name: "key is now a symlink of .. components out of the volume", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
-		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": symlink("../../../../../../../../..")}) },
+		name: "key is now a symlink of .. components out of the volume", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update: func(e *env) {
+			e.atomic(map[string]subpathtest.Entry{"conf.d": subpathtest.Symlink("../../../../../../../../..")})
+		},
 		wantErr: []string{"key conf.d of configMap volume cfg leads out of the volume"},
 	},
 	{
-		name: "key is now a symlink to a file outside", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
-		update:  func(e *env) { e.atomic(map[string]entry{"app.conf": symlink(e.outFile)}) },
+		name: "key is now a symlink to a file outside", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update:  func(e *env) { e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.Symlink(e.outFile)}) },
 		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
 	},
 	{
-		name: "..data now points outside", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		name: "..data now points outside", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		update: func(e *env) {
-			e.atomic(map[string]entry{"app.conf": file("v2")})
-			must(e.t, os.Symlink(e.outDir, filepath.Join(e.volDir, "..data_tmp")))
-			must(e.t, os.Rename(filepath.Join(e.volDir, "..data_tmp"), filepath.Join(e.volDir, "..data")))
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")})
+			subpathtest.Must(e.T, os.Symlink(e.outDir, filepath.Join(e.volDir, "..data_tmp")))
+			subpathtest.Must(e.T, os.Rename(filepath.Join(e.volDir, "..data_tmp"), filepath.Join(e.volDir, "..data")))
 		},
 		wantErr: []string{"key app.conf of configMap volume cfg leads out of the volume"},
 	},
 	{
-		name: "key is now a directory", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
-		update: func(e *env) { e.atomic(map[string]entry{"app.conf/x": file("v2")}) },
+		name: "key is now a directory", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		update: func(e *env) { e.atomic(map[string]subpathtest.Entry{"app.conf/x": subpathtest.File("v2")}) },
 		wantErr: []string{"key app.conf of configMap volume cfg cannot replace the stale bind",
 			"it is a directory now, but the stale bind was a regular file"},
 	},
 	{
-		name: "directory key is now a file", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
-		update:  func(e *env) { e.atomic(map[string]entry{"conf.d": file("flat")}) },
+		name: "directory key is now a file", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "conf.d",
+		update:  func(e *env) { e.atomic(map[string]subpathtest.Entry{"conf.d": subpathtest.File("flat")}) },
 		wantErr: []string{"it is a regular file now, but the stale bind was a directory"},
 	},
 	{
 		// The volume is found by what holds the bind's source, not by its name.
-		name: "volume name in two plugin directories", plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
+		name: "volume name in two plugin directories", plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf",
 		update: func(e *env) {
-			e.atomic(map[string]entry{"app.conf": file("v2")})
-			must(e.t, os.MkdirAll(filepath.Join(e.pod(), "volumes", secret, "cfg"), 0o755))
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")})
+			subpathtest.Must(e.T, os.MkdirAll(filepath.Join(e.Pod(), "volumes", subpathtest.Secret, "cfg"), 0o755))
 		},
 		want: "v2",
 	},
 	{
 		// A PVC's directory is named after its PV, not after the pod's volume.
-		name: "csi volume named after its PV", plugin: csi, volume: "data", dirName: "pvc-0f5a4c1e", tmpfs: true,
-		initial: map[string]entry{"logs/f": file("c1")}, subPath: "logs/f",
+		name: "csi volume named after its PV", plugin: subpathtest.CSI, volume: "data", dirName: "pvc-0f5a4c1e", tmpfs: true,
+		initial: map[string]subpathtest.Entry{"logs/f": subpathtest.File("c1")}, subPath: "logs/f",
 		update: replaceFile("logs/f", "c2"),
 		want:   "c2",
 	},
@@ -217,75 +220,75 @@ var scenarios = []scenario{
 		// kubelet keeps no directory of a hostPath volume: nothing proves where the bind came
 		// from, so it is not repaired (the caller leaves it for the runtime to fail on).
 		name: "hostPath file replaced", hostPath: true, volume: "host",
-		initial: map[string]entry{"logs/f": file("h1")}, subPath: "logs/f",
+		initial: map[string]subpathtest.Entry{"logs/f": subpathtest.File("h1")}, subPath: "logs/f",
 		update:  replaceFile("logs/f", "h2"),
 		wantErr: []string{"cannot find the volume's directory", "lies in no volume directory of the pod", ErrUnknownVolume.Error()},
 	},
 	{
-		name: "emptyDir file replaced", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		name: "emptyDir file replaced", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data/f",
 		update: replaceFile("data/f", "e2"),
 		want:   "e2",
 	},
 	{
-		name: "emptyDir directory replaced", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data",
+		name: "emptyDir directory replaced", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data",
 		update: func(e *env) {
-			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
-			writeTree(e.t, e.volDir, map[string]entry{"data/g": file("e2")})
+			subpathtest.Must(e.T, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			subpathtest.WriteTree(e.T, e.volDir, map[string]subpathtest.Entry{"data/g": subpathtest.File("e2")})
 		},
 		want: "g=e2",
 	},
 	{
-		name: "csi file replaced", plugin: csi, volume: "data", tmpfs: true,
-		initial: map[string]entry{"conf/f": file("c1")}, subPath: "conf/f",
+		name: "csi file replaced", plugin: subpathtest.CSI, volume: "data", tmpfs: true,
+		initial: map[string]subpathtest.Entry{"conf/f": subpathtest.File("c1")}, subPath: "conf/f",
 		update: func(e *env) {
-			must(e.t, os.Remove(filepath.Join(e.volDir, "conf/f")))
-			must(e.t, os.WriteFile(filepath.Join(e.volDir, "conf/f"), []byte("c2"), 0o644))
+			subpathtest.Must(e.T, os.Remove(filepath.Join(e.volDir, "conf/f")))
+			subpathtest.Must(e.T, os.WriteFile(filepath.Join(e.volDir, "conf/f"), []byte("c2"), 0o644))
 		},
 		want: "c2",
 	},
 	{
-		name: "csi name became a symlink out of the volume", plugin: csi, volume: "data", tmpfs: true,
-		initial: map[string]entry{"conf/f": file("c1")}, subPath: "conf/f",
+		name: "csi name became a symlink out of the volume", plugin: subpathtest.CSI, volume: "data", tmpfs: true,
+		initial: map[string]subpathtest.Entry{"conf/f": subpathtest.File("c1")}, subPath: "conf/f",
 		update: func(e *env) {
-			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "conf")))
-			must(e.t, os.Symlink("../../../kubernetes.io~secret/sec", filepath.Join(e.volDir, "conf")))
+			subpathtest.Must(e.T, os.RemoveAll(filepath.Join(e.volDir, "conf")))
+			subpathtest.Must(e.T, os.Symlink("../../../kubernetes.io~secret/sec", filepath.Join(e.volDir, "conf")))
 		},
 		wantErr: []string{"subPath conf/f of csi volume data leads out of the volume"},
 	},
 	{
-		name: "emptyDir subPath removed", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
-		update:  func(e *env) { must(e.t, os.Remove(filepath.Join(e.volDir, "data/f"))) },
+		name: "emptyDir subPath removed", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data/f",
+		update:  func(e *env) { subpathtest.Must(e.T, os.Remove(filepath.Join(e.volDir, "data/f"))) },
 		wantErr: []string{"subPath data/f is no longer in emptyDir volume scratch"},
 	},
 	{
-		name: "emptyDir directory name became a symlink out of the volume", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		name: "emptyDir directory name became a symlink out of the volume", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data/f",
 		update: func(e *env) {
-			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
-			must(e.t, os.Symlink(e.outDir, filepath.Join(e.volDir, "data")))
+			subpathtest.Must(e.T, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			subpathtest.Must(e.T, os.Symlink(e.outDir, filepath.Join(e.volDir, "data")))
 		},
 		wantErr: []string{"subPath data/f of emptyDir volume scratch leads out of the volume", "it was not followed"},
 	},
 	{
-		name: "emptyDir file name became a symlink out of the volume", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		name: "emptyDir file name became a symlink out of the volume", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data/f",
 		update: func(e *env) {
-			must(e.t, os.Remove(filepath.Join(e.volDir, "data/f")))
-			must(e.t, os.Symlink(e.outFile, filepath.Join(e.volDir, "data/f")))
+			subpathtest.Must(e.T, os.Remove(filepath.Join(e.volDir, "data/f")))
+			subpathtest.Must(e.T, os.Symlink(e.outFile, filepath.Join(e.volDir, "data/f")))
 		},
 		wantErr: []string{"subPath data/f of emptyDir volume scratch leads out of the volume"},
 	},
 	{
-		name: "emptyDir name became a relative symlink out of the volume", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		name: "emptyDir name became a relative symlink out of the volume", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data/f",
 		update: func(e *env) {
-			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			subpathtest.Must(e.T, os.RemoveAll(filepath.Join(e.volDir, "data")))
 			rel, err := filepath.Rel(e.volDir, e.outDir)
-			must(e.t, err)
-			must(e.t, os.Symlink(rel, filepath.Join(e.volDir, "data")))
+			subpathtest.Must(e.T, err)
+			subpathtest.Must(e.T, os.Symlink(rel, filepath.Join(e.volDir, "data")))
 		},
 		wantErr: []string{"subPath data/f of emptyDir volume scratch leads out of the volume"},
 	},
@@ -293,14 +296,14 @@ var scenarios = []scenario{
 		// A procfs inside the volume (a privileged container with Bidirectional propagation
 		// could mount one): the path stays below the volume dir, but /proc/<pid>/root is a
 		// magic link to the host's root.
-		name: "emptyDir name became a symlink through a magic link", plugin: emptyDir, volume: "scratch",
-		initial: map[string]entry{"data/f": file("e1")}, subPath: "data/f",
+		name: "emptyDir name became a symlink through a magic link", plugin: subpathtest.EmptyDir, volume: "scratch",
+		initial: map[string]subpathtest.Entry{"data/f": subpathtest.File("e1")}, subPath: "data/f",
 		update: func(e *env) {
 			proc := filepath.Join(e.volDir, "proc")
-			must(e.t, os.Mkdir(proc, 0o755))
-			must(e.t, unix.Mount("proc", proc, "proc", 0, ""))
-			must(e.t, os.RemoveAll(filepath.Join(e.volDir, "data")))
-			must(e.t, os.Symlink("proc/self/root"+e.outDir, filepath.Join(e.volDir, "data")))
+			subpathtest.Must(e.T, os.Mkdir(proc, 0o755))
+			subpathtest.Must(e.T, unix.Mount("proc", proc, "proc", 0, ""))
+			subpathtest.Must(e.T, os.RemoveAll(filepath.Join(e.volDir, "data")))
+			subpathtest.Must(e.T, os.Symlink("proc/self/root"+e.outDir, filepath.Join(e.volDir, "data")))
 		},
 		wantErr: []string{"subPath data/f of emptyDir volume scratch leads through a magic link", "too many levels of symbolic links"},
 	},
@@ -314,7 +317,7 @@ func TestRepairInNamespace(t *testing.T) {
 		return
 	}
 	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, Live{}) })
+		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, System{}) })
 	}
 	// The same on a kernel that cannot mount beneath (< 6.5): detach, then attach.
 	for _, sc := range scenarios {
@@ -328,35 +331,35 @@ func TestRepairInNamespace(t *testing.T) {
 
 func setup(t *testing.T, sc scenario) (*env, Target, string) {
 	t.Helper()
-	k := newKubelet(t)
-	e := &env{kubelet: k, sibling: k.volume(secret, "sec", true)}
-	k.writeAtomic(e.sibling, map[string]entry{"token": file("SIBLING")})
-	e.outFile, e.outDir = outside(t)
+	k := subpathtest.NewKubelet(t)
+	e := &env{Kubelet: k, sibling: k.Volume(subpathtest.Secret, "sec", true)}
+	k.WriteAtomic(e.sibling, map[string]subpathtest.Entry{"token": subpathtest.File("SIBLING")})
+	e.outFile, e.outDir = subpathtest.Outside(t)
 	for _, n := range []string{"app.conf", "f", "token"} {
-		must(t, os.WriteFile(filepath.Join(e.outDir, n), []byte("OUTSIDE"), 0o644))
+		subpathtest.Must(t, os.WriteFile(filepath.Join(e.outDir, n), []byte("OUTSIDE"), 0o644))
 	}
-	e.volDir = k.volume(sc.plugin, cmp.Or(sc.dirName, sc.volume), sc.tmpfs && sc.plugin != csi)
+	e.volDir = k.Volume(sc.plugin, cmp.Or(sc.dirName, sc.volume), sc.tmpfs && sc.plugin != subpathtest.CSI)
 	if sc.hostPath {
-		must(t, os.RemoveAll(e.volDir))
+		subpathtest.Must(t, os.RemoveAll(e.volDir))
 		e.volDir = filepath.Join(filepath.Dir(e.outDir), "hostpath")
-		must(t, os.Mkdir(e.volDir, 0o755))
+		subpathtest.Must(t, os.Mkdir(e.volDir, 0o755))
 	}
-	if sc.plugin == csi { // the driver's filesystem is mounted on <volume>/mount
+	if sc.plugin == subpathtest.CSI { // the driver's filesystem is mounted on <volume>/mount
 		e.volDir = filepath.Join(e.volDir, "mount")
-		must(t, os.Mkdir(e.volDir, 0o755))
+		subpathtest.Must(t, os.Mkdir(e.volDir, 0o755))
 		if sc.tmpfs {
-			must(t, unix.Mount("tmpfs", e.volDir, "tmpfs", 0, "size=4m"))
+			subpathtest.Must(t, unix.Mount("tmpfs", e.volDir, "tmpfs", 0, "size=4m"))
 		}
 	}
 	var oldTS string
 	if _, atomic := volumeKind(sc.plugin); atomic {
-		oldTS = k.writeAtomic(e.volDir, sc.initial)
+		oldTS = k.WriteAtomic(e.volDir, sc.initial)
 	} else {
-		writeTree(t, e.volDir, sc.initial)
+		subpathtest.WriteTree(t, e.volDir, sc.initial)
 	}
-	tg := k.bind(e.volDir, sc.volume, "app", 0, sc.subPath)
+	tg := subpathtest.Bind(k, ParseTarget, e.volDir, sc.volume, "app", 0, sc.subPath)
 	if sc.privateBind {
-		must(t, unix.Mount("", tg.Path, "", unix.MS_PRIVATE, ""))
+		subpathtest.Must(t, unix.Mount("", tg.Path, "", unix.MS_PRIVATE, ""))
 	}
 	return e, tg, oldTS
 }
@@ -364,24 +367,24 @@ func setup(t *testing.T, sc scenario) (*env, Target, string) {
 // propagation of the mount on path.
 func propagation(t *testing.T, path string) string {
 	t.Helper()
-	n, err := Live{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
-	must(t, err)
+	n, err := System{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+	subpathtest.Must(t, err)
 	defer n.Close()
 	if !n.MountRoot {
 		t.Fatalf("%s is not a mount point", path)
 	}
-	m, err := Live{}.Mount(n)
-	must(t, err)
+	m, err := System{}.Mount(n)
+	subpathtest.Must(t, err)
 	return m.Propagation()
 }
 
 func runScenario(t *testing.T, sc scenario, host Host) {
 	e, tg, oldTS := setup(t, sc)
-	r := NewRepairerWith(e.root, host)
+	r := NewRepairerWith(e.Root, host)
 	if stale, err := r.Stale(tg); err != nil || stale {
 		t.Fatalf("Stale before the update = %v, %v; want false", stale, err)
 	}
-	before := show(t, tg.Path)
+	before := subpathtest.Show(t, tg.Path)
 	kubeletProp := propagation(t, tg.Path)
 	if want := map[bool]string{true: "private", false: "shared"}[sc.privateBind]; kubeletProp != want {
 		t.Fatalf("kubelet's bind is %s, this test expects %s", kubeletProp, want)
@@ -395,7 +398,7 @@ func runScenario(t *testing.T, sc scenario, host Host) {
 	rep, err := r.Repair(tg)
 	if len(sc.wantErr) > 0 {
 		if err == nil {
-			t.Fatalf("Repair succeeded (%+v, target shows %q), want an error", rep, show(t, tg.Path))
+			t.Fatalf("Repair succeeded (%+v, target shows %q), want an error", rep, subpathtest.Show(t, tg.Path))
 		}
 		for _, w := range sc.wantErr {
 			if !strings.Contains(err.Error(), w) {
@@ -418,7 +421,7 @@ func runScenario(t *testing.T, sc scenario, host Host) {
 		if fi, err := os.Stat(tg.Path); err == nil && fi.IsDir() {
 			wantShown = "(deleted directory)"
 		}
-		if got := show(t, tg.Path); got != wantShown {
+		if got := subpathtest.Show(t, tg.Path); got != wantShown {
 			t.Errorf("after the failed repair the target shows %q, want the stale content %q", got, wantShown)
 		}
 		return
@@ -426,7 +429,7 @@ func runScenario(t *testing.T, sc scenario, host Host) {
 	if err != nil {
 		t.Fatalf("Repair: %v", err)
 	}
-	if got := show(t, tg.Path); got != sc.want {
+	if got := subpathtest.Show(t, tg.Path); got != sc.want {
 		t.Errorf("after the repair the target shows %q, want %q", got, sc.want)
 	}
 	if stale, err := r.Stale(tg); err != nil || stale {
@@ -461,9 +464,9 @@ func runScenario(t *testing.T, sc scenario, host Host) {
 
 // testNotStale: a fresh bind is not stale and Repair leaves it alone.
 func testNotStale(t *testing.T) {
-	sc := scenario{plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf"}
+	sc := scenario{plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf"}
 	e, tg, _ := setup(t, sc)
-	r := NewRepairer(e.root)
+	r := NewRepairer(e.Root)
 	if stale, err := r.Stale(tg); err != nil || stale {
 		t.Errorf("Stale = %v, %v; want false", stale, err)
 	}
@@ -471,7 +474,7 @@ func testNotStale(t *testing.T) {
 	if !errors.Is(err, ErrNotStale) {
 		t.Errorf("Repair of a live bind: %v, want ErrNotStale", err)
 	}
-	if got := show(t, tg.Path); got != "v1" {
+	if got := subpathtest.Show(t, tg.Path); got != "v1" {
 		t.Errorf("target shows %q after Repair of a live bind, want v1", got)
 	}
 	missing := tg
@@ -482,11 +485,11 @@ func testNotStale(t *testing.T) {
 	}
 }
 
-// hookHost is Live with hooks: before the first Clone (between resolving the new object and
+// hookHost is System with hooks: before the first Clone (between resolving the new object and
 // binding it), a kernel that cannot mount beneath, and failures of the n-th Attach (before or
 // after it attached) or Detach (counted from 1).
 type hookHost struct {
-	Live
+	System
 	beforeClone                             func()
 	noBeneath                               bool
 	failAttach, failAfterAttach, failDetach map[int]bool
@@ -498,7 +501,7 @@ func (h *hookHost) MakePrivate(tree *Node) error {
 	if h.failPrivate {
 		return errors.New("injected failure to make private")
 	}
-	return h.Live.MakePrivate(tree)
+	return h.System.MakePrivate(tree)
 }
 
 func (h *hookHost) Clone(n *Node) (*Node, error) {
@@ -506,7 +509,7 @@ func (h *hookHost) Clone(n *Node) (*Node, error) {
 		h.beforeClone()
 		h.beforeClone = nil
 	}
-	return h.Live.Clone(n)
+	return h.System.Clone(n)
 }
 
 func (h *hookHost) Attach(tree, target *Node, beneath bool) (Mount, error) {
@@ -517,7 +520,7 @@ func (h *hookHost) Attach(tree, target *Node, beneath bool) (Mount, error) {
 	if h.failAttach[h.attaches] {
 		return Mount{}, errors.New("injected failure before attach")
 	}
-	m, err := h.Live.Attach(tree, target, beneath)
+	m, err := h.System.Attach(tree, target, beneath)
 	if err == nil && h.failAfterAttach[h.attaches] {
 		return m, errors.New("injected failure after attach")
 	}
@@ -529,22 +532,22 @@ func (h *hookHost) Detach(n *Node) error {
 	if h.failDetach[h.detaches] {
 		return errors.New("injected detach failure")
 	}
-	return h.Live.Detach(n)
+	return h.System.Detach(n)
 }
 
 // testSwapAfterCheck: after the key was opened (and checked), it is replaced with a symlink
 // to a file outside; the bind comes from the descriptor, so the target holds the object that
 // was checked, not what the path leads to now.
 func testSwapAfterCheck(t *testing.T) {
-	sc := scenario{plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf"}
+	sc := scenario{plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf"}
 	e, tg, _ := setup(t, sc)
-	e.atomic(map[string]entry{"app.conf": file("v2")})
+	e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")})
 	key := filepath.Join(e.volDir, e.newTS, "app.conf")
 	h := &hookHost{beforeClone: func() {
-		must(t, os.Rename(key, key+".moved"))
-		must(t, os.Symlink(e.outFile, key))
+		subpathtest.Must(t, os.Rename(key, key+".moved"))
+		subpathtest.Must(t, os.Symlink(e.outFile, key))
 	}}
-	rep, err := NewRepairerWith(e.root, h).Repair(tg)
+	rep, err := NewRepairerWith(e.Root, h).Repair(tg)
 	if err != nil {
 		t.Fatalf("Repair: %v", err)
 	}
@@ -554,12 +557,12 @@ func testSwapAfterCheck(t *testing.T) {
 	if got, _ := os.ReadFile(key); string(got) != "OUTSIDE" {
 		t.Fatalf("the swap did not happen: %s reads %q", key, got)
 	}
-	if got := show(t, tg.Path); got != "v2" {
+	if got := subpathtest.Show(t, tg.Path); got != "v2" {
 		t.Errorf("target shows %q, want v2 (the object opened inside the volume, not the swapped-in symlink)", got)
 	}
 	var outside, target unix.Stat_t
-	must(t, unix.Stat(e.outFile, &outside))
-	must(t, unix.Stat(tg.Path, &target))
+	subpathtest.Must(t, unix.Stat(e.outFile, &outside))
+	subpathtest.Must(t, unix.Stat(tg.Path, &target))
 	if outside.Dev == target.Dev && outside.Ino == target.Ino {
 		t.Errorf("the target holds the outside file %s", e.outFile)
 	}
@@ -596,10 +599,10 @@ func testFailures(t *testing.T) {
 			notMounted: true, wantAttaches: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sc := scenario{plugin: configMap, volume: "cfg", initial: initialConfig, subPath: "app.conf", privateBind: tc.privateBind}
+			sc := scenario{plugin: subpathtest.ConfigMap, volume: "cfg", initial: initialConfig, subPath: "app.conf", privateBind: tc.privateBind}
 			e, tg, _ := setup(t, sc)
-			e.atomic(map[string]entry{"app.conf": file("v2")})
-			r := NewRepairerWith(e.root, tc.host)
+			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")})
+			r := NewRepairerWith(e.Root, tc.host)
 			_, err := r.Repair(tg)
 			if err == nil || !strings.Contains(err.Error(), "re-binding key app.conf of configMap volume cfg failed: ") ||
 				!strings.Contains(err.Error(), tc.wantErr) {
@@ -618,14 +621,14 @@ func testFailures(t *testing.T) {
 			if err != nil || !stale {
 				t.Errorf("after the failed repair Stale = %v, %v; want the stale bind still on top", stale, err)
 			}
-			if got := show(t, tg.Path); got != "v1" {
+			if got := subpathtest.Show(t, tg.Path); got != "v1" {
 				t.Errorf("target shows %q, want the stale content v1", got)
 			}
 			// The repair succeeds once the failure is gone.
-			if _, err := NewRepairer(e.root).Repair(tg); err != nil {
+			if _, err := NewRepairer(e.Root).Repair(tg); err != nil {
 				t.Fatalf("Repair again: %v", err)
 			}
-			if got := show(t, tg.Path); got != "v2" {
+			if got := subpathtest.Show(t, tg.Path); got != "v2" {
 				t.Errorf("after repairing again the target shows %q, want v2", got)
 			}
 		})
@@ -634,16 +637,16 @@ func testFailures(t *testing.T) {
 
 // testTargetSymlink: a target that is a symlink (kubelet never makes one) is not followed.
 func testTargetSymlink(t *testing.T) {
-	k := newKubelet(t)
-	_, outDir := outside(t)
-	target := filepath.Join(k.pod(), "volume-subpaths", "cfg", "app", "0")
-	must(t, os.MkdirAll(filepath.Dir(target), 0o750))
-	must(t, os.Symlink(outDir, target))
-	tg, ok := ParseTarget(k.root, target)
+	k := subpathtest.NewKubelet(t)
+	_, outDir := subpathtest.Outside(t)
+	target := filepath.Join(k.Pod(), "volume-subpaths", "cfg", "app", "0")
+	subpathtest.Must(t, os.MkdirAll(filepath.Dir(target), 0o750))
+	subpathtest.Must(t, os.Symlink(outDir, target))
+	tg, ok := ParseTarget(k.Root, target)
 	if !ok {
 		t.Fatal("ParseTarget rejects the target")
 	}
-	r := NewRepairer(k.root)
+	r := NewRepairer(k.Root)
 	if stale, err := r.Stale(tg); !errors.Is(err, ErrNotMounted) || stale {
 		t.Errorf("Stale of a symlink target = %v, %v; want ErrNotMounted", stale, err)
 	}

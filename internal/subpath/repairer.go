@@ -29,8 +29,11 @@ type Repairer struct {
 	host Host
 }
 
-// NewRepairer returns a Repairer with real side effects (Live).
-func NewRepairer(kubeletRoot string) *Repairer { return NewRepairerWith(kubeletRoot, Live{}) }
+// NewRepairer returns a Repairer with real side effects (System).
+func NewRepairer(kubeletRoot string) *Repairer { return NewRepairerWith(kubeletRoot, System{}) }
+
+// Root is the kubelet root dir it repairs below.
+func (r *Repairer) Root() string { return r.root }
 
 // NewRepairerWith returns a Repairer that acts through host.
 func NewRepairerWith(kubeletRoot string, host Host) *Repairer {
@@ -62,30 +65,39 @@ const (
 	inVolume     = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
 )
 
-// located is what a subPath bind target holds and what its subPath names in the volume now,
+// Located is what a subPath bind target holds and what its subPath names in the volume now,
 // each opened safely (O_PATH descriptors). Close releases them.
-type located struct {
-	t                             Target // the target located
-	subpaths, target, volDir, obj *Node
-	targetMount                   Mount
-	volPath, kind, oldSource      string
-	res                           resolution
-	atomic                        bool
-	what                          string // the subPath as messages name it
+type Located struct {
+	Target            Target // the target located
+	subpaths, target  *Node
+	VolumeDir, Object *Node // the volume's directory and what the subPath names in it
+	targetMount       Mount
+	VolumePath, Kind  string // the volume directory's path; the volume's kind (configMap, ...)
+	oldSource         string
+	Resolution        Resolution
+	atomic            bool
+	What              string // the subPath as messages name it
 }
 
-func (l *located) Close() {
-	for _, n := range []*Node{l.obj, l.volDir, l.target, l.subpaths} {
+// Close releases the descriptors.
+func (l *Located) Close() {
+	for _, n := range []*Node{l.Object, l.VolumeDir, l.target, l.subpaths} {
 		n.Close()
 	}
 }
+
+// Locate opens target t of an atomic-writer volume and what its subPath names in the volume
+// now, for a copy (package copies): locate without a repair's demand that the target hold a
+// deleted object. An error wrapping ErrUnknownVolume says the subPath is of no atomic-writer
+// volume.
+func (r *Repairer) Locate(t Target) (*Located, error) { return r.locate(t, false, true) }
 
 // locate opens target t and finds what its subPath names in the volume now, with every check
 // of Repair's steps 1 to 5 (see Repair). stale says the target must hold a deleted file or
 // directory (a repair); otherwise it may hold either (a copy). atomic looks for the volume
 // among the atomic-writer plugin directories only (a copy): an error wrapping ErrUnknownVolume
 // then says the subPath is of no atomic-writer volume.
-func (r *Repairer) locate(t Target, stale, atomic bool) (_ *located, err error) {
+func (r *Repairer) locate(t Target, stale, atomic bool) (_ *Located, err error) {
 	fail := func(reason string, err error) error { return &Error{Target: t, Reason: reason, Err: err} }
 	if pt, ok := ParseTarget(r.root, t.Path); !ok || pt != t {
 		return nil, fail("not a subPath bind target below kubelet root "+r.root, nil)
@@ -95,7 +107,7 @@ func (r *Repairer) locate(t Target, stale, atomic bool) (_ *located, err error) 
 		return nil, fail("cannot open the kubelet root dir", err)
 	}
 	defer root.Close()
-	l := &located{t: t}
+	l := &Located{Target: t}
 	defer func() {
 		if err != nil {
 			l.Close()
@@ -130,24 +142,24 @@ func (r *Repairer) locate(t Target, stale, atomic bool) (_ *located, err error) 
 	// 2. The volume directory that holds it, as kubelet's layout proves, and the subPath below
 	// it.
 	var plugin, remainder string
-	if l.volDir, plugin, l.volPath, remainder, err = r.findVolume(root, pod, t, l.targetMount, held, atomic); err != nil {
+	if l.VolumeDir, plugin, l.VolumePath, remainder, err = r.findVolume(root, pod, t, l.targetMount, held, atomic); err != nil {
 		return nil, fail("cannot find the volume's directory", err)
 	}
-	l.kind, l.atomic = volumeKind(plugin)
-	l.oldSource = path.Join(l.volPath, remainder)
+	l.Kind, l.atomic = volumeKind(plugin)
+	l.oldSource = path.Join(l.VolumePath, remainder)
 
 	// 3, 4. What the subPath names now.
-	if l.res, err = planResolution(plugin, remainder); err != nil {
-		return nil, fail(fmt.Sprintf("cannot tell which subPath of %s volume %s the bind held", l.kind, t.Volume), err)
+	if l.Resolution, err = planResolution(plugin, remainder); err != nil {
+		return nil, fail(fmt.Sprintf("cannot tell which subPath of %s volume %s the bind held", l.Kind, t.Volume), err)
 	}
-	l.what = describe(l.kind, t.Volume, l.res)
+	l.What = describe(l.Kind, t.Volume, l.Resolution)
 
 	// 5. Open it safely, and check its type.
-	if l.obj, err = r.host.Open(l.volDir, l.res.Rel, unix.OpenHow{Resolve: inVolume}); err != nil {
-		return nil, fail(resolveFailure(l.kind, t.Volume, l.res, err), err)
+	if l.Object, err = r.host.Open(l.VolumeDir, l.Resolution.Rel, unix.OpenHow{Resolve: inVolume}); err != nil {
+		return nil, fail(resolveFailure(l.Kind, t.Volume, l.Resolution, err), err)
 	}
-	if err := sameType(l.target.Mode, l.obj.Mode); err != nil {
-		return nil, fail(l.what+" cannot replace the "+bindName(stale), err)
+	if err := sameType(l.target.Mode, l.Object.Mode); err != nil {
+		return nil, fail(l.What+" cannot replace the "+bindName(stale), err)
 	}
 	return l, nil
 }
@@ -170,19 +182,19 @@ func (r *Repairer) Repair(t Target) (Repair, error) {
 	}
 	defer l.Close()
 	fail := func(reason string, err error) error { return &Error{Target: t, Reason: reason, Err: err} }
-	newSource, err := r.host.Path(l.obj)
+	newSource, err := r.host.Path(l.Object)
 	if err != nil {
-		return Repair{}, fail("cannot name "+l.what, err)
+		return Repair{}, fail("cannot name "+l.What, err)
 	}
 
 	// 6. Re-bind in place.
-	if err := r.rebind(t, l.subpaths, l.target, l.targetMount, l.obj); err != nil {
-		return Repair{}, fail("re-binding "+l.what+" failed", err)
+	if err := r.rebind(t, l.subpaths, l.target, l.targetMount, l.Object); err != nil {
+		return Repair{}, fail("re-binding "+l.What+" failed", err)
 	}
-	if now, err := r.host.Path(l.obj); err == nil {
+	if now, err := r.host.Path(l.Object); err == nil {
 		newSource = now // where the bound object is now, should it have moved meanwhile
 	}
-	return Repair{Target: t, VolumeDir: l.volPath, SubPath: l.res.SubPath, OldSource: l.oldSource, NewSource: newSource, Kind: l.kind}, nil
+	return Repair{Target: t, VolumeDir: l.VolumePath, SubPath: l.Resolution.SubPath, OldSource: l.oldSource, NewSource: newSource, Kind: l.Kind}, nil
 }
 
 // findVolume finds the volume directory of the pod that holds what the bind holds (held, a

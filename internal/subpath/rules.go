@@ -113,9 +113,9 @@ var timestampDir = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`^\.\.[0-9]{4}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}_[0-9]{2}\.[0-9]+$`)
 })
 
-// resolution says what to open inside the volume directory to find what a stale subPath
+// Resolution says what to open inside the volume directory to find what a stale subPath
 // named now.
-type resolution struct {
+type Resolution struct {
 	Rel     string // relative to the volume directory
 	SubPath string // the subPath kubelet resolved: the key for an atomic-writer volume
 	Key     bool   // SubPath is a key of an atomic-writer volume
@@ -124,25 +124,25 @@ type resolution struct {
 // planResolution turns the stale bind's path below the volume directory (remainder) into what
 // to open now. For an atomic-writer volume the remainder is ..<timestamp>/<key> and the key is
 // looked up through ..data; for any other volume the remainder is the subPath itself.
-func planResolution(plugin, remainder string) (resolution, error) {
+func planResolution(plugin, remainder string) (Resolution, error) {
 	if err := relativeClean(remainder); err != nil {
-		return resolution{}, err
+		return Resolution{}, err
 	}
 	if _, atomic := volumeKind(plugin); !atomic {
-		return resolution{Rel: remainder, SubPath: remainder}, nil
+		return Resolution{Rel: remainder, SubPath: remainder}, nil
 	}
 	ts, key, _ := strings.Cut(remainder, "/")
 	if !timestampDir().MatchString(ts) {
-		return resolution{}, fmt.Errorf("%s is not inside a ..<timestamp> directory of the atomic writer", remainder)
+		return Resolution{}, fmt.Errorf("%s is not inside a ..<timestamp> directory of the atomic writer", remainder)
 	}
-	return resolution{Rel: path.Join("..data", key), SubPath: key, Key: true}, nil
+	return Resolution{Rel: path.Join("..data", key), SubPath: key, Key: true}, nil
 }
 
-// throughData turns rel, a path through the atomic writer's ..data link as planResolution
+// ThroughData turns rel, a path through the atomic writer's ..data link as planResolution
 // makes it (..data/<key>, or ..data itself for subPath ..data), into the same path through the timestamp directory the link names
 // (link, as read), so that it can be opened without following any symlink. The link must
 // name a ..<timestamp> directory of the volume itself.
-func throughData(rel, link string) (string, error) {
+func ThroughData(rel, link string) (string, error) {
 	key, ok := "", rel == "..data"
 	if !ok {
 		key, ok = strings.CutPrefix(rel, "..data/")
@@ -191,10 +191,11 @@ func sameType(stale, now uint32) error {
 	if stale&unix.S_IFMT == now&unix.S_IFMT {
 		return nil
 	}
-	return fmt.Errorf("it is a %s now, but the stale bind was a %s", typeName(now), typeName(stale))
+	return fmt.Errorf("it is a %s now, but the stale bind was a %s", TypeName(now), TypeName(stale))
 }
 
-func typeName(mode uint32) string {
+// TypeName names the file type of mode for messages ("regular file", "fifo").
+func TypeName(mode uint32) string {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		return "regular file"
@@ -215,7 +216,7 @@ func typeName(mode uint32) string {
 }
 
 // describe names a subPath for messages: "key app.conf of configMap volume cfg".
-func describe(kind, volume string, r resolution) string {
+func describe(kind, volume string, r Resolution) string {
 	if r.Key {
 		return fmt.Sprintf("key %s of %s volume %s", r.SubPath, kind, volume)
 	}
@@ -223,7 +224,7 @@ func describe(kind, volume string, r resolution) string {
 }
 
 // resolveFailure explains why opening what a subPath names now failed, from openat2's error.
-func resolveFailure(kind, volume string, r resolution, err error) string {
+func resolveFailure(kind, volume string, r Resolution, err error) string {
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
 		if r.Key {

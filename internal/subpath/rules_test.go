@@ -91,23 +91,23 @@ func TestPlanResolution(t *testing.T) {
 		name      string
 		plugin    string
 		remainder string
-		want      resolution
+		want      Resolution
 		wantErr   string
 	}{
 		{name: "configMap file key", plugin: "kubernetes.io~configmap", remainder: ts + "/app.conf",
-			want: resolution{Rel: "..data/app.conf", SubPath: "app.conf", Key: true}},
+			want: Resolution{Rel: "..data/app.conf", SubPath: "app.conf", Key: true}},
 		{name: "nested key", plugin: "kubernetes.io~configmap", remainder: ts + "/conf.d/app.ini",
-			want: resolution{Rel: "..data/conf.d/app.ini", SubPath: "conf.d/app.ini", Key: true}},
+			want: Resolution{Rel: "..data/conf.d/app.ini", SubPath: "conf.d/app.ini", Key: true}},
 		{name: "directory key", plugin: "kubernetes.io~projected", remainder: ts + "/conf.d",
-			want: resolution{Rel: "..data/conf.d", SubPath: "conf.d", Key: true}},
+			want: Resolution{Rel: "..data/conf.d", SubPath: "conf.d", Key: true}},
 		{name: "the whole payload (subPath ..data)", plugin: "kubernetes.io~secret", remainder: ts,
-			want: resolution{Rel: "..data", SubPath: "", Key: true}},
+			want: Resolution{Rel: "..data", SubPath: "", Key: true}},
 		{name: "downwardAPI", plugin: "kubernetes.io~downward-api", remainder: ts + "/labels",
-			want: resolution{Rel: "..data/labels", SubPath: "labels", Key: true}},
+			want: Resolution{Rel: "..data/labels", SubPath: "labels", Key: true}},
 		{name: "emptyDir", plugin: "kubernetes.io~empty-dir", remainder: "data/x.conf",
-			want: resolution{Rel: "data/x.conf", SubPath: "data/x.conf"}},
+			want: Resolution{Rel: "data/x.conf", SubPath: "data/x.conf"}},
 		{name: "csi", plugin: "kubernetes.io~csi", remainder: ts + "/x",
-			want: resolution{Rel: ts + "/x", SubPath: ts + "/x"}},
+			want: Resolution{Rel: ts + "/x", SubPath: ts + "/x"}},
 		{name: "atomic writer, no timestamp dir", plugin: "kubernetes.io~configmap", remainder: "app.conf",
 			wantErr: "app.conf is not inside a ..<timestamp> directory of the atomic writer"},
 		{name: "atomic writer, ..data itself", plugin: "kubernetes.io~configmap", remainder: "..data/app.conf",
@@ -176,15 +176,15 @@ func TestThroughData(t *testing.T) {
 		{rel: "..data/app.conf", link: "../" + ts, wantErr: "not to a ..<timestamp> directory"},
 	}
 	for _, tt := range tests {
-		got, err := throughData(tt.rel, tt.link)
+		got, err := ThroughData(tt.rel, tt.link)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("throughData(%q, %q) = %q, %v; want an error containing %q", tt.rel, tt.link, got, err, tt.wantErr)
+				t.Errorf("ThroughData(%q, %q) = %q, %v; want an error containing %q", tt.rel, tt.link, got, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || got != tt.want {
-			t.Errorf("throughData(%q, %q) = %q, %v; want %q", tt.rel, tt.link, got, err, tt.want)
+			t.Errorf("ThroughData(%q, %q) = %q, %v; want %q", tt.rel, tt.link, got, err, tt.want)
 		}
 	}
 }
@@ -202,7 +202,7 @@ func TestReasonOf(t *testing.T) {
 		{fmt.Errorf("copy given up: %w", context.DeadlineExceeded), ReasonTimeout},
 		{fmt.Errorf("check: %w", bounded.ErrNoAnswer), ReasonTimeout},
 		{&os.PathError{Op: "openat2", Path: "/x", Err: unix.ENOENT}, ReasonNotFound},
-		{fmt.Errorf("x: %w", errChanged), ReasonChanged},
+		{fmt.Errorf("x: %w", ErrChanged), ReasonChanged},
 		{errors.New("permission denied"), ReasonError},
 	}
 	for _, tt := range tests {
@@ -211,15 +211,6 @@ func TestReasonOf(t *testing.T) {
 		}
 		if !slices.Contains(Reasons, tt.want) {
 			t.Errorf("reason %q is not in Reasons", tt.want)
-		}
-	}
-}
-
-// TestEntryCost: every entry costs at least a page; content is rounded up to pages.
-func TestEntryCost(t *testing.T) {
-	for _, tt := range []struct{ size, want int64 }{{0, 4096}, {1, 4096}, {4096, 4096}, {4097, 8192}, {1_048_000, 1_048_576}} {
-		if got := entryCost(tt.size); got != tt.want {
-			t.Errorf("entryCost(%d) = %d, want %d", tt.size, got, tt.want)
 		}
 	}
 }
@@ -245,12 +236,12 @@ func TestSameType(t *testing.T) {
 }
 
 func TestResolveFailure(t *testing.T) {
-	key := resolution{Rel: "..data/conf.d/app.ini", SubPath: "conf.d/app.ini", Key: true}
-	sub := resolution{Rel: "data/x", SubPath: "data/x"}
+	key := Resolution{Rel: "..data/conf.d/app.ini", SubPath: "conf.d/app.ini", Key: true}
+	sub := Resolution{Rel: "data/x", SubPath: "data/x"}
 	wrap := func(errno error) error { return &fs.PathError{Op: "openat2", Path: "/v/x", Err: errno} }
 	tests := []struct {
 		kind string
-		r    resolution
+		r    Resolution
 		err  error
 		want string
 	}{

@@ -84,7 +84,7 @@ func RunHook(name string, args []string, stdin io.Reader, stdout, stderr io.Writ
 		RuntimeClass: *class,
 
 		TrustRuntimeHandlerAnnotation: *trust,
-		Host:                          hostmount.NewChecker(hostmount.Live{}),
+		Host:                          hostmount.NewChecker(hostmount.System{}),
 		Network:                       network,
 	}, stdin, stdout)
 }

@@ -1,14 +1,13 @@
-package subpath
+package liveupdate
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
 // Mount layers of a live subPath copy (issue 25).
@@ -53,18 +52,18 @@ type layerOps interface {
 	detachBelow(dir string) error
 }
 
-// liveLayers is layerOps on the running host (Live's descriptor calls).
-type liveLayers struct{}
+// systemLayers is layerOps on the running host (System's descriptor calls).
+type systemLayers struct{}
 
-var _ layerOps = liveLayers{}
+var _ layerOps = systemLayers{}
 
-func openPath(path string) (*Node, error) {
-	return Live{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
+func openPath(path string) (*subpath.Node, error) {
+	return subpath.System{}.Open(nil, path, unix.OpenHow{Flags: unix.O_NOFOLLOW})
 }
 
 // setPropagation is mount_setattr(2) of the mount tree is the root of (Linux >= 5.12).
-func setPropagation(tree *Node, propagation uint64) error {
-	if err := unix.MountSetattr(tree.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: propagation}); err != nil {
+func setPropagation(tree *subpath.Node, propagation uint64) error {
+	if err := unix.MountSetattr(tree.FD(), "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: propagation}); err != nil {
 		return fmt.Errorf("mount_setattr %s: %w", tree.Name, err)
 	}
 	return nil
@@ -74,11 +73,11 @@ func setPropagation(tree *Node, propagation uint64) error {
 // mount_setattr): a clone of the shared copy tmpfs is its peer otherwise, and the tmpfs'
 // events would propagate into it (a layer on a base of the tmpfs' group would propagate back
 // onto the tmpfs at P). The caller closes both.
-func privateClone(path string) (n, tree *Node, err error) {
+func privateClone(path string) (n, tree *subpath.Node, err error) {
 	if n, err = openPath(path); err != nil {
 		return nil, nil, err
 	}
-	if tree, err = (Live{}).Clone(n); err == nil {
+	if tree, err = (subpath.System{}).Clone(n); err == nil {
 		if err = setPropagation(tree, unix.MS_PRIVATE); err != nil {
 			tree.Close()
 		}
@@ -90,24 +89,24 @@ func privateClone(path string) (n, tree *Node, err error) {
 	return n, tree, nil
 }
 
-func (liveLayers) makeBase(path string) error {
+func (systemLayers) makeBase(path string) error {
 	n, tree, err := privateClone(path)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
 	defer tree.Close()
-	if _, err := (Live{}).Attach(tree, n, false); err != nil {
+	if _, err := (subpath.System{}).Attach(tree, n, false); err != nil {
 		return err
 	}
 	if err := setPropagation(tree, unix.MS_SHARED); err != nil {
-		_ = Live{}.Detach(tree)
+		_ = subpath.System{}.Detach(tree)
 		return err
 	}
 	return nil
 }
 
-func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
+func (systemLayers) putLayer(base, baseRoot, version string, userns int) error {
 	v, tree, err := privateClone(version)
 	if err != nil {
 		return err
@@ -117,7 +116,7 @@ func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
 	if userns >= 0 {
 		// The container's bind of the base is idmapped by the runtime; a mount that reaches
 		// it by propagation is a copy of ours, with our mapping: the same one.
-		if err := unix.MountSetattr(tree.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}); err != nil {
+		if err := unix.MountSetattr(tree.FD(), "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}); err != nil {
 			return fmt.Errorf("idmap %s with the container's user namespace: %w", tree.Name, err)
 		}
 	}
@@ -126,7 +125,7 @@ func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
 		return err
 	}
 	defer top.Close()
-	m, err := Live{}.Mount(top)
+	m, err := subpath.System{}.Mount(top)
 	if err != nil {
 		return err
 	}
@@ -134,46 +133,17 @@ func (liveLayers) putLayer(base, baseRoot, version string, userns int) error {
 		return fmt.Errorf("%s is not a mount point: its base is missing", base)
 	}
 	if m.Root == baseRoot {
-		_, err := Live{}.Attach(tree, top, false)
+		_, err := subpath.System{}.Attach(tree, top, false)
 		return err
 	}
-	if _, err := (Live{}).Attach(tree, top, true); err != nil {
+	if _, err := (subpath.System{}).Attach(tree, top, true); err != nil {
 		return err
 	}
-	return Live{}.Detach(top)
+	return subpath.System{}.Detach(top)
 }
 
-// detachBelow unmounts, lazily and deepest first, every mount at or below dir in this mount
-// namespace, so that the copies there can be removed (a mount point cannot be).
-func (liveLayers) detachBelow(dir string) error {
-	dir = filepath.Clean(dir)
-	for range 64 {
-		points, err := mountsBelow(dir)
-		if err != nil || len(points) == 0 {
-			return err
-		}
-		for _, p := range points {
-			if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("detach the mount on %s: %w", p, err)
-			}
-		}
-	}
-	return fmt.Errorf("mounts below %s keep coming back", dir)
-}
-
-// mountsBelow lists the mount points at or below dir, deepest first, once each.
-func mountsBelow(dir string) ([]string, error) {
-	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return nil, err
-	}
-	points := make([]string, 0, len(ms))
-	for _, m := range ms {
-		points = append(points, m.Mountpoint)
-	}
-	slices.SortFunc(points, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	return slices.Compact(points), nil
-}
+// detachBelow is copies.DetachBelow.
+func (systemLayers) detachBelow(dir string) error { return copies.DetachBelow(dir) }
 
 // mountsAt counts the mounts stacked at path in this mount namespace.
 func mountsAt(path string) (int, error) {

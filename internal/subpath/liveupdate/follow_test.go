@@ -1,4 +1,4 @@
-package subpath
+package liveupdate
 
 import (
 	"context"
@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
@@ -60,22 +64,22 @@ const (
 	dirSize  = 4096 + 5
 )
 
-func payload(v int) map[string]entry {
-	return map[string]entry{
-		"app.conf": file(version(v, "app.conf", fileSize)),
-		"conf/a":   file(version(v, "a", dirSize)),
-		"conf/b":   file(version(v, "b", dirSize)),
+func payload(v int) map[string]subpathtest.Entry {
+	return map[string]subpathtest.Entry{
+		"app.conf": subpathtest.File(version(v, "app.conf", fileSize)),
+		"conf/a":   subpathtest.File(version(v, "a", dirSize)),
+		"conf/b":   subpathtest.File(version(v, "b", dirSize)),
 	}
 }
 
 // liveSetup is a pod with a configMap volume, a file and a directory subPath of container
 // "ctr1" copied live, and a Follower that reports its updates on a channel.
 type liveSetup struct {
-	k          *kubelet
+	k          *subpathtest.Kubelet
 	vol        string
-	c          *Copies
+	c          *copies.Copies
 	f          *Follower
-	copies     []Copy
+	copies     []copies.Copy
 	updates    chan Update
 	statePath  string
 	fileCopy   string
@@ -83,14 +87,14 @@ type liveSetup struct {
 	goroutines int
 }
 
-func newLiveSetup(t *testing.T, b Budget, first map[string]entry) *liveSetup {
+func newLiveSetup(t *testing.T, b copies.Budget, first map[string]subpathtest.Entry) *liveSetup {
 	t.Helper()
-	k := newKubelet(t)
+	k := subpathtest.NewKubelet(t)
 	s := &liveSetup{k: k, updates: make(chan Update, 1000), goroutines: runtime.NumGoroutine()}
-	s.vol = k.volume(configMap, "cfg", true)
-	k.writeAtomic(s.vol, first)
-	fileT := k.bind(s.vol, "cfg", "app", 0, "app.conf")
-	dirT := k.bind(s.vol, "cfg", "app", 1, "conf")
+	s.vol = k.Volume(subpathtest.ConfigMap, "cfg", true)
+	k.WriteAtomic(s.vol, first)
+	fileT := subpathtest.Bind(k, subpath.ParseTarget, s.vol, "cfg", "app", 0, "app.conf")
+	dirT := subpathtest.Bind(k, subpath.ParseTarget, s.vol, "cfg", "app", 1, "conf")
 	s.c = newCopies(t, k, b)
 	copies, rest, fbs := s.c.CopySources(context.Background(), "ctr1", []string{fileT.Path, dirT.Path})
 	if len(copies) != 2 || len(rest) != 0 || len(fbs) != 0 {
@@ -102,13 +106,13 @@ func newLiveSetup(t *testing.T, b Budget, first map[string]entry) *liveSetup {
 	s.copies = copies
 	s.fileCopy, s.dirCopy = copies[0].Path, copies[1].Path
 	s.statePath = filepath.Join(t.TempDir(), "live.json")
-	s.f = s.c.NewFollower(s.statePath, func(u Update) { s.updates <- u })
+	s.f = NewFollower(s.c, s.statePath, func(u Update) { s.updates <- u })
 	if failed := s.f.Track("ctr1", copies); len(failed) != 0 {
 		t.Fatalf("Track: %v", failed)
 	}
 	t.Cleanup(func() {
 		s.f.Close()
-		must(t, s.c.Remove("ctr1"))
+		subpathtest.Must(t, s.c.Remove("ctr1"))
 	})
 	return s
 }
@@ -142,8 +146,8 @@ func newReader(t *testing.T, fileCopy, dirCopy string) *reader {
 	t.Helper()
 	base := t.TempDir()
 	r := &reader{file: filepath.Join(base, "app.conf"), dir: filepath.Join(base, "conf"), reqs: make(chan func()), done: make(chan struct{})}
-	must(t, os.WriteFile(r.file, nil, 0o644))
-	must(t, os.Mkdir(r.dir, 0o755))
+	subpathtest.Must(t, os.WriteFile(r.file, nil, 0o644))
+	subpathtest.Must(t, os.Mkdir(r.dir, 0o755))
 	ready := make(chan error)
 	go func() {
 		defer close(r.done)
@@ -168,7 +172,7 @@ func newReader(t *testing.T, fileCopy, dirCopy string) *reader {
 			f()
 		}
 	}()
-	must(t, <-ready)
+	subpathtest.Must(t, <-ready)
 	t.Cleanup(r.close)
 	return r
 }
@@ -241,7 +245,7 @@ func readFull(f *os.File, b []byte) (int, error) {
 // mountsHere counts the mounts at path in the calling thread's mount namespace.
 func mountsHere(t *testing.T, path string) int {
 	b, err := os.ReadFile("/proc/thread-self/mountinfo")
-	must(t, err)
+	subpathtest.Must(t, err)
 	n := 0
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
@@ -254,7 +258,7 @@ func mountsHere(t *testing.T, path string) int {
 // tmpfsUsed is what the copy tmpfs holds, in bytes.
 func tmpfsUsed(t *testing.T, dir string) int64 {
 	var st unix.Statfs_t
-	must(t, unix.Statfs(dir, &st))
+	subpathtest.Must(t, unix.Statfs(dir, &st))
 	return int64(st.Blocks-st.Bfree) * st.Bsize
 }
 
@@ -309,7 +313,7 @@ func testFollow100(t *testing.T) {
 	maxHost := 0
 	var held *os.File
 	for v := 1; v <= 100; v++ {
-		s.k.writeAtomic(s.vol, payload(v))
+		s.k.WriteAtomic(s.vol, payload(v))
 		for _, u := range s.wait(t, 2) {
 			if u.Result != UpdateApplied || u.Version != v {
 				t.Fatalf("update %d: %+v", v, u)
@@ -411,10 +415,10 @@ func testFollowBudget(t *testing.T) {
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	s.f.Arm("ctr1", 0)
 	big := payload(1)
-	big["app.conf"] = file(strings.Repeat("x", 128<<10))
-	s.k.writeAtomic(s.vol, big)
+	big["app.conf"] = subpathtest.File(strings.Repeat("x", 128<<10))
+	s.k.WriteAtomic(s.vol, big)
 	got := s.wait(t, 2)
-	if got[0].Result != UpdateOverBudget || !errors.Is(got[0].Err, ErrOverBudget) {
+	if got[0].Result != UpdateOverBudget || !errors.Is(got[0].Err, subpath.ErrOverBudget) {
 		t.Errorf("update of the file subPath beyond the budget: %+v", got[0])
 	}
 	if got[1].Result != UpdateApplied {
@@ -440,12 +444,12 @@ func testFollowSymlinkOut(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	s.f.Arm("ctr1", 0)
-	outFile, outDir := outside(t)
-	for i, hostile := range []map[string]entry{
-		{"app.conf": symlink(outFile), "conf": symlink(outDir)},
-		{"app.conf": symlink("../../../../../../../../.." + outFile), "conf": symlink("../../../../../../../../.." + outDir)},
+	outFile, outDir := subpathtest.Outside(t)
+	for i, hostile := range []map[string]subpathtest.Entry{
+		{"app.conf": subpathtest.Symlink(outFile), "conf": subpathtest.Symlink(outDir)},
+		{"app.conf": subpathtest.Symlink("../../../../../../../../.." + outFile), "conf": subpathtest.Symlink("../../../../../../../../.." + outDir)},
 	} {
-		s.k.writeAtomic(s.vol, hostile)
+		s.k.WriteAtomic(s.vol, hostile)
 		for _, u := range s.wait(t, 2) {
 			if u.Result != UpdateRefused {
 				t.Errorf("hostile update %d: %+v, want refused", i, u)
@@ -472,26 +476,26 @@ func testFollowSymlinkOut(t *testing.T) {
 func testFollowResume(t *testing.T) {
 	s := newLiveSetup(t, bigBudget, payload(0))
 	stale, err := os.ReadFile(s.statePath) // version 0 of both paths
-	must(t, err)
+	subpathtest.Must(t, err)
 	used0 := tmpfsUsed(t, s.c.Dir)
 	r := newReader(t, s.fileCopy, s.dirCopy)
 	s.f.Arm("ctr1", 0)
-	s.k.writeAtomic(s.vol, payload(1))
+	s.k.WriteAtomic(s.vol, payload(1))
 	s.wait(t, 2)
 	held, err := os.Open(s.fileCopy) // version 1, retired by the first agent at the next update
-	must(t, err)
+	subpathtest.Must(t, err)
 	defer held.Close()
-	s.k.writeAtomic(s.vol, payload(2))
+	s.k.WriteAtomic(s.vol, payload(2))
 	s.wait(t, 2)
 	s.f.Close()
-	must(t, os.WriteFile(s.statePath, stale, 0o600))
-	s.k.writeAtomic(s.vol, payload(3)) // missed
+	subpathtest.Must(t, os.WriteFile(s.statePath, stale, 0o600))
+	s.k.WriteAtomic(s.vol, payload(3)) // missed
 	r.do(func() {
 		if v, _ := r.readFile(); v != 2 {
 			t.Errorf("the reader reads version %d with the agent away, want 2", v)
 		}
 	})
-	s.f = s.c.NewFollower(s.statePath, func(u Update) { s.updates <- u })
+	s.f = NewFollower(s.c, s.statePath, func(u Update) { s.updates <- u })
 	n, err := s.f.Resume(map[string]bool{"ctr1": true})
 	if n != 2 || err != nil {
 		t.Fatalf("Resume = %d, %v; want 2 live copies", n, err)
@@ -516,7 +520,7 @@ func testFollowResume(t *testing.T) {
 	if used := tmpfsUsed(t, s.c.Dir); used > used0 {
 		t.Errorf("the copy tmpfs holds %d bytes after resuming, %d with the first copies: want one copy per path", used, used0)
 	}
-	s.k.writeAtomic(s.vol, payload(4))
+	s.k.WriteAtomic(s.vol, payload(4))
 	for _, u := range s.wait(t, 2) {
 		if u.Result != UpdateApplied || u.Version != 4 {
 			t.Errorf("update after resuming: %+v, want version 4 applied", u)
@@ -573,7 +577,7 @@ func testFollowCloseSaves(t *testing.T) {
 	g := gatedLayers{layerOps: s.f.ops, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	s.f.ops = g // before Arm: no update has begun
 	s.f.Arm("ctr1", 0)
-	s.k.writeAtomic(s.vol, payload(1))
+	s.k.WriteAtomic(s.vol, payload(1))
 	select {
 	case <-g.entered:
 	case <-time.After(20 * time.Second):
@@ -587,9 +591,9 @@ func testFollowCloseSaves(t *testing.T) {
 	close(g.release)
 	<-closed
 	b, err := os.ReadFile(s.statePath)
-	must(t, err)
+	subpathtest.Must(t, err)
 	var st stateFile
-	must(t, json.Unmarshal(b, &st))
+	subpathtest.Must(t, json.Unmarshal(b, &st))
 	want := map[string]statePath{
 		s.fileCopy: {Version: 1, Current: s.fileCopy + ".v1"},
 		s.dirCopy:  {Version: 0, Data: s.copies[1].Data},

@@ -1,4 +1,4 @@
-package subpath
+package copies
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
 )
 
 // selinuxXattr is the SELinux label, kept on copies where the source has one.
@@ -19,23 +21,38 @@ const selinuxXattr = "security.selinux"
 // after the type check opens at once and is refused by its type), never a controlling tty.
 const copyFlags = unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 
-// inTree is how an entry below a copied directory is opened, relative to its parent: a symlink
+// InTree is how an entry below a copied directory is opened, relative to its parent: a symlink
 // is copied as a symlink, never followed.
-const inTree = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+const InTree = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+
+// treeCopier copies what a copy reads; system is the running host's.
+type treeCopier interface {
+	// CopyTree copies the regular file or directory want, which rel names below dir, to the
+	// new path dst, keeping mode, owner and SELinux label, opening nothing but regular files
+	// and directories, without blocking and following no symlink below want. charge is told
+	// each entry's cost before it is written and stops the copy with its error; ctx is
+	// checked before each entry.
+	CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(cost int64) error) error
+}
+
+// system is treeCopier on the running host.
+type system struct{}
+
+var _ treeCopier = system{}
 
 // CopyTree copies the regular file or directory want, which rel (..data/<key>) names below
 // the volume directory dir, to dst, which must not exist: the content, mode, owner and
 // SELinux label of every entry. The object is opened again from dir through the timestamp
 // directory ..data names, with openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
 // RESOLVE_NO_MAGICLINKS and O_NONBLOCK, and must be the inode want is (else the volume changed
-// in between: errChanged); every entry below it is opened the same way relative to its parent. Only regular files and
+// in between: subpath.ErrChanged); every entry below it is opened the same way relative to its parent. Only regular files and
 // directories are opened; a symlink inside a directory is copied as a symlink; anything else
-// (FIFO, socket, device) is ErrNotRegular. charge is called before each entry is written
-// with what it costs (entryCost) and stops the copy with its error. ctx is checked before each
+// (FIFO, socket, device) is subpath.ErrNotRegular. charge is called before each entry is written
+// with what it costs (EntryCost) and stops the copy with its error. ctx is checked before each
 // entry. What was written is left for the caller to remove.
-func (Live) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst string, charge func(cost int64) error) error {
+func (system) CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(cost int64) error) error {
 	if want.Mode != unix.S_IFREG && want.Mode != unix.S_IFDIR {
-		return fmt.Errorf("%s is a %s: %w", want.Name, typeName(want.Mode), ErrNotRegular)
+		return fmt.Errorf("%s is a %s: %w", want.Name, subpath.TypeName(want.Mode), subpath.ErrNotRegular)
 	}
 	flags := uint64(copyFlags)
 	if want.IsDir() {
@@ -44,21 +61,21 @@ func (Live) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst
 	// No symlink is followed: the atomic writer's ..data link is read here (it must name a
 	// ..<timestamp> directory of the volume), and below it nothing is a symlink.
 	var data [256]byte
-	n, err := unix.Readlinkat(dir.fd, "..data", data[:])
+	n, err := unix.Readlinkat(dir.FD(), "..data", data[:])
 	if err != nil {
 		return &fs.PathError{Op: "readlink", Path: dir.Name + "/..data", Err: err}
 	}
-	real, err := throughData(rel, string(data[:n]))
+	real, err := subpath.ThroughData(rel, string(data[:n]))
 	if err != nil {
 		return fmt.Errorf("%s: %w", want.Name, err)
 	}
-	fd, err := openat2(dir.fd, real, &unix.OpenHow{Flags: flags, Resolve: inTree})
+	fd, err := subpath.Openat2(dir.FD(), real, &unix.OpenHow{Flags: flags, Resolve: InTree})
 	if err != nil {
 		return &fs.PathError{Op: "openat2", Path: want.Name, Err: err}
 	}
-	now, err := statFD(fd, want.Name)
+	now, err := subpath.StatFD(fd, want.Name)
 	if err == nil && (now.Dev != want.Dev || now.Ino != want.Ino) {
-		err = fmt.Errorf("%s was replaced after it was checked: %w", want.Name, errChanged)
+		err = fmt.Errorf("%s was replaced after it was checked: %w", want.Name, subpath.ErrChanged)
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -69,19 +86,6 @@ func (Live) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst
 		return c.dir(fd, want.Name, dst)
 	}
 	return c.file(fd, want.Name, dst)
-}
-
-// openat2 retries on EAGAIN, which RESOLVE_BENEATH returns when a rename or mount raced the
-// lookup and the kernel could not prove it safe.
-func openat2(dirfd int, rel string, how *unix.OpenHow) (int, error) {
-	var fd int
-	var err error
-	for range 16 {
-		if fd, err = unix.Openat2(dirfd, rel, how); err != unix.EAGAIN {
-			break
-		}
-	}
-	return fd, err
 }
 
 type copier struct {
@@ -106,9 +110,9 @@ func (c *copier) file(fd int, name, dst string) error {
 		return &fs.PathError{Op: "fstat", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s is a %s: %w", name, typeName(st.Mode), ErrNotRegular)
+		return fmt.Errorf("%s is a %s: %w", name, subpath.TypeName(st.Mode), subpath.ErrNotRegular)
 	}
-	if err := c.charge(entryCost(st.Size)); err != nil {
+	if err := c.charge(EntryCost(st.Size)); err != nil {
 		return err
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
@@ -132,9 +136,9 @@ func (c *copier) dir(fd int, name, dst string) error {
 		return &fs.PathError{Op: "fstat", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("%s is a %s: %w", name, typeName(st.Mode), ErrNotRegular)
+		return fmt.Errorf("%s is a %s: %w", name, subpath.TypeName(st.Mode), subpath.ErrNotRegular)
 	}
-	if err := c.charge(pageSize); err != nil {
+	if err := c.charge(PageSize); err != nil {
 		return err
 	}
 	if err := os.Mkdir(dst, 0o700); err != nil {
@@ -172,7 +176,7 @@ func (c *copier) entry(dirfd int, name, e, dst string) error {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			flags |= unix.O_DIRECTORY
 		}
-		fd, err := openat2(dirfd, e, &unix.OpenHow{Flags: flags, Resolve: inTree})
+		fd, err := subpath.Openat2(dirfd, e, &unix.OpenHow{Flags: flags, Resolve: InTree})
 		if err != nil {
 			return &fs.PathError{Op: "openat2", Path: name, Err: err}
 		}
@@ -181,7 +185,7 @@ func (c *copier) entry(dirfd int, name, e, dst string) error {
 		}
 		return c.file(fd, name, dst)
 	case unix.S_IFLNK:
-		if err := c.charge(pageSize); err != nil {
+		if err := c.charge(PageSize); err != nil {
 			return err
 		}
 		buf := make([]byte, unix.PathMax)
@@ -194,7 +198,7 @@ func (c *copier) entry(dirfd int, name, e, dst string) error {
 		}
 		return os.Lchown(dst, int(st.Uid), int(st.Gid))
 	}
-	return fmt.Errorf("%s is a %s: %w", name, typeName(st.Mode), ErrNotRegular)
+	return fmt.Errorf("%s is a %s: %w", name, subpath.TypeName(st.Mode), subpath.ErrNotRegular)
 }
 
 // keepAttrs gives the copy at out the owner, mode and SELinux label of the source at in.

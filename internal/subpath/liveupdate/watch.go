@@ -1,4 +1,4 @@
-package subpath
+package liveupdate
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package subpath
+package liveupdate
 
 import (
 	"os"
@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
 // Old versions of live copies.
@@ -32,7 +35,7 @@ type retiredCopy struct {
 	ctr, pod string
 	path     string // the version's path (for the base: the live copy's path)
 	base     bool
-	used     usage
+	used     copies.Usage
 	// measure says used is not known (a version an earlier agent left): it is what the
 	// version holds, counted as the copier charges.
 	measure bool
@@ -49,7 +52,7 @@ const retireGrace = 200 * time.Millisecond
 // for at once: those nobody holds are unlinked (a directory's entries must stay while a
 // process holds the directory open, to be opened relative to it).
 func (f *Follower) retire(old retiredCopy) {
-	var held usage
+	var held copies.Usage
 	old.inodes, held = f.measure(old.path)
 	if old.measure {
 		old.used = held
@@ -78,10 +81,10 @@ func (f *Follower) rel(path string) string {
 
 // measure lists the inodes of the copy at path (for a live copy's path, its base's own
 // content) and what they hold, counted as the copier charges them.
-func (f *Follower) measure(path string) (map[uint64]bool, usage) {
+func (f *Follower) measure(path string) (map[uint64]bool, copies.Usage) {
 	raw, err := f.rawTree()
 	if err != nil {
-		return nil, usage{}
+		return nil, copies.Usage{}
 	}
 	defer unix.Close(raw)
 	return inodesBelow(raw, f.rel(path))
@@ -89,9 +92,9 @@ func (f *Follower) measure(path string) (map[uint64]bool, usage) {
 
 // inodesBelow lists the inode numbers of rel below dirfd and everything below it, and what
 // they hold as the copier charges them (entryCost per entry).
-func inodesBelow(dirfd int, rel string) (map[uint64]bool, usage) {
+func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 	inodes := map[uint64]bool{}
-	var used usage
+	var used copies.Usage
 	var walk func(dirfd int, name string, depth int)
 	walk = func(dirfd int, name string, depth int) {
 		var st unix.Stat_t
@@ -103,12 +106,12 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, usage) {
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			size = st.Size
 		}
-		used.bytes += entryCost(size)
-		used.entries++
+		used.Bytes += copies.EntryCost(size)
+		used.Entries++
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || depth > 64 {
 			return
 		}
-		fd, err := openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: inTree})
+		fd, err := subpath.Openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: copies.InTree})
 		if err != nil {
 			return
 		}
@@ -158,11 +161,11 @@ func (f *Follower) scan() {
 		used := r.used
 		if r.base {
 			f.emptyBase(r)
-			used.bytes, used.entries = max(used.bytes-pageSize, 0), max(used.entries-1, 0)
+			used.Bytes, used.Entries = max(used.Bytes-copies.PageSize, 0), max(used.Entries-1, 0)
 		} else {
 			_ = os.RemoveAll(r.path)
 		}
-		f.copier().release(r.ctr, r.pod, used)
+		f.copier().Release(r.ctr, r.pod, used)
 	}
 	f.mu.Lock()
 	f.retired = slices.DeleteFunc(f.retired, func(r *retiredCopy) bool { return slices.Contains(free, r) })
@@ -192,13 +195,13 @@ func (f *Follower) emptyBase(r *retiredCopy) {
 		return
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
-		fd, err := openat2(raw, rel, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_TRUNC | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK, Resolve: inTree})
+		fd, err := subpath.Openat2(raw, rel, &unix.OpenHow{Flags: unix.O_WRONLY | unix.O_TRUNC | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK, Resolve: copies.InTree})
 		if err == nil {
 			unix.Close(fd)
 		}
 		return
 	}
-	fd, err := openat2(raw, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: inTree})
+	fd, err := subpath.Openat2(raw, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: copies.InTree})
 	if err != nil {
 		return
 	}
@@ -222,7 +225,7 @@ func removeEntriesAt(dirfd, depth int) {
 		if depth > 64 {
 			continue
 		}
-		fd, err := openat2(dirfd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: inTree})
+		fd, err := subpath.Openat2(dirfd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: copies.InTree})
 		if err != nil {
 			continue
 		}

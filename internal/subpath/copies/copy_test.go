@@ -1,4 +1,4 @@
-package subpath
+package copies
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
@@ -35,9 +38,9 @@ func TestCopiesInNamespace(t *testing.T) {
 // bigBudget lets every test copy what it makes unless it tests the budget.
 var bigBudget = Budget{PodBytes: 64 << 20, PodEntries: 100_000, NodeBytes: 256 << 20, NodeEntries: 200_000}
 
-func newCopies(t *testing.T, k *kubelet, b Budget) *Copies {
+func newCopies(t *testing.T, k *subpathtest.Kubelet, b Budget) *Copies {
 	t.Helper()
-	return NewRepairer(k.root).Copies(copyDir(t), b)
+	return New(subpath.NewRepairer(k.Root), copyDir(t), b)
 }
 
 // copyDir is a directory for copies; its tmpfs is unmounted when the test ends.
@@ -60,11 +63,11 @@ func entriesBelow(t *testing.T, dir string) int {
 		}
 		return err
 	})
-	must(t, err)
+	subpathtest.Must(t, err)
 	return n
 }
 
-func reasons(fs []Fallback) []string {
+func reasons(fs []subpath.Fallback) []string {
 	var rs []string
 	for _, f := range fs {
 		rs = append(rs, f.Reason)
@@ -80,30 +83,30 @@ func reasons(fs []Fallback) []string {
 // Only the configMap key is copied. A stale hostPath bind cannot be repaired (nothing proves
 // where it came from): it is a Fallback, not an error.
 func testLayoutDecides(t *testing.T) {
-	k := newKubelet(t)
-	cm := k.volume(configMap, "cfg", false)
-	k.writeAtomic(cm, map[string]entry{"app.conf": file("v1")})
-	_, host := outside(t)
-	must(t, os.Mkdir(filepath.Join(host, "d"), 0o755))
-	pv := filepath.Join(k.volume(csi, "pvc-0f5a4c1e", false), "mount")
-	must(t, os.MkdirAll(filepath.Join(pv, "sub"), 0o755))
-	scratch := k.volume(emptyDir, "scratch", false)
-	must(t, os.WriteFile(filepath.Join(scratch, "f"), []byte("e"), 0o644))
-	cmT := k.bind(cm, "cfg", "app", 0, "app.conf")
-	hostFile := k.bind(host, "host", "app", 1, "secret.txt")
-	hostDir := k.bind(host, "host", "app", 2, "d")
-	pvc := k.bind(pv, "data", "app", 3, "sub")
-	empty := k.bind(scratch, "scratch", "app", 4, "f")
+	k := subpathtest.NewKubelet(t)
+	cm := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	k.WriteAtomic(cm, map[string]subpathtest.Entry{"app.conf": subpathtest.File("v1")})
+	_, host := subpathtest.Outside(t)
+	subpathtest.Must(t, os.Mkdir(filepath.Join(host, "d"), 0o755))
+	pv := filepath.Join(k.Volume(subpathtest.CSI, "pvc-0f5a4c1e", false), "mount")
+	subpathtest.Must(t, os.MkdirAll(filepath.Join(pv, "sub"), 0o755))
+	scratch := k.Volume(subpathtest.EmptyDir, "scratch", false)
+	subpathtest.Must(t, os.WriteFile(filepath.Join(scratch, "f"), []byte("e"), 0o644))
+	cmT := subpathtest.Bind(k, subpath.ParseTarget, cm, "cfg", "app", 0, "app.conf")
+	hostFile := subpathtest.Bind(k, subpath.ParseTarget, host, "host", "app", 1, "secret.txt")
+	hostDir := subpathtest.Bind(k, subpath.ParseTarget, host, "host", "app", 2, "d")
+	pvc := subpathtest.Bind(k, subpath.ParseTarget, pv, "data", "app", 3, "sub")
+	empty := subpathtest.Bind(k, subpath.ParseTarget, scratch, "scratch", "app", 4, "f")
 	c := newCopies(t, k, bigBudget)
 
 	sources := []string{cmT.Path, hostFile.Path, hostDir.Path, pvc.Path, empty.Path, "/not/a/subpath"}
 	copies, rest, fallbacks := c.CopySources(context.Background(), "ctr", sources)
-	if len(copies) != 1 || copies[0].Target != cmT || show(t, copies[0].Path) != "v1" {
+	if len(copies) != 1 || copies[0].Target != cmT || subpathtest.Show(t, copies[0].Path) != "v1" {
 		t.Errorf("copies = %+v, want one of the configMap key reading v1", copies)
 	}
 	// The node pool is a tmpfs bounded in bytes and in inodes (size= alone bounds no inode).
 	var sfs unix.Statfs_t
-	must(t, unix.Statfs(c.Dir, &sfs))
+	subpathtest.Must(t, unix.Statfs(c.Dir, &sfs))
 	if sfs.Type != unix.TMPFS_MAGIC || int64(sfs.Blocks)*sfs.Bsize != bigBudget.NodeBytes || int64(sfs.Files) != bigBudget.NodeEntries {
 		t.Errorf("the copy dir is fs %#x of %d bytes and %d inodes, want a tmpfs of %d and %d",
 			sfs.Type, int64(sfs.Blocks)*sfs.Bsize, sfs.Files, bigBudget.NodeBytes, bigBudget.NodeEntries)
@@ -120,11 +123,11 @@ func testLayoutDecides(t *testing.T) {
 	}
 
 	// The hostPath file is replaced: kubelet's bind is stale and stays so.
-	must(t, os.Remove(filepath.Join(host, "secret.txt")))
-	must(t, os.WriteFile(filepath.Join(host, "secret.txt"), []byte("new"), 0o644))
+	subpathtest.Must(t, os.Remove(filepath.Join(host, "secret.txt")))
+	subpathtest.Must(t, os.WriteFile(filepath.Join(host, "secret.txt"), []byte("new"), 0o644))
 	repairs, fallbacks, err = c.r.RepairSources(rest)
-	if len(repairs) != 0 || err != nil || len(fallbacks) != 1 || fallbacks[0].Target != hostFile || fallbacks[0].Reason != ReasonUnknownVolume {
-		t.Errorf("RepairSources of a stale hostPath bind = %v, %v, %v; want one %s fallback for %s", repairs, fallbacks, err, ReasonUnknownVolume, hostFile.Path)
+	if len(repairs) != 0 || err != nil || len(fallbacks) != 1 || fallbacks[0].Target != hostFile || fallbacks[0].Reason != subpath.ReasonUnknownVolume {
+		t.Errorf("RepairSources of a stale hostPath bind = %v, %v, %v; want one %s fallback for %s", repairs, fallbacks, err, subpath.ReasonUnknownVolume, hostFile.Path)
 	}
 	if stale, err := c.r.Stale(hostFile); !stale || err != nil {
 		t.Errorf("the stale hostPath bind was touched: Stale = %v, %v", stale, err)
@@ -133,18 +136,18 @@ func testLayoutDecides(t *testing.T) {
 
 // projectedPod makes a pod (uid) with a projected volume of files keys of size bytes each,
 // and n binds of its ..data directory (subPath: ..data), as kubelet allows.
-func projectedPod(t *testing.T, k *kubelet, uid string, keys, size, n int) []string {
+func projectedPod(t *testing.T, k *subpathtest.Kubelet, uid string, keys, size, n int) []string {
 	t.Helper()
-	k.uid = uid
-	vol := k.volume(projected, "all", false)
-	files := map[string]entry{}
+	k.UID = uid
+	vol := k.Volume(subpathtest.Projected, "all", false)
+	files := map[string]subpathtest.Entry{}
 	for i := range keys {
-		files[fmt.Sprintf("cm%02d", i)] = file(strings.Repeat("x", size))
+		files[fmt.Sprintf("cm%02d", i)] = subpathtest.File(strings.Repeat("x", size))
 	}
-	k.writeAtomic(vol, files)
+	k.WriteAtomic(vol, files)
 	var sources []string
 	for i := range n {
-		sources = append(sources, k.bind(vol, "all", "app", i, "..data").Path)
+		sources = append(sources, subpathtest.Bind(k, subpath.ParseTarget, vol, "all", "app", i, "..data").Path)
 	}
 	return sources
 }
@@ -153,16 +156,16 @@ func projectedPod(t *testing.T, k *kubelet, uid string, keys, size, n int) []str
 // kubelet's bind for the others (over_budget), leaving nothing of the copy that did not fit;
 // another pod still gets its copy; Remove returns the charge.
 func testPodBudget(t *testing.T) {
-	k := newKubelet(t)
+	k := subpathtest.NewKubelet(t)
 	b := Budget{PodBytes: 8 << 20, PodEntries: 1000, NodeBytes: 64 << 20, NodeEntries: 10_000}
 	c := newCopies(t, k, b)
 	// 4 keys of 1 MB: one copy costs 4 MiB and a page for the directory, so one fits.
 	attack := projectedPod(t, k, "uid-attacker", 4, 1_048_000, 4)
 	copies, _, fallbacks := c.CopySources(context.Background(), "attacker", attack)
-	if len(copies) != 1 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget, ReasonOverBudget, ReasonOverBudget}) {
+	if len(copies) != 1 || !slices.Equal(reasons(fallbacks), []string{subpath.ReasonOverBudget, subpath.ReasonOverBudget, subpath.ReasonOverBudget}) {
 		t.Fatalf("attacker: %d copies, fallbacks %v; want 1 copy and 3 over_budget", len(copies), reasons(fallbacks))
 	}
-	if want := int64(4<<20 + pageSize); copies[0].Bytes != want || copies[0].Entries != 5 {
+	if want := int64(4<<20 + PageSize); copies[0].Bytes != want || copies[0].Entries != 5 {
 		t.Errorf("the copy was charged %d bytes in %d entries, want %d in 5", copies[0].Bytes, copies[0].Entries, want)
 	}
 	if !strings.Contains(fallbacks[0].Error(), "podBytes 8388608") {
@@ -172,16 +175,16 @@ func testPodBudget(t *testing.T) {
 		t.Errorf("%d entries below the attacker's copies, want 6 (the volume's directory, the copy and its 4 files): the copies that did not fit left something", n)
 	}
 
-	k.uid = "uid-victim"
-	cm := k.volume(configMap, "cfg", false)
-	k.writeAtomic(cm, map[string]entry{"app.conf": file("victim")})
-	victim := k.bind(cm, "cfg", "app", 0, "app.conf")
+	k.UID = "uid-victim"
+	cm := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	k.WriteAtomic(cm, map[string]subpathtest.Entry{"app.conf": subpathtest.File("victim")})
+	victim := subpathtest.Bind(k, subpath.ParseTarget, cm, "cfg", "app", 0, "app.conf")
 	copies, _, fallbacks = c.CopySources(context.Background(), "victim", []string{victim.Path})
-	if len(copies) != 1 || len(fallbacks) != 0 || show(t, copies[0].Path) != "victim" {
+	if len(copies) != 1 || len(fallbacks) != 0 || subpathtest.Show(t, copies[0].Path) != "victim" {
 		t.Errorf("victim: copies %+v, fallbacks %v; want its copy", copies, fallbacks)
 	}
 
-	must(t, c.Remove("attacker"))
+	subpathtest.Must(t, c.Remove("attacker"))
 	copies, _, fallbacks = c.CopySources(context.Background(), "attacker-2", attack[:1])
 	if len(copies) != 1 || len(fallbacks) != 0 {
 		t.Errorf("after Remove the attacker pod's budget is not returned: copies %d, fallbacks %v", len(copies), fallbacks)
@@ -190,32 +193,32 @@ func testPodBudget(t *testing.T) {
 
 // emptyKeys makes a configMap volume "many" of n empty keys and binds its ..data directory
 // (subPath: ..data).
-func emptyKeys(k *kubelet, n int) Target {
-	vol := k.volume(configMap, "many", false)
-	files := make(map[string]entry, n)
+func emptyKeys(k *subpathtest.Kubelet, n int) subpath.Target {
+	vol := k.Volume(subpathtest.ConfigMap, "many", false)
+	files := make(map[string]subpathtest.Entry, n)
 	for i := range n {
-		files[fmt.Sprintf("k%05d", i)] = file("")
+		files[fmt.Sprintf("k%05d", i)] = subpathtest.File("")
 	}
-	k.writeAtomic(vol, files)
-	return k.bind(vol, "many", "app", 0, "..data")
+	k.WriteAtomic(vol, files)
+	return subpathtest.Bind(k, subpath.ParseTarget, vol, "many", "app", 0, "..data")
 }
 
 // testEntriesCost: 100 empty keys cost 100 pages and 100 entries: past podEntries, the copy
 // falls back although it holds no byte.
 func testEntriesCost(t *testing.T) {
-	k := newKubelet(t)
+	k := subpathtest.NewKubelet(t)
 	src := emptyKeys(k, 100)
 	c := newCopies(t, k, Budget{PodBytes: 1 << 20, PodEntries: 50, NodeBytes: 8 << 20, NodeEntries: 1000})
 	copies, _, fallbacks := c.CopySources(context.Background(), "ctr", []string{src.Path})
-	if len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget}) {
+	if len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{subpath.ReasonOverBudget}) {
 		t.Errorf("100 empty keys, podEntries 50: copies %d, fallbacks %v; want over_budget", len(copies), fallbacks)
 	}
 	if n := entriesBelow(t, c.Dir); n != 0 {
 		t.Errorf("%d entries left below %s, want 0", n, c.Dir)
 	}
-	c = newCopies(t, k, Budget{PodBytes: 200 * pageSize, PodEntries: 1000, NodeBytes: 8 << 20, NodeEntries: 1000})
+	c = newCopies(t, k, Budget{PodBytes: 200 * PageSize, PodEntries: 1000, NodeBytes: 8 << 20, NodeEntries: 1000})
 	copies, _, fallbacks = c.CopySources(context.Background(), "ctr", []string{src.Path})
-	if len(copies) != 1 || len(fallbacks) != 0 || copies[0].Bytes != 101*pageSize {
+	if len(copies) != 1 || len(fallbacks) != 0 || copies[0].Bytes != 101*PageSize {
 		t.Errorf("100 empty keys: copies %+v, fallbacks %v; want one copy charged 101 pages", copies, fallbacks)
 	}
 }
@@ -223,33 +226,33 @@ func testEntriesCost(t *testing.T) {
 // testBudgetAfterReload: a Copies made for the same directory (a reload, a restart) counts
 // what the pods' copies hold already.
 func testBudgetAfterReload(t *testing.T) {
-	k := newKubelet(t)
+	k := subpathtest.NewKubelet(t)
 	b := Budget{PodBytes: 8 << 20, PodEntries: 1000, NodeBytes: 64 << 20, NodeEntries: 10_000}
 	c := newCopies(t, k, b)
 	srcs := projectedPod(t, k, "uid-a", 4, 1_048_000, 2)
 	if copies, _, fallbacks := c.CopySources(context.Background(), "one", srcs[:1]); len(copies) != 1 || len(fallbacks) != 0 {
 		t.Fatalf("first copy: %d, %v", len(copies), fallbacks)
 	}
-	again := NewRepairer(k.root).Copies(c.Dir, b)
-	if copies, _, fallbacks := again.CopySources(context.Background(), "two", srcs[1:]); len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonOverBudget}) {
+	again := New(subpath.NewRepairer(k.Root), c.Dir, b)
+	if copies, _, fallbacks := again.CopySources(context.Background(), "two", srcs[1:]); len(copies) != 0 || !slices.Equal(reasons(fallbacks), []string{subpath.ReasonOverBudget}) {
 		t.Errorf("after a reload the pod's earlier copy is not counted: copies %d, fallbacks %v", len(copies), reasons(fallbacks))
 	}
-	must(t, again.Remove("one")) // copied before this Copies was made: found by its ID
+	subpathtest.Must(t, again.Remove("one")) // copied before this Copies was made: found by its ID
 	if _, err := os.Stat(filepath.Join(c.Dir, "uid-a")); !os.IsNotExist(err) {
 		t.Errorf("Remove of a container copied before the reload left its pod's directory: %v", err)
 	}
 }
 
-// cancellingHost cancels the copy's context once it has charged after entries.
-type cancellingHost struct {
-	Live
+// cancellingTree cancels the copy's context once it has charged after entries.
+type cancellingTree struct {
+	system
 	cancel  context.CancelFunc
 	after   int
 	charged int
 }
 
-func (h *cancellingHost) CopyTree(ctx context.Context, dir *Node, rel string, want *Node, dst string, charge func(int64) error) error {
-	return h.Live.CopyTree(ctx, dir, rel, want, dst, func(cost int64) error {
+func (h *cancellingTree) CopyTree(ctx context.Context, dir *subpath.Node, rel string, want *subpath.Node, dst string, charge func(int64) error) error {
+	return h.system.CopyTree(ctx, dir, rel, want, dst, func(cost int64) error {
 		if h.charged++; h.charged == h.after {
 			h.cancel()
 		}
@@ -261,15 +264,16 @@ func (h *cancellingHost) CopyTree(ctx context.Context, dir *Node, rel string, wa
 // stops at the next entry and removes what it wrote, and returns its charge; before the fix
 // it went on writing into the copy directory until the whole volume was copied.
 func testGivenUp(t *testing.T) {
-	k := newKubelet(t)
+	k := subpathtest.NewKubelet(t)
 	src := emptyKeys(k, 2000)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	host := &cancellingHost{cancel: cancel, after: 500}
-	c := NewRepairerWith(k.root, host).Copies(copyDir(t), bigBudget)
+	host := &cancellingTree{cancel: cancel, after: 500}
+	c := New(subpath.NewRepairer(k.Root), copyDir(t), bigBudget)
+	c.tree = host
 	goroutines := runtime.NumGoroutine()
 	copies, rest, fallbacks := c.CopySources(ctx, "ctr", []string{src.Path})
-	if len(copies) != 0 || len(rest) != 0 || !slices.Equal(reasons(fallbacks), []string{ReasonTimeout}) {
+	if len(copies) != 0 || len(rest) != 0 || !slices.Equal(reasons(fallbacks), []string{subpath.ReasonTimeout}) {
 		t.Fatalf("a copy given up: copies %d, rest %v, fallbacks %v; want one timeout fallback", len(copies), rest, fallbacks)
 	}
 	if host.charged != host.after {
@@ -278,7 +282,7 @@ func testGivenUp(t *testing.T) {
 	if n := entriesBelow(t, c.Dir); n != 0 {
 		t.Errorf("%d entries left below %s after the copy was given up, want 0", n, c.Dir)
 	}
-	if u := c.pods[k.uid]; u != nil {
+	if u := c.pods[k.UID]; u != nil {
 		t.Errorf("the given-up copy's charge stays: %+v", *u)
 	}
 	if after := runtime.NumGoroutine(); after > goroutines {
@@ -289,18 +293,18 @@ func testGivenUp(t *testing.T) {
 // testFIFO is issue 23's third finding: a FIFO at a subPath, or below a subPath directory, is
 // never opened (before the fix open blocked forever): the subPath keeps kubelet's bind.
 func testFIFO(t *testing.T) {
-	k := newKubelet(t)
-	vol := k.volume(configMap, "cfg", false)
-	ts := k.writeAtomic(vol, map[string]entry{"d/x": file("x"), "app.conf": file("a")})
-	must(t, syscall.Mkfifo(filepath.Join(vol, ts, "pipe"), 0o644))
-	must(t, os.Symlink("..data/pipe", filepath.Join(vol, "pipe")))
-	must(t, syscall.Mkfifo(filepath.Join(vol, ts, "d", "pipe"), 0o644))
-	atKey := k.bind(vol, "cfg", "app", 0, "pipe")
-	inDir := k.bind(vol, "cfg", "app", 1, "d")
+	k := subpathtest.NewKubelet(t)
+	vol := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	ts := k.WriteAtomic(vol, map[string]subpathtest.Entry{"d/x": subpathtest.File("x"), "app.conf": subpathtest.File("a")})
+	subpathtest.Must(t, syscall.Mkfifo(filepath.Join(vol, ts, "pipe"), 0o644))
+	subpathtest.Must(t, os.Symlink("..data/pipe", filepath.Join(vol, "pipe")))
+	subpathtest.Must(t, syscall.Mkfifo(filepath.Join(vol, ts, "d", "pipe"), 0o644))
+	atKey := subpathtest.Bind(k, subpath.ParseTarget, vol, "cfg", "app", 0, "pipe")
+	inDir := subpathtest.Bind(k, subpath.ParseTarget, vol, "cfg", "app", 1, "d")
 	c := newCopies(t, k, bigBudget)
 	type result struct {
 		copies    []Copy
-		fallbacks []Fallback
+		fallbacks []subpath.Fallback
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -309,11 +313,11 @@ func testFIFO(t *testing.T) {
 	}()
 	select {
 	case r := <-done:
-		if len(r.copies) != 0 || !slices.Equal(reasons(r.fallbacks), []string{ReasonNotRegular, ReasonNotRegular}) {
+		if len(r.copies) != 0 || !slices.Equal(reasons(r.fallbacks), []string{subpath.ReasonNotRegular, subpath.ReasonNotRegular}) {
 			t.Errorf("FIFOs: copies %d, fallbacks %v; want two not_regular", len(r.copies), r.fallbacks)
 		}
 		for _, f := range r.fallbacks {
-			if !errors.Is(f.Err, ErrNotRegular) || !strings.Contains(f.Error(), "fifo") {
+			if !errors.Is(f.Err, subpath.ErrNotRegular) || !strings.Contains(f.Error(), "fifo") {
 				t.Errorf("fallback %q does not say it met a fifo", f.Error())
 			}
 		}

@@ -1,4 +1,4 @@
-package subpath
+package liveupdate
 
 import (
 	"context"
@@ -11,23 +11,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Live subPath updates (issue 25, kubernetes #50345).
-//
-// A live copy follows its volume: when kubelet's atomic writer renames ..data over to new
-// content, the Follower makes a new versioned copy of what the subPath names now, with the
-// same safe resolution and budget as the first copy, and puts it as a mount layer on the
-// copy's path, which propagates into the container (layers.go). One inotify instance watches
-// every volume directory with live copies; one worker per volume applies its updates, one at
-// a time and coalesced: a worker woken several times while it copies copies once more, the
-// newest ..data. All live copies of one volume (every container, every subPath) are switched
-// in one pass, one after the other: each path switches atomically, the set does not.
-//
-// Every live copy of a container goes with it (Stop, Remove): its watch, and its worker when
-// it was the volume's last. An old version is detached at once; it stays, charged to the
-// pod's budget and shown as retired, until a scan of /proc finds nobody holding it, and is
-// removed then (retired.go).
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
+)
 
 // Results of an update, the label of mountkeeper_live_subpath_updates_total.
 const (
@@ -43,8 +30,8 @@ var UpdateResults = []string{UpdateApplied, UpdateOverBudget, UpdateRefused, Upd
 // Update is one update of one live copy, for the front end's log line and metrics.
 type Update struct {
 	Container string
-	Copy      Copy // the live copy; Copy.Path is its path in the container's mount
-	Version   int  // the version now shown (on UpdateApplied)
+	Copy      copies.Copy // the live copy; Copy.Path is its path in the container's mount
+	Version   int         // the version now shown (on UpdateApplied)
 	Result    string
 	Err       error
 }
@@ -54,7 +41,7 @@ const updateTimeout = 10 * time.Second
 
 // Follower makes live copies follow their volumes.
 type Follower struct {
-	copies    *Copies
+	copies    *copies.Copies
 	ops       layerOps
 	statePath string
 	onUpdate  func(Update)
@@ -82,17 +69,17 @@ type Follower struct {
 // livePath is one live copy.
 type livePath struct {
 	ctr      string
-	cp       Copy   // the first copy: cp.Path is the base
-	baseRoot string // the base mount's root within the copy tmpfs
+	cp       copies.Copy // the first copy: cp.Path is the base
+	baseRoot string      // the base mount's root within the copy tmpfs
 	mu       sync.Mutex
 	// Guarded by mu:
-	armed   bool   // the container's runtime bound the path: updates may go on
-	gone    bool   // no longer followed
-	version int    // the version shown, 0 the first copy
-	last    int    // the highest version number used (the next is last+1): P.v<n> may exist up to it
-	current string // the version's path, "" the base itself
-	used    usage  // what the version shown was charged
-	data    string // what ..data named when the version shown was copied
+	armed   bool         // the container's runtime bound the path: updates may go on
+	gone    bool         // no longer followed
+	version int          // the version shown, 0 the first copy
+	last    int          // the highest version number used (the next is last+1): P.v<n> may exist up to it
+	current string       // the version's path, "" the base itself
+	used    copies.Usage // what the version shown was charged
+	data    string       // what ..data named when the version shown was copied
 }
 
 func (lp *livePath) versionPath(v int) string { return fmt.Sprintf("%s.v%d", lp.cp.Path, v) }
@@ -114,10 +101,10 @@ func (vw *volWorker) end() {
 
 // NewFollower returns a Follower of the copies c makes, recording its live copies in
 // statePath; onUpdate is told each update (nil: nobody).
-func (c *Copies) NewFollower(statePath string, onUpdate func(Update)) *Follower {
+func NewFollower(c *copies.Copies, statePath string, onUpdate func(Update)) *Follower {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Follower{
-		copies: c, ops: liveLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
+		copies: c, ops: systemLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
 		paths: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
 		pids: map[string]uint32{}, userns: map[string]int{},
 		scanInterval: 2 * time.Second,
@@ -134,25 +121,25 @@ func (f *Follower) Dir() string { return f.copier().Dir }
 
 // UseCopies makes f charge and copy through c from now on: the copier of a config reloaded
 // with the same copy directory (and maybe other budgets).
-func (f *Follower) UseCopies(c *Copies) {
+func (f *Follower) UseCopies(c *copies.Copies) {
 	f.mu.Lock()
 	f.copies = c
 	f.mu.Unlock()
 }
 
-func (f *Follower) copier() *Copies {
+func (f *Follower) copier() *copies.Copies {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.copies
 }
 
-// Track makes container id's live copies among copies follow their volumes once the
+// Track makes container id's live copies among cps follow their volumes once the
 // container runs (Arm): each copy's path becomes a mount point of its own now, before the
 // runtime binds it. It returns the copies it could not make live, with why; they stay
 // static copies, which the front end binds as before.
-func (f *Follower) Track(id string, copies []Copy) map[string]error {
+func (f *Follower) Track(id string, cps []copies.Copy) map[string]error {
 	failed := map[string]error{}
-	for _, cp := range copies {
+	for _, cp := range cps {
 		if !cp.Live {
 			continue
 		}
@@ -164,7 +151,7 @@ func (f *Follower) Track(id string, copies []Copy) map[string]error {
 	return failed
 }
 
-func (f *Follower) track(id string, cp Copy) error {
+func (f *Follower) track(id string, cp copies.Copy) error {
 	if cp.VolumeDir == "" {
 		return errors.New("the copy does not name its volume directory")
 	}
@@ -190,7 +177,7 @@ func (f *Follower) baseRoot(path string) (string, error) {
 		return "", err
 	}
 	defer n.Close()
-	m, err := Live{}.Mount(n)
+	m, err := subpath.System{}.Mount(n)
 	if err != nil {
 		return "", err
 	}
@@ -334,12 +321,12 @@ func (f *Follower) update(lp *livePath, data string) bool {
 	lp.last = next
 	dst := lp.versionPath(next)
 	ctx, cancel := context.WithTimeout(f.ctx, updateTimeout)
-	copies := f.copier()
-	cp, _, err := copies.copyTo(ctx, lp.ctr, lp.cp.Target, dst)
+	copier := f.copier()
+	cp, _, err := copier.CopyTo(ctx, lp.ctr, lp.cp.Target, dst)
 	cancel()
 	u := Update{Container: lp.ctr, Copy: lp.cp, Version: lp.version}
 	switch {
-	case errors.Is(err, ErrOverBudget):
+	case errors.Is(err, subpath.ErrOverBudget):
 		u.Result, u.Err = UpdateOverBudget, err
 	case err != nil:
 		u.Result, u.Err = UpdateRefused, err
@@ -349,14 +336,14 @@ func (f *Follower) update(lp *livePath, data string) bool {
 		userns, err = f.usernsOf(lp.ctr)
 		if err != nil {
 			_ = os.RemoveAll(dst)
-			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
+			copier.Release(lp.ctr, lp.cp.Target.PodUID, copies.Usage{Bytes: cp.Bytes, Entries: cp.Entries})
 			u.Result, u.Err = UpdateFailed, err
 		}
 	}
 	if err == nil {
 		if err = f.ops.putLayer(lp.cp.Path, lp.baseRoot, dst, userns); err != nil {
 			_ = os.RemoveAll(dst)
-			copies.release(lp.ctr, lp.cp.Target.PodUID, usage{cp.Bytes, cp.Entries})
+			copier.Release(lp.ctr, lp.cp.Target.PodUID, copies.Usage{Bytes: cp.Bytes, Entries: cp.Entries})
 			u.Result, u.Err = UpdateFailed, err
 		}
 	}
@@ -372,9 +359,9 @@ func (f *Follower) update(lp *livePath, data string) bool {
 	old := retiredCopy{ctr: lp.ctr, pod: lp.cp.Target.PodUID, path: lp.current, used: lp.used}
 	if old.path == "" {
 		old.path, old.base = lp.cp.Path, true
-		old.used = usage{lp.cp.Bytes, lp.cp.Entries}
+		old.used = copies.Usage{Bytes: lp.cp.Bytes, Entries: lp.cp.Entries}
 	}
-	lp.version, lp.current, lp.used = next, dst, usage{cp.Bytes, cp.Entries}
+	lp.version, lp.current, lp.used = next, dst, copies.Usage{Bytes: cp.Bytes, Entries: cp.Entries}
 	if cp.Data != "" {
 		lp.data = cp.Data
 	}
@@ -499,7 +486,7 @@ func (f *Follower) Status() LiveStatus {
 	defer f.mu.Unlock()
 	st := LiveStatus{Paths: len(f.paths), RetiredCopies: len(f.retired), Updates: map[string]int64{}}
 	for _, r := range f.retired {
-		st.RetiredBytes += r.used.bytes
+		st.RetiredBytes += r.used.Bytes
 	}
 	for k, v := range f.counts {
 		st.Updates[k] = v

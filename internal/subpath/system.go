@@ -13,18 +13,18 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 )
 
-// Live is the running host. It needs Linux >= 5.6 (openat2), CAP_SYS_ADMIN in the mount
+// System is the running host. It needs Linux >= 5.6 (openat2), CAP_SYS_ADMIN in the mount
 // namespace it repairs, and /proc (to name and unmount a descriptor).
-type Live struct{}
+type System struct{}
 
-var _ Host = Live{}
+var _ Host = System{}
 
 // statxMask is what every statx here asks for; the kernel fills the mount ID and the
 // mount-root attribute whatever is asked.
 const statxMask = unix.STATX_TYPE | unix.STATX_NLINK | unix.STATX_INO | unix.STATX_MNT_ID_UNIQUE
 
 // Stat is one statx(2), not following a final symlink nor triggering an automount.
-func (Live) Stat(path string) (Info, error) {
+func (System) Stat(path string) (Info, error) {
 	var stx unix.Statx_t
 	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, statxMask, &stx); err != nil {
 		return Info{}, &fs.PathError{Op: "statx", Path: path, Err: err}
@@ -32,7 +32,8 @@ func (Live) Stat(path string) (Info, error) {
 	return infoOf(&stx), nil
 }
 
-func statFD(fd int, name string) (Info, error) {
+// StatFD is what statx says about the file open at fd (name is for messages).
+func StatFD(fd int, name string) (Info, error) {
 	var stx unix.Statx_t
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, statxMask, &stx); err != nil {
 		return Info{}, &fs.PathError{Op: "statx", Path: name, Err: err}
@@ -60,17 +61,17 @@ func infoOf(stx *unix.Statx_t) Info {
 
 // Open is openat2(2). It retries on EAGAIN, which RESOLVE_BENEATH returns when a rename or
 // mount raced the lookup and the kernel could not prove it safe.
-func (Live) Open(dir *Node, rel string, how unix.OpenHow) (*Node, error) {
+func (System) Open(dir *Node, rel string, how unix.OpenHow) (*Node, error) {
 	dirfd, name := unix.AT_FDCWD, rel
 	if dir != nil {
 		dirfd, name = dir.fd, dir.Name+"/"+rel
 	}
 	how.Flags |= unix.O_PATH | unix.O_CLOEXEC
-	fd, err := openat2(dirfd, rel, &how)
+	fd, err := Openat2(dirfd, rel, &how)
 	if err != nil {
 		return nil, &fs.PathError{Op: "openat2", Path: name, Err: err}
 	}
-	info, err := statFD(fd, name)
+	info, err := StatFD(fd, name)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -79,7 +80,7 @@ func (Live) Open(dir *Node, rel string, how unix.OpenHow) (*Node, error) {
 }
 
 // Names reads directory dir through a descriptor opened from it, not by path.
-func (Live) Names(dir *Node) ([]string, error) {
+func (System) Names(dir *Node) ([]string, error) {
 	fd, err := unix.Openat(dir.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: dir.Name, Err: err}
@@ -90,7 +91,7 @@ func (Live) Names(dir *Node) ([]string, error) {
 }
 
 // Path reads the kernel's name of the descriptor from /proc/self/fd.
-func (Live) Path(n *Node) (string, error) {
+func (System) Path(n *Node) (string, error) {
 	p, err := os.Readlink(procFD(n.fd))
 	if err != nil {
 		return "", fmt.Errorf("name of %s: %w", n.Name, err)
@@ -103,7 +104,7 @@ func (Live) Path(n *Node) (string, error) {
 
 // Mount asks statmount(2) about the mount n lies on (Linux >= 6.8) and falls back to
 // /proc/self/mountinfo.
-func (Live) Mount(n *Node) (Mount, error) {
+func (System) Mount(n *Node) (Mount, error) {
 	if n.UniqueMountID {
 		m, err := mounttable.StatmountByID(n.MountID)
 		if !errors.Is(err, mounttable.ErrNoStatmount) {
@@ -122,13 +123,13 @@ func (Live) Mount(n *Node) (Mount, error) {
 
 // Clone is open_tree(2) with OPEN_TREE_CLONE: a bind of exactly the object n was opened as,
 // detached until Attach.
-func (Live) Clone(n *Node) (*Node, error) {
+func (System) Clone(n *Node) (*Node, error) {
 	fd, err := unix.OpenTree(n.fd, "", unix.OPEN_TREE_CLONE|unix.O_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open_tree", Path: n.Name, Err: err}
 	}
 	name := "clone of " + n.Name
-	info, err := statFD(fd, name)
+	info, err := StatFD(fd, name)
 	if err != nil {
 		unix.Close(fd)
 		return nil, err
@@ -138,7 +139,7 @@ func (Live) Clone(n *Node) (*Node, error) {
 
 // Detach unmounts the mount whose root n is, lazily, through n's /proc/self/fd magic link:
 // exactly that mount, whatever the path now leads to. Lazily, because n itself still holds it.
-func (Live) Detach(n *Node) error {
+func (System) Detach(n *Node) error {
 	if !n.MountRoot {
 		return fmt.Errorf("detach %s: not the root of a mount", n.Name)
 	}
@@ -159,7 +160,7 @@ func canMountBeneath() bool { return mounttable.CanMountBeneath() == nil }
 // Attach is move_mount(2) from descriptor to descriptor. The attached mount propagates as
 // the clone came out of open_tree, which is what a bind with mount(2) gets: a clone of a
 // shared mount is a peer of it, a clone of a slave one a slave of the same master.
-func (Live) Attach(tree, target *Node, beneath bool) (Mount, error) {
+func (System) Attach(tree, target *Node, beneath bool) (Mount, error) {
 	flags := unix.MOVE_MOUNT_F_EMPTY_PATH | unix.MOVE_MOUNT_T_EMPTY_PATH
 	how := "onto"
 	if beneath {
@@ -172,16 +173,16 @@ func (Live) Attach(tree, target *Node, beneath bool) (Mount, error) {
 	if err := unix.MoveMount(tree.fd, "", target.fd, "", flags); err != nil {
 		return Mount{}, fmt.Errorf("move_mount %s %s %s: %w", tree.Name, how, target.Name, err)
 	}
-	info, err := statFD(tree.fd, target.Name)
+	info, err := StatFD(tree.fd, target.Name)
 	if err != nil {
 		return Mount{}, err
 	}
-	return Live{}.Mount(&Node{Info: info, Name: target.Name, fd: tree.fd})
+	return System{}.Mount(&Node{Info: info, Name: target.Name, fd: tree.fd})
 }
 
 // MakePrivate is mount_setattr(2) (Linux >= 5.12) on the descriptor or, before it, mount(2)
 // MS_PRIVATE on its magic link.
-func (Live) MakePrivate(tree *Node) error {
+func (System) MakePrivate(tree *Node) error {
 	err := unix.MountSetattr(tree.fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Propagation: unix.MS_PRIVATE})
 	if errors.Is(err, unix.ENOSYS) {
 		err = unix.Mount("", procFD(tree.fd), "", unix.MS_PRIVATE, "")
@@ -190,6 +191,19 @@ func (Live) MakePrivate(tree *Node) error {
 		return fmt.Errorf("make the bind on %s private: %w", tree.Name, err)
 	}
 	return nil
+}
+
+// Openat2 is openat2(2); it retries on EAGAIN, which RESOLVE_BENEATH returns when a rename or
+// mount raced the lookup and the kernel could not prove it safe.
+func Openat2(dirfd int, rel string, how *unix.OpenHow) (int, error) {
+	var fd int
+	var err error
+	for range 16 {
+		if fd, err = unix.Openat2(dirfd, rel, how); err != unix.EAGAIN {
+			break
+		}
+	}
+	return fd, err
 }
 
 func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

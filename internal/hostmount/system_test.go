@@ -78,7 +78,7 @@ func TestCheckerBoundsStuckChecks(t *testing.T) {
 	}
 }
 
-func TestLiveStat(t *testing.T) {
+func TestSystemStat(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
@@ -105,7 +105,7 @@ func TestLiveStat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fi, err := Live{}.Stat(tt.path)
+			fi, err := System{}.Stat(tt.path)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Errorf("Stat(%s) error = %v, want %v", tt.path, err, tt.wantErr)
@@ -122,15 +122,15 @@ func TestLiveStat(t *testing.T) {
 	}
 }
 
-// TestLiveMountPointsHere needs no privilege: the mount holding a temporary directory is one
+// TestSystemMountPointsHere needs no privilege: the mount holding a temporary directory is one
 // of its ancestors (or itself), and every path maps to one mount point, in order.
-func TestLiveMountPointsHere(t *testing.T) {
+func TestSystemMountPointsHere(t *testing.T) {
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	paths := []string{dir, "/", dir}
-	mps, err := Live{}.MountPoints(paths)
+	mps, err := System{}.MountPoints(paths)
 	if err != nil {
 		t.Fatalf("MountPoints(%q): %v", paths, err)
 	}
@@ -149,7 +149,7 @@ func TestLiveMountPointsHere(t *testing.T) {
 
 	sameAsMountinfo(t, paths, mps)
 
-	_, err = Live{}.MountPoints([]string{dir, filepath.Join(dir, "missing")})
+	_, err = System{}.MountPoints([]string{dir, filepath.Join(dir, "missing")})
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), filepath.Join(dir, "missing")) {
 		t.Errorf("MountPoints of a missing path: error = %v, want fs.ErrNotExist naming the path", err)
 	}
@@ -188,10 +188,10 @@ func within(p, dir string) bool {
 	return dir == "/" || p == dir || strings.HasPrefix(p, dir+"/")
 }
 
-// TestLiveInNamespace checks Live against real mounts. It mounts, so it re-runs itself in a
+// TestSystemInNamespace checks System against real mounts. It mounts, so it re-runs itself in a
 // private mount namespace (unshare -m --propagation private) and needs root; the mounts vanish
 // with that namespace whatever happens.
-func TestLiveInNamespace(t *testing.T) {
+func TestSystemInNamespace(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
@@ -225,7 +225,7 @@ func TestLiveInNamespace(t *testing.T) {
 	// stacked: a private tmpfs over a shared one; the top one counts.
 	mount(t, "-t", "tmpfs", "mk-lower", stacked)
 	testsupport.Run(t, "mount", "--make-shared", stacked)
-	lower, err := Live{}.MountPoints([]string{stacked})
+	lower, err := System{}.MountPoints([]string{stacked})
 	if err != nil {
 		t.Fatalf("MountPoints(%s): %v", stacked, err)
 	}
@@ -250,7 +250,7 @@ func TestLiveInNamespace(t *testing.T) {
 		for i, tt := range tests {
 			paths[i] = tt.path
 		}
-		mps, err := Live{}.MountPoints(paths)
+		mps, err := System{}.MountPoints(paths)
 		if err != nil {
 			t.Fatalf("MountPoints(%q): %v", paths, err)
 		}
@@ -276,10 +276,10 @@ func TestLiveInNamespace(t *testing.T) {
 
 	t.Run("Stat", func(t *testing.T) {
 		missing := filepath.Join(shr, "missing")
-		if _, err := (Live{}).Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := (System{}).Stat(missing); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("Stat(%s) error = %v, want fs.ErrNotExist", missing, err)
 		}
-		if fi, err := (Live{}).Stat(privSub); err != nil || !fi.IsDir() {
+		if fi, err := (System{}).Stat(privSub); err != nil || !fi.IsDir() {
 			t.Errorf("Stat(%s) = %v, %v; want a directory", privSub, fi, err)
 		}
 	})
@@ -291,14 +291,14 @@ func TestLiveInNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range []string{filepath.Join(shr, "cfg"), filepath.Join(shr, "cfg", "ssh")} {
-			_, err := Live{}.Stat(p)
+			_, err := System{}.Stat(p)
 			want := "component " + filepath.Join(shr, "cfg") + ` is a symlink (to "/etc")`
 			var se *SymlinkError
 			if !errors.As(err, &se) || !strings.Contains(err.Error(), want) {
 				t.Errorf("Stat(%s) = %v, want a *SymlinkError containing %q", p, err, want)
 			}
 		}
-		err := NewChecker(Live{}).CheckSources([]specmod.Mount{{Source: filepath.Join(shr, "cfg"), Destination: "/cfg", Propagation: specmod.Slave, ReadOnly: true}})
+		err := NewChecker(System{}).CheckSources([]specmod.Mount{{Source: filepath.Join(shr, "cfg"), Destination: "/cfg", Propagation: specmod.Slave, ReadOnly: true}})
 		want := "mount " + shr + "/cfg -> /cfg (rslave, ro): source " + shr + "/cfg: component " + shr + `/cfg is a symlink (to "/etc"): mountkeeper does not follow symlinks in a source`
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckSources through a symlink\ngot:  %v\nwant it to contain: %s", err, want)
@@ -328,7 +328,7 @@ func TestLiveInNamespace(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				err := NewChecker(Live{}).CheckSources([]specmod.Mount{{Source: tt.src, Destination: "/c", Propagation: tt.p}})
+				err := NewChecker(System{}).CheckSources([]specmod.Mount{{Source: tt.src, Destination: "/c", Propagation: tt.p}})
 				if tt.want == "" {
 					if err != nil {
 						t.Errorf("CheckSources: %v", err)

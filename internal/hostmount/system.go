@@ -6,14 +6,14 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 )
 
-// Live reads the running host. Its calls can hang on a dead network filesystem; Checker
+// System reads the running host. Its calls can hang on a dead network filesystem; Checker
 // bounds them.
-type Live struct{}
+type System struct{}
 
-var _ Inspector = Live{}
+var _ Inspector = System{}
 
 // Stat stats path through OpenSource: a symlink in any component is a *SymlinkError.
-func (Live) Stat(path string) (fs.FileInfo, error) {
+func (System) Stat(path string) (fs.FileInfo, error) {
 	f, err := OpenSource(path)
 	if err != nil {
 		return nil, err
@@ -25,7 +25,7 @@ func (Live) Stat(path string) (fs.FileInfo, error) {
 // MountPoints finds the mount holding each path by its mount ID, which is exact even where
 // mounts are stacked on one path: with statmount(2) where the kernel has it (Linux >= 6.8),
 // else from one read of mountinfo for all paths (mount IDs from statx, Linux >= 5.8).
-func (Live) MountPoints(paths []string) ([]MountPoint, error) {
+func (System) MountPoints(paths []string) ([]MountPoint, error) {
 	ms, err := mounttable.OfPaths(paths)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
-package subpath
+package copies
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,40 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-)
 
-// Copies of atomic-writer subPaths (kubernetes #127602).
-//
-// Repair closes the window up to CreateContainer, but not the one after it: kubelet's volume
-// reconciler runs beside the pod worker, and an update that lands between the runtime's
-// CreateContainer and its mount of the bind (inside StartContainer) leaves the bind holding a
-// deleted inode again; nothing a plugin checks at create can stay true. And a bind of a bind
-// whose root was deleted is refused by the kernel, so pinning the file does not help either.
-//
-// So for a subPath of an atomic-writer volume (configMap, secret, downwardAPI, projected) the
-// container gets a private copy of the content the subPath names at CreateContainer, in place
-// of kubelet's bind: a copy that nothing updates cannot go stale. kubelet documents that such a
-// subPath never receives updates, so a copy changes nothing the container may rely on. The copy
-// is read through the same safe resolution as a repair (locate: ..data beneath the volume
-// directory, no symlink out, the type of the bind), keeps mode, owner and SELinux label, and
-// lives on a root-only tmpfs (PrepareCopyDir) so secrets never reach a disk.
-//
-// Which subPaths are copied is decided from kubelet's layout, not from names: the bind's
-// source must lie, on the same device, below an atomic-writer plugin directory of the pod
-// (findVolume). Every other subPath (hostPath, emptyDir, PVC/CSI, ...) keeps kubelet's bind and
-// is only repaired if it went stale.
-//
-// Copies are bounded: per pod in bytes and entries (Budget; every entry costs at least a
-// page, so empty files are not free), per node by the tmpfs (size and nr_inodes), and in time
-// (the caller's context, checked before every entry). A copy that cannot be made within them
-// is given up: the copying stops, what it wrote is removed and its charge returned, and the
-// subPath keeps kubelet's bind (a Fallback): one pod over its budget cannot take another
-// pod's copies, and the container starts as kubelet would start it.
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+)
 
 // Budget bounds the copies (configs.SubPathCopies).
 type Budget struct {
@@ -49,21 +26,21 @@ type Budget struct {
 	NodeBytes, NodeEntries int64
 }
 
-// pageSize is what one entry of a copy costs at least.
-const pageSize = 4096
+// PageSize is what one entry of a copy costs at least.
+const PageSize = 4096
 
-// entryCost is what one entry of a copy is charged: its content rounded up to pages, and at
+// EntryCost is what one entry of a copy is charged: its content rounded up to pages, and at
 // least one page (an inode, a directory block, a symlink).
-func entryCost(size int64) int64 {
-	if size <= pageSize {
-		return pageSize
+func EntryCost(size int64) int64 {
+	if size <= PageSize {
+		return PageSize
 	}
-	return (size + pageSize - 1) / pageSize * pageSize
+	return (size + PageSize - 1) / PageSize * PageSize
 }
 
 // Copy is one container's private copy of what an atomic-writer subPath names.
 type Copy struct {
-	Target  Target
+	Target  subpath.Target
 	Kind    string // configMap, secret, downwardAPI, projected
 	SubPath string // the key
 	Path    string // the copy: a file or directory below the copy dir
@@ -78,28 +55,29 @@ type Copy struct {
 	Live, Idmap bool
 }
 
-// usage is what copies were charged.
-type usage struct{ bytes, entries int64 }
+// Usage is what copies were charged.
+type Usage struct{ Bytes, Entries int64 }
 
 // Copies makes and removes the copies of containers below Dir:
 // Dir/<pod UID>/<container ID>/<volume>/<index>.
 type Copies struct {
 	Dir    string
 	Budget Budget
-	r      *Repairer
+	r      *subpath.Repairer
+	tree   treeCopier // the tree copier (system.go)
 
 	mu       sync.Mutex
 	prepared bool
 	// pods is what each pod's copies were charged; a pod not in it is counted from Dir on
 	// first use (after a restart or a reload, the copies of running containers stay).
-	pods map[string]*usage
+	pods map[string]*Usage
 	// ctrs is the pod and charge of each container copied since this Copies was made.
 	ctrs map[string]ctrCopies
 }
 
 type ctrCopies struct {
 	pod string
-	usage
+	Usage
 }
 
 // prepare makes Dir a tmpfs on first use, so that a node without subPaths never gets one.
@@ -116,11 +94,14 @@ func (c *Copies) prepare() error {
 	return nil
 }
 
-// Copies returns the copier for dir, which becomes a tmpfs of budget's node size on first
-// use (PrepareCopyDir).
-func (r *Repairer) Copies(dir string, budget Budget) *Copies {
-	return &Copies{Dir: dir, Budget: budget, r: r, pods: map[string]*usage{}, ctrs: map[string]ctrCopies{}}
+// New returns the copier for dir, which becomes a tmpfs of budget's node size on first use
+// (PrepareCopyDir), of the subPaths below r's kubelet root dir.
+func New(r *subpath.Repairer, dir string, budget Budget) *Copies {
+	return &Copies{Dir: dir, Budget: budget, r: r, tree: system{}, pods: map[string]*Usage{}, ctrs: map[string]ctrCopies{}}
 }
+
+// KubeletRoot is the kubelet root dir of the subPaths it copies.
+func (c *Copies) KubeletRoot() string { return c.r.Root() }
 
 // containerID is what a runtime's container ID may look like to name a directory. Compiled on
 // first use: at package init it cost every start of the binary (the hook's two processes per
@@ -133,12 +114,12 @@ var containerID = sync.OnceValue(func() *regexp.Regexp {
 // kubelet's layout shows to be in atomic-writer volumes. It returns them, the other subPath
 // targets (for RepairSources), and a Fallback for each atomic-writer subPath it could not
 // copy, which keeps kubelet's bind. It stops when ctx ends; a copy given up leaves nothing.
-func (c *Copies) CopySources(ctx context.Context, id string, sources []string) ([]Copy, []string, []Fallback) {
+func (c *Copies) CopySources(ctx context.Context, id string, sources []string) ([]Copy, []string, []subpath.Fallback) {
 	var copies []Copy
 	var rest []string
-	var fallbacks []Fallback
+	var fallbacks []subpath.Fallback
 	for _, src := range sources {
-		t, ok := ParseTarget(c.r.root, src)
+		t, ok := subpath.ParseTarget(c.r.Root(), src)
 		if !ok {
 			continue
 		}
@@ -147,7 +128,7 @@ func (c *Copies) CopySources(ctx context.Context, id string, sources []string) (
 		case !atomic:
 			rest = append(rest, src)
 		case err != nil:
-			fallbacks = append(fallbacks, fallback(t, err))
+			fallbacks = append(fallbacks, subpath.NewFallback(t, err))
 		default:
 			copies = append(copies, cp)
 		}
@@ -161,69 +142,69 @@ const copyAttempts = 3
 
 // copy makes container id's copy of target t. atomic says t is a subPath of an atomic-writer
 // volume (else nothing was done: it is for RepairSources).
-func (c *Copies) copy(ctx context.Context, id string, t Target) (Copy, bool, error) {
+func (c *Copies) copy(ctx context.Context, id string, t subpath.Target) (Copy, bool, error) {
 	cp, atomic, err := c.copyAttempts(ctx, id, t)
-	if e := (*Error)(nil); errors.As(err, &e) {
+	if e := (*subpath.Error)(nil); errors.As(err, &e) {
 		e.Copy = true
 	}
 	return cp, atomic, err
 }
 
-func (c *Copies) copyAttempts(ctx context.Context, id string, t Target) (Copy, bool, error) {
-	return c.copyTo(ctx, id, t, filepath.Join(c.Dir, t.PodUID, id, t.Volume, strconv.Itoa(t.Index)))
+func (c *Copies) copyAttempts(ctx context.Context, id string, t subpath.Target) (Copy, bool, error) {
+	return c.CopyTo(ctx, id, t, filepath.Join(c.Dir, t.PodUID, id, t.Volume, strconv.Itoa(t.Index)))
 }
 
-// copyTo makes container id's copy of target t at dst (a live update's new version names its
+// CopyTo makes container id's copy of target t at dst (a live update's new version names its
 // own).
-func (c *Copies) copyTo(ctx context.Context, id string, t Target, dst string) (Copy, bool, error) {
-	err := errChanged
+func (c *Copies) CopyTo(ctx context.Context, id string, t subpath.Target, dst string) (Copy, bool, error) {
+	err := subpath.ErrChanged
 	for range copyAttempts {
-		l, lerr := c.r.locate(t, false, true)
+		l, lerr := c.r.Locate(t)
 		switch {
-		case errors.Is(lerr, ErrUnknownVolume), errors.Is(lerr, ErrNotMounted):
+		case errors.Is(lerr, subpath.ErrUnknownVolume), errors.Is(lerr, subpath.ErrNotMounted):
 			return Copy{}, false, nil
 		case lerr != nil:
 			return Copy{}, true, lerr
 		}
-		cp := Copy{Target: t, Kind: l.kind, SubPath: l.res.SubPath, Path: dst, VolumeDir: l.volPath, Data: readData(l.volDir)}
-		var used usage
+		cp := Copy{Target: t, Kind: l.Kind, SubPath: l.Resolution.SubPath, Path: dst, VolumeDir: l.VolumePath, Data: readData(l.VolumeDir)}
+		var used Usage
 		used, err = c.copyLocated(ctx, id, l, dst)
-		what := l.what
+		what := l.What
 		l.Close()
 		switch {
 		case err == nil:
-			cp.Bytes, cp.Entries = used.bytes, used.entries
+			cp.Bytes, cp.Entries = used.Bytes, used.Entries
 			return cp, true, nil
-		case errors.Is(err, ErrOverBudget):
-			return Copy{}, true, &Error{Target: t, Reason: fmt.Sprintf("%s cannot be copied within the pod's budget (subPathCopies.podBytes %d, podEntries %d)", what, c.Budget.PodBytes, c.Budget.PodEntries), Err: err}
-		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errChanged):
-			return Copy{}, true, &Error{Target: t, Reason: "cannot copy " + what, Err: err}
+		case errors.Is(err, subpath.ErrOverBudget):
+			return Copy{}, true, &subpath.Error{Target: t, Reason: fmt.Sprintf("%s cannot be copied within the pod's budget (subPathCopies.podBytes %d, podEntries %d)", what, c.Budget.PodBytes, c.Budget.PodEntries), Err: err}
+		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, subpath.ErrChanged):
+			return Copy{}, true, &subpath.Error{Target: t, Reason: "cannot copy " + what, Err: err}
 		}
 	}
-	return Copy{}, true, &Error{Target: t, Reason: fmt.Sprintf("the volume changed under each of %d copies", copyAttempts), Err: err}
+	return Copy{}, true, &subpath.Error{Target: t, Reason: fmt.Sprintf("the volume changed under each of %d copies", copyAttempts), Err: err}
 }
 
 // copyLocated copies what l located to dst, charging the pod, and leaves nothing when it
 // fails: dst, the directories made for it and the charge are removed.
-func (c *Copies) copyLocated(ctx context.Context, id string, l *located, dst string) (usage, error) {
-	t := l.t
+func (c *Copies) copyLocated(ctx context.Context, id string, l *subpath.Located, dst string) (Usage, error) {
+	t := l.Target
 	if !containerID().MatchString(id) {
-		return usage{}, fmt.Errorf("container ID %q cannot name a copy directory", id)
+		return Usage{}, fmt.Errorf("container ID %q cannot name a copy directory", id)
 	}
 	if err := ctx.Err(); err != nil {
-		return usage{}, fmt.Errorf("copy given up: %w", err)
+		return Usage{}, fmt.Errorf("copy given up: %w", err)
 	}
 	if err := c.prepare(); err != nil {
-		return usage{}, fmt.Errorf("no directory for private copies: %w", err)
+		return Usage{}, fmt.Errorf("no directory for private copies: %w", err)
 	}
 	c.mu.Lock()
 	err := os.MkdirAll(filepath.Dir(dst), 0o700)
 	c.mu.Unlock()
 	if err != nil {
-		return usage{}, err
+		return Usage{}, err
 	}
 	ch := &charger{c: c, pod: t.PodUID}
-	err = c.r.host.CopyTree(ctx, l.volDir, l.res.Rel, l.obj, dst, ch.charge)
+	err = c.tree.CopyTree(ctx, l.VolumeDir, l.Resolution.Rel, l.Object, dst, ch.charge)
 	if err == nil && ctx.Err() != nil {
 		err = fmt.Errorf("copy given up: %w", ctx.Err()) // the caller stopped waiting: nobody binds it
 	}
@@ -235,35 +216,35 @@ func (c *Copies) copyLocated(ctx context.Context, id string, l *located, dst str
 	if err != nil {
 		c.removeEmpty(filepath.Dir(dst), filepath.Join(c.Dir, t.PodUID))
 		c.uncharge(t.PodUID, ch.used)
-		return usage{}, err
+		return Usage{}, err
 	}
 	cc := c.ctrs[id]
 	cc.pod = t.PodUID
-	cc.bytes += ch.used.bytes
-	cc.entries += ch.used.entries
+	cc.Bytes += ch.used.Bytes
+	cc.Entries += ch.used.Entries
 	c.ctrs[id] = cc
 	return ch.used, nil
 }
 
 // readData is what the ..data link of the volume directory dir names now ("" if none).
-func readData(dir *Node) string {
+func readData(dir *subpath.Node) string {
 	var buf [256]byte
-	n, err := unix.Readlinkat(dir.fd, "..data", buf[:])
+	n, err := unix.Readlinkat(dir.FD(), "..data", buf[:])
 	if err != nil {
 		return ""
 	}
 	return string(buf[:n])
 }
 
-// release returns used, what one of container id's copies in pod was charged, once the copy
+// Release returns used, what one of container id's copies in pod was charged, once the copy
 // is gone (a live update's old version).
-func (c *Copies) release(id, pod string, used usage) {
+func (c *Copies) Release(id, pod string, used Usage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.uncharge(pod, used)
 	if cc, ok := c.ctrs[id]; ok {
-		cc.bytes = max(cc.bytes-used.bytes, 0)
-		cc.entries = max(cc.entries-used.entries, 0)
+		cc.Bytes = max(cc.Bytes-used.Bytes, 0)
+		cc.Entries = max(cc.Entries-used.Entries, 0)
 		c.ctrs[id] = cc
 	}
 }
@@ -273,11 +254,43 @@ func (c *Copies) release(id, pod string, used usage) {
 func removeCopyDir(dir string) error {
 	err := os.RemoveAll(dir)
 	if errors.Is(err, unix.EBUSY) {
-		if err = (liveLayers{}).detachBelow(dir); err == nil {
+		if err = DetachBelow(dir); err == nil {
 			err = os.RemoveAll(dir)
 		}
 	}
 	return err
+}
+
+// DetachBelow unmounts, lazily and deepest first, every mount at or below dir in this mount
+// namespace, so that the copies there can be removed (a mount point cannot be).
+func DetachBelow(dir string) error {
+	dir = filepath.Clean(dir)
+	for range 64 {
+		points, err := mountsBelow(dir)
+		if err != nil || len(points) == 0 {
+			return err
+		}
+		for _, p := range points {
+			if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("detach the mount on %s: %w", p, err)
+			}
+		}
+	}
+	return fmt.Errorf("mounts below %s keep coming back", dir)
+}
+
+// mountsBelow lists the mount points at or below dir, deepest first, once each.
+func mountsBelow(dir string) ([]string, error) {
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
+	}
+	points := make([]string, 0, len(ms))
+	for _, m := range ms {
+		points = append(points, m.Mountpoint)
+	}
+	slices.SortFunc(points, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	return slices.Compact(points), nil
 }
 
 // removeEmpty removes dir and its parents up to and including top while they are empty.
@@ -295,32 +308,32 @@ func (c *Copies) removeEmpty(dir, top string) {
 type charger struct {
 	c    *Copies
 	pod  string
-	used usage
+	used Usage
 }
 
-// charge charges one entry of cost bytes, or returns ErrOverBudget.
+// charge charges one entry of cost bytes, or returns subpath.ErrOverBudget.
 func (ch *charger) charge(cost int64) error {
 	c := ch.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	u := c.podUsage(ch.pod)
-	if u.bytes+cost > c.Budget.PodBytes || u.entries+1 > c.Budget.PodEntries {
-		return fmt.Errorf("%w: %d bytes in %d entries charged already", ErrOverBudget, u.bytes, u.entries)
+	if u.Bytes+cost > c.Budget.PodBytes || u.Entries+1 > c.Budget.PodEntries {
+		return fmt.Errorf("%w: %d bytes in %d entries charged already", subpath.ErrOverBudget, u.Bytes, u.Entries)
 	}
-	u.bytes += cost
-	u.entries++
-	ch.used.bytes += cost
-	ch.used.entries++
+	u.Bytes += cost
+	u.Entries++
+	ch.used.Bytes += cost
+	ch.used.Entries++
 	return nil
 }
 
 // podUsage is what pod's copies were charged, counted from Dir when not known. Callers hold
 // c.mu.
-func (c *Copies) podUsage(pod string) *usage {
+func (c *Copies) podUsage(pod string) *Usage {
 	if u := c.pods[pod]; u != nil {
 		return u
 	}
-	u := &usage{}
+	u := &Usage{}
 	root := filepath.Join(c.Dir, pod)
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		// Only the copies are charged: <container>/<volume>/<index> and what is below it.
@@ -333,8 +346,8 @@ func (c *Copies) podUsage(pod string) *usage {
 				size = fi.Size()
 			}
 		}
-		u.bytes += entryCost(size)
-		u.entries++
+		u.Bytes += EntryCost(size)
+		u.Entries++
 		return nil
 	})
 	c.pods[pod] = u
@@ -342,14 +355,14 @@ func (c *Copies) podUsage(pod string) *usage {
 }
 
 // uncharge returns used to pod's budget. Callers hold c.mu.
-func (c *Copies) uncharge(pod string, used usage) {
+func (c *Copies) uncharge(pod string, used Usage) {
 	u := c.pods[pod]
 	if u == nil {
 		return
 	}
-	u.bytes = max(u.bytes-used.bytes, 0)
-	u.entries = max(u.entries-used.entries, 0)
-	if u.bytes == 0 && u.entries == 0 {
+	u.Bytes = max(u.Bytes-used.Bytes, 0)
+	u.Entries = max(u.Entries-used.Entries, 0)
+	if u.Bytes == 0 && u.Entries == 0 {
 		delete(c.pods, pod)
 	}
 }
@@ -365,7 +378,7 @@ func (c *Copies) Remove(id string) error {
 	if cc, ok := c.ctrs[id]; ok {
 		delete(c.ctrs, id)
 		err := removeCopyDir(filepath.Join(c.Dir, cc.pod, id))
-		c.uncharge(cc.pod, cc.usage)
+		c.uncharge(cc.pod, cc.Usage)
 		c.removeEmpty(filepath.Join(c.Dir, cc.pod), filepath.Join(c.Dir, cc.pod))
 		return err
 	}

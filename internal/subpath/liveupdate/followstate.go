@@ -1,4 +1,4 @@
-package subpath
+package liveupdate
 
 import (
 	"encoding/json"
@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/mountkeeper/mountkeeper/internal/subpath"
+	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
 // The live copies are recorded in a small state file (NewFollower's statePath) each time they
@@ -69,7 +72,7 @@ func (f *Follower) save() {
 		st.Paths = append(st.Paths, statePath{
 			Container: lp.ctr, Target: lp.cp.Target.Path, Path: lp.cp.Path, BaseRoot: lp.baseRoot,
 			VolumeDir: lp.cp.VolumeDir, Kind: lp.cp.Kind, SubPath: lp.cp.SubPath, Idmap: lp.cp.Idmap,
-			Version: lp.version, Current: lp.current, Data: lp.data, Bytes: lp.used.bytes, Entries: lp.used.entries,
+			Version: lp.version, Current: lp.current, Data: lp.data, Bytes: lp.used.Bytes, Entries: lp.used.Entries,
 			FirstBytes: lp.cp.Bytes, FirstEntries: lp.cp.Entries,
 		})
 		lp.mu.Unlock()
@@ -143,7 +146,7 @@ func (f *Follower) topVersion(lp *livePath) (int, bool) {
 		return 0, false
 	}
 	defer n.Close()
-	m, err := Live{}.Mount(n)
+	m, err := subpath.System{}.Mount(n)
 	if err != nil {
 		return 0, false
 	}
@@ -192,11 +195,11 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 		if !known {
 			continue
 		}
-		t, ok := ParseTarget(f.copier().r.root, sp.Target)
+		t, ok := subpath.ParseTarget(f.copier().KubeletRoot(), sp.Target)
 		if !ok {
 			continue
 		}
-		if info, err := (Live{}).Stat(sp.Path); err != nil || !info.MountRoot {
+		if info, err := (subpath.System{}).Stat(sp.Path); err != nil || !info.MountRoot {
 			continue
 		}
 		f.mu.Lock()
@@ -207,8 +210,8 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 		}
 		lp := &livePath{
 			ctr: sp.Container, baseRoot: sp.BaseRoot, armed: on,
-			cp:      Copy{Target: t, Kind: sp.Kind, SubPath: sp.SubPath, Path: sp.Path, VolumeDir: sp.VolumeDir, Data: sp.Data, Live: true, Idmap: sp.Idmap, Bytes: sp.FirstBytes, Entries: sp.FirstEntries},
-			version: sp.Version, current: sp.Current, data: sp.Data, used: usage{sp.Bytes, sp.Entries},
+			cp:      copies.Copy{Target: t, Kind: sp.Kind, SubPath: sp.SubPath, Path: sp.Path, VolumeDir: sp.VolumeDir, Data: sp.Data, Live: true, Idmap: sp.Idmap, Bytes: sp.FirstBytes, Entries: sp.FirstEntries},
+			version: sp.Version, current: sp.Current, data: sp.Data, used: copies.Usage{Bytes: sp.Bytes, Entries: sp.Entries},
 		}
 		left := f.recoverVersions(lp)
 		if err := f.follow(lp); err != nil {
