@@ -75,7 +75,7 @@ func reasons(fs []subpath.Fallback) []string {
 	return rs
 }
 
-// testLayoutDecides is issue 23's first finding at the level of the package: with kubelet's
+// testLayoutDecides is the layout rule at the level of the package: with kubelet's
 // real layout, a hostPath subPath (a file and a directory; kubelet keeps no directory for
 // the volume) and a CSI PVC subPath (its directory is named after the PV:
 // volumes/kubernetes.io~csi/pvc-.../mount) are neither copied nor an error; before the fix
@@ -260,7 +260,7 @@ func (h *cancellingTree) CopyTree(ctx context.Context, dir *subpath.Node, rel st
 	})
 }
 
-// testGivenUp is issue 23's second finding: a copy whose caller gives up (its bound passed)
+// testGivenUp is the given-up rule: a copy whose caller gives up (its bound passed)
 // stops at the next entry and removes what it wrote, and returns its charge; before the fix
 // it went on writing into the copy directory until the whole volume was copied.
 func testGivenUp(t *testing.T) {
@@ -290,7 +290,7 @@ func testGivenUp(t *testing.T) {
 	}
 }
 
-// testFIFO is issue 23's third finding: a FIFO at a subPath, or below a subPath directory, is
+// testFIFO is the FIFO rule: a FIFO at a subPath, or below a subPath directory, is
 // never opened (before the fix open blocked forever): the subPath keeps kubelet's bind.
 func testFIFO(t *testing.T) {
 	k := subpathtest.NewKubelet(t)
