@@ -65,29 +65,28 @@ func (f *Follower) retire(old retiredCopy) {
 	f.scan()
 }
 
-// rawTree is a clone of the copy tmpfs' root without the mounts on it (open_tree without
-// AT_RECURSIVE): below it, a live copy's path is its base's own content.
-func (f *Follower) rawTree() (int, error) {
-	return unix.OpenTree(unix.AT_FDCWD, f.copier().Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-}
-
-func (f *Follower) rel(path string) string {
-	rel, err := filepath.Rel(f.copier().Dir, path)
+// rawTree is a clone of the root of the pod's tmpfs that holds path, without the mounts on it
+// (open_tree without AT_RECURSIVE), and path relative to it: below it, a live copy's path is
+// its base's own content.
+func (f *Follower) rawTree(path string) (int, string, error) {
+	root := f.copier().PodTmpfs(path)
+	rel, err := filepath.Rel(root, path)
 	if err != nil {
-		return path
+		return -1, "", err
 	}
-	return rel
+	fd, err := unix.OpenTree(unix.AT_FDCWD, root, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	return fd, rel, err
 }
 
 // measure lists the inodes of the copy at path (for a live copy's path, its base's own
 // content) and what they hold, counted as the copier charges them.
 func (f *Follower) measure(path string) (map[uint64]bool, copies.Usage) {
-	raw, err := f.rawTree()
+	raw, rel, err := f.rawTree(path)
 	if err != nil {
 		return nil, copies.Usage{}
 	}
 	defer unix.Close(raw)
-	return inodesBelow(raw, f.rel(path))
+	return inodesBelow(raw, rel)
 }
 
 // inodesBelow lists the inode numbers of rel below dirfd and everything below it, and what
@@ -137,22 +136,29 @@ func (f *Follower) scan() {
 		f.mu.Unlock()
 		return
 	}
-	want := map[uint64]bool{}
+	// Each pod's copies are on its own tmpfs: inode numbers are per device.
+	want := map[string]map[uint64]bool{}
 	for _, r := range f.retired {
+		root := f.copies.PodTmpfs(r.path)
+		if want[root] == nil {
+			want[root] = map[uint64]bool{}
+		}
 		for ino := range r.inodes {
-			want[ino] = true
+			want[root][ino] = true
 		}
 	}
 	f.mu.Unlock()
-	var st unix.Stat_t
-	if err := unix.Stat(f.copier().Dir, &st); err != nil {
-		return
+	held := map[string]map[uint64]bool{}
+	for root, inodes := range want {
+		var st unix.Stat_t
+		if err := unix.Stat(root, &st); err == nil {
+			held[root] = heldInodes(st.Dev, inodes)
+		}
 	}
-	held := heldInodes(st.Dev, want)
 	f.mu.Lock()
 	var free []*retiredCopy
 	for _, r := range f.retired {
-		if !holds(r, held) && time.Since(r.at) >= retireGrace {
+		if !holds(r, held[f.copies.PodTmpfs(r.path)]) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
@@ -184,12 +190,11 @@ func holds(r *retiredCopy, held map[uint64]bool) bool {
 
 // emptyBase empties the content of a base nobody holds: it is shadowed by a layer for good.
 func (f *Follower) emptyBase(r *retiredCopy) {
-	raw, err := f.rawTree()
+	raw, rel, err := f.rawTree(r.path)
 	if err != nil {
 		return
 	}
 	defer unix.Close(raw)
-	rel := f.rel(r.path)
 	var st unix.Stat_t
 	if unix.Fstatat(raw, rel, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return
