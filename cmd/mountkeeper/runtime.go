@@ -65,6 +65,7 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 	flags.StringVar(&o.ConfigDir, "config-dir", "", "crio: its drop-in directory (default "+runtimeconfig.CRIOConfigDir+")")
 	flags.StringVar(&o.DropIn, "drop-in", "", "mountkeeper's drop-in (default "+runtimeconfig.ContainerdDropInPath+"; crio: "+runtimeconfig.CRIODropInName+" in --config-dir)")
 	flags.StringVar(&o.InstallDir, "install-dir", runtimeconfig.DefaultInstallDir, "where "+runtimeconfig.WrapperName+" and the class links go (a host path)")
+	runtimeCommand := flags.String("runtime-command", "", "the runtime's own binary, run for its effective config (containerd config dump, crio config) before its files are read (default: containerd or crio on PATH; files alone when it is not there)")
 	wrapper := flags.String("runtime-binary", "", "configure: the "+runtimeconfig.WrapperName+" binary to install (default: the one beside this binary)")
 	baseSpecDir := flags.String("base-spec-dir", "/etc/mountkeeper/containerd", "unconfigure: where an earlier mountkeeper put its guard base specs (removed); configure: ignored (no base spec)")
 	hook := flags.String("hook", "", "unconfigure: the guard hook binary an earlier mountkeeper installed (--install-hook), removed")
@@ -91,6 +92,7 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 			}
 		}
 	}
+	o.Effective = runtimeconfig.RuntimeCommand{Binary: *runtimeCommand}
 	o, err := o.WithDefaults()
 	if err != nil {
 		fmt.Fprintln(stderr, err)

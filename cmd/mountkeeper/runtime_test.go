@@ -91,6 +91,7 @@ func TestRuntimeConfigureOldFlags(t *testing.T) {
 	os.WriteFile(cfg, []byte("runtimeClasses:\n  mk:\n    mounts: [{source: /srv, destination: /srv}]\n"), 0o644)
 	wrapper := filepath.Join(dir, "mountkeeper-runtime")
 	os.WriteFile(wrapper, []byte("binary"), 0o755)
+	os.WriteFile(filepath.Join(dir, "c.toml"), []byte("version = 3\n"), 0o644)
 	var stdout, stderr bytes.Buffer
 	err := runRuntimeWith([]string{"configure", "--runtime", "containerd", "--config", cfg, "--config-file", filepath.Join(dir, "c.toml"),
 		"--drop-in", filepath.Join(dir, "d.toml"), "--install-dir", filepath.Join(dir, "bin"), "--runtime-binary", wrapper,

@@ -14,8 +14,9 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/runtimewrap"
 )
 
-// createdMain heads a containerd main config that configure had to create (there was none):
-// unconfigure removes such a file again.
+// createdMain heads a containerd main config that an earlier configure created (there was
+// none; configure now refuses instead, since the containerd of k3s, RKE2 or microk8s never
+// reads that path): unconfigure removes such a file again.
 const createdMain = "# Created by `mountkeeper runtime configure` (there was no config); `mountkeeper runtime unconfigure` removes it.\nversion = 3\n"
 
 // createdDirsLine, in the drop-in, lists the directories configure created, which unconfigure
@@ -51,35 +52,48 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	for _, class := range slices.Sorted(maps.Keys(kept)) {
 		p.Notes = append(p.Notes, fmt.Sprintf("runtime class %q is no longer in the config, but %s still runs its containers (%s): its handler and wrapper link stay, so that they can be stopped, and a later `mountkeeper runtime configure` or `unconfigure` removes them once those are gone (a new pod of the class is refused)", class, o.Runtime, joinUses(map[string][]Use{class: kept[class]})))
 	}
+	oldDropIn, dropInExists, err := readFile(o.DropIn)
+	if err != nil {
+		return p, err
+	}
 	switch o.Runtime {
 	case "containerd":
 		main, mainExists, err := readFile(o.ConfigFile)
 		if err != nil {
 			return p, err
 		}
-		effective, version, imports, err := loadContainerd(o.ConfigFile, main, mainExists, o.DropIn)
+		if !mainExists {
+			return p, missingMain(o)
+		}
+		files, version, imports, err := loadContainerd(o.ConfigFile, main, o.DropIn)
 		if err != nil {
 			return p, err
 		}
+		effective, note, err := o.runtimeView(files, oldDropIn)
+		if err != nil {
+			return p, err
+		}
+		p.Notes = append(p.Notes, note...)
 		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, handlerClasses, o.classLink); err != nil {
 			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 		}
-		newMain := main
-		switch {
-		case !mainExists:
-			newMain, err = AddImport([]byte(createdMain), o.importEntry())
-		case !Covers(o.ConfigFile, imports, o.DropIn):
-			newMain, err = AddImport(main, o.importEntry())
+		if !Covers(o.ConfigFile, imports, o.DropIn) {
+			newMain, err := AddImport(main, o.importEntry())
+			if err != nil {
+				return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
+			}
+			p.change(Change{Path: o.ConfigFile, Old: orNil(main, true), New: newMain, Mode: 0o644, Config: true})
 		}
-		if err != nil {
-			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
-		}
-		p.change(Change{Path: o.ConfigFile, Old: orNil(main, mainExists), New: newMain, Mode: 0o644, Config: true})
 	case "crio":
-		effective, err := loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn)
+		files, err := loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn)
 		if err != nil {
 			return p, err
 		}
+		effective, note, err := o.runtimeView(files, oldDropIn)
+		if err != nil {
+			return p, err
+		}
+		p.Notes = append(p.Notes, note...)
 		if dropIn, realRuntime, notes, err = crioDropIn(effective, handlerClasses, o.classLink); err != nil {
 			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 		}
@@ -88,10 +102,6 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	}
 	p.Notes = append(p.Notes, notes...)
 
-	oldDropIn, dropInExists, err := readFile(o.DropIn)
-	if err != nil {
-		return p, err
-	}
 	// Directories: those missing now, and those an earlier run created (its drop-in says).
 	created := createdDirs(oldDropIn)
 	missing, err := missingDirs(filepath.Dir(o.ConfigFile), filepath.Dir(o.DropIn), filepath.Join(o.InstallDir, classDir))
@@ -288,12 +298,9 @@ func ownClassFiles(o Options, keep []string) ([]Change, error) {
 }
 
 // loadContainerd merges the main file and its imports (recursively, without the drop-in) as
-// containerd does. It returns the effective config, the main file's version and its imports.
-func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (map[string]any, int64, []string, error) {
+// containerd does, each file in the version-3 form (normalizeContainerd). It returns the effective config, the main file's version and its imports.
+func loadContainerd(mainPath string, main []byte, dropIn string) (map[string]any, int64, []string, error) {
 	effective := map[string]any{}
-	if !exists {
-		return effective, 3, nil, nil
-	}
 	doc, err := parseDoc(main)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("%s: %w", mainPath, err)
@@ -317,10 +324,11 @@ func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (m
 			continue
 		}
 		loaded[f.Path] = true
-		if _, err := containerdVersion(f); err != nil {
+		v, err := containerdVersion(f)
+		if err != nil {
 			return nil, 0, nil, err
 		}
-		merge(effective, f.Doc)
+		merge(effective, normalizeContainerd(cloneDoc(f.Doc), v))
 		for _, v := range anySlice(f.Doc["imports"]) {
 			s, _ := v.(string)
 			paths, err := resolveImport(f.Path, s)

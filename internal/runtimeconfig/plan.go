@@ -33,6 +33,8 @@ type Options struct {
 	Wrapper string
 	// StateDir is mountkeeper's state dir (the guard key), from its config.
 	StateDir string
+	// Effective reads the runtime's effective config; nil: its files are read alone.
+	Effective EffectiveConfig
 }
 
 // WithDefaults fills in the runtime's usual paths.
