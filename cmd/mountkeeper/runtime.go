@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
@@ -27,8 +28,8 @@ func init() {
 	})
 }
 
-const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart] [--host-namespaces]
-       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
+const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--distribution auto|kubeadm|k3s|rke2|microk8s|kind] [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart] [--host-namespaces]
+       mountkeeper runtime unconfigure --runtime containerd|crio [--distribution NAME] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
 
 // runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
 // work): it parses the flags, shows the plan (--dry-run) or applies it, and restarts the
@@ -61,6 +62,7 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 	hostPID := flags.String(hostns.PIDFlag, "1", "with --host-namespaces: whose namespaces to enter")
 	var o runtimeconfig.Options
 	flags.StringVar(&o.Runtime, "runtime", "", "the runtime: containerd or crio")
+	distribution := flags.String("distribution", "auto", "containerd: the node's Kubernetes distribution, whose paths, config template and unit are the defaults: auto (detected from the files present), "+strings.Join(runtimeconfig.DistributionNames(), ", "))
 	flags.StringVar(&o.ConfigFile, "config-file", "", "the runtime's main config (default "+runtimeconfig.ContainerdConfigPath+", "+runtimeconfig.CRIOConfigPath+"); containerd's gets one imports entry at most, CRI-O's none")
 	flags.StringVar(&o.ConfigDir, "config-dir", "", "crio: its drop-in directory (default "+runtimeconfig.CRIOConfigDir+")")
 	flags.StringVar(&o.DropIn, "drop-in", "", "mountkeeper's drop-in (default "+runtimeconfig.ContainerdDropInPath+"; crio: "+runtimeconfig.CRIODropInName+" in --config-dir)")
@@ -93,7 +95,13 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 		}
 	}
 	o.Effective = runtimeconfig.RuntimeCommand{Binary: *runtimeCommand}
-	o, err := o.WithDefaults()
+	d, err := runtimeconfig.ResolveDistribution(*distribution, runtimeconfig.PathExists)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return cli.ErrUsage
+	}
+	o = o.ForDistribution(d, d.Unit(runtimeconfig.UnitFileExists))
+	o, err = o.WithDefaults()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return cli.ErrUsage

@@ -77,7 +77,15 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, handlerClasses, o.classLink); err != nil {
 			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 		}
-		if !Covers(o.ConfigFile, imports, o.DropIn) {
+		switch {
+		case Covers(o.ConfigFile, imports, o.DropIn):
+		case o.Templated:
+			c, err := templateChange(o, version)
+			if err != nil {
+				return p, err
+			}
+			p.change(c)
+		default:
 			newMain, err := AddImport(main, o.importEntry())
 			if err != nil {
 				return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
@@ -169,7 +177,14 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 // procRoot), unless force.
 func Unconfigure(o Options, hookFiles []string, procRoot string, force bool) (Plan, error) {
 	p := Plan{Options: o, Undo: true}
-	if o.Runtime == "containerd" {
+	if o.Runtime == "containerd" && o.Templated {
+		// The rendered file is the distribution's: the template's entry is what goes.
+		changes, err := untemplateChanges(o)
+		if err != nil {
+			return p, err
+		}
+		p.Changes = append(p.Changes, changes...)
+	} else if o.Runtime == "containerd" {
 		main, ok, err := readFile(o.ConfigFile)
 		if err != nil {
 			return p, err
