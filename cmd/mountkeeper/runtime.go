@@ -28,7 +28,7 @@ func init() {
 	})
 }
 
-const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--distribution auto|kubeadm|k3s|rke2|microk8s|kind] [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart] [--host-namespaces]
+const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--distribution auto|kubeadm|k3s|rke2|microk8s|kind] [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run | --print-fragment] [--restart] [--host-namespaces]
        mountkeeper runtime unconfigure --runtime containerd|crio [--distribution NAME] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
 
 // runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
@@ -75,6 +75,7 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 	// written for it keep working; configure says it ignores them.
 	installHook := flags.String("install-hook", "", "deprecated, ignored: configure installs "+runtimeconfig.WrapperName+" in --install-dir instead of a guard hook")
 	hookPath := flags.String("hook-path", "", "deprecated, ignored: the guard is "+runtimeconfig.WrapperName+", not a hook")
+	printFragment := flags.Bool("print-fragment", false, "configure: write nothing; print the runtime config fragment the classes need, for a config the OS owns (Talos machine config, Bottlerocket settings, EKS nodeadm, an OpenShift MachineConfig)")
 	dryRun := flags.Bool("dry-run", false, "show what would change (a unified diff) and change nothing")
 	force := flags.Bool("force", false, "unconfigure: even while the runtime still runs containers of the classes (it cannot stop them afterwards)")
 	restart := flags.Bool("restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
@@ -125,6 +126,16 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 			return err
 		}
 		o.StateDir = cfg.StateDir
+		if *printFragment {
+			fragment, notes, err := runtimeconfig.Fragment(o, classes)
+			for _, n := range notes {
+				fmt.Fprintln(stderr, "note:", n)
+			}
+			if err == nil {
+				_, err = stdout.Write(fragment)
+			}
+			return err
+		}
 		if o.Wrapper = *wrapper; o.Wrapper == "" {
 			if o.Wrapper, err = besideSelf(runtimeconfig.WrapperName); err != nil {
 				return err

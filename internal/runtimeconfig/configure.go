@@ -34,11 +34,6 @@ const createdDirsLine = "# directories mountkeeper created, removed by unconfigu
 // unused.
 func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	p := Plan{Options: o}
-	var (
-		dropIn      []byte
-		realRuntime string
-		notes       []string
-	)
 	stale, err := ownClassFiles(o, classes)
 	if err != nil {
 		return p, err
@@ -56,57 +51,26 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	if err != nil {
 		return p, err
 	}
-	switch o.Runtime {
-	case "containerd":
-		main, mainExists, err := readFile(o.ConfigFile)
-		if err != nil {
-			return p, err
-		}
-		if !mainExists {
-			return p, missingMain(o)
-		}
-		files, version, imports, err := loadContainerd(o.ConfigFile, main, o.DropIn)
-		if err != nil {
-			return p, err
-		}
-		effective, note, err := o.runtimeView(files, oldDropIn)
-		if err != nil {
-			return p, err
-		}
-		p.Notes = append(p.Notes, note...)
-		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, handlerClasses, o.classLink); err != nil {
-			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
-		}
+	dropIn, realRuntime, notes, main, err := o.buildDropIn(handlerClasses, oldDropIn, true)
+	if err != nil {
+		return p, err
+	}
+	if o.Runtime == "containerd" {
 		switch {
-		case Covers(o.ConfigFile, imports, o.DropIn):
+		case Covers(o.ConfigFile, main.imports, o.DropIn):
 		case o.Templated:
-			c, err := templateChange(o, version)
+			c, err := templateChange(o, main.version)
 			if err != nil {
 				return p, err
 			}
 			p.change(c)
 		default:
-			newMain, err := AddImport(main, o.importEntry())
+			newMain, err := AddImport(main.text, o.importEntry())
 			if err != nil {
 				return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
 			}
-			p.change(Change{Path: o.ConfigFile, Old: orNil(main, true), New: newMain, Mode: 0o644, Config: true})
+			p.change(Change{Path: o.ConfigFile, Old: orNil(main.text, true), New: newMain, Mode: 0o644, Config: true})
 		}
-	case "crio":
-		files, err := loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn)
-		if err != nil {
-			return p, err
-		}
-		effective, note, err := o.runtimeView(files, oldDropIn)
-		if err != nil {
-			return p, err
-		}
-		p.Notes = append(p.Notes, note...)
-		if dropIn, realRuntime, notes, err = crioDropIn(effective, handlerClasses, o.classLink); err != nil {
-			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
-		}
-	default:
-		return p, fmt.Errorf("runtime %q: containerd or crio", o.Runtime)
 	}
 	p.Notes = append(p.Notes, notes...)
 
@@ -166,6 +130,68 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	p.Changes = append(changes, p.Changes...)
 	p.Changes = slices.DeleteFunc(p.Changes, unchanged)
 	return p, nil
+}
+
+// mainFile is containerd's main file as configure read it.
+type mainFile struct {
+	text    []byte
+	version int64
+	imports []string
+}
+
+// buildDropIn reads the runtime's config as it runs (runtimeView: the effective config
+// without oldDropIn's part, or the files) and returns mountkeeper's drop-in for classes, the
+// real runtime, notes, and containerd's main file. Without mainRequired (a fragment for a
+// config the OS owns) a missing containerd main file is an empty one of version 3.
+func (o Options) buildDropIn(classes []string, oldDropIn []byte, mainRequired bool) (dropIn []byte, realRuntime string, notes []string, main mainFile, err error) {
+	var files map[string]any
+	switch o.Runtime {
+	case "containerd":
+		text, exists, err := readFile(o.ConfigFile)
+		switch {
+		case err != nil:
+			return nil, "", nil, main, err
+		case exists:
+			main.text = text
+			if files, main.version, main.imports, err = loadContainerd(o.ConfigFile, text, o.DropIn); err != nil {
+				return nil, "", nil, main, err
+			}
+		case mainRequired:
+			return nil, "", nil, main, missingMain(o)
+		default:
+			files, main.version = map[string]any{}, 3
+		}
+	case "crio":
+		if files, err = loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn); err != nil {
+			return nil, "", nil, main, err
+		}
+	default:
+		return nil, "", nil, main, fmt.Errorf("runtime %q: containerd or crio", o.Runtime)
+	}
+	effective, notes, err := o.runtimeView(files, oldDropIn)
+	if err != nil {
+		return nil, "", nil, main, err
+	}
+	var more []string
+	if o.Runtime == "containerd" {
+		dropIn, realRuntime, more, err = containerdDropIn(effective, main.version, classes, o.classLink)
+	} else {
+		dropIn, realRuntime, more, err = crioDropIn(effective, classes, o.classLink)
+	}
+	if err != nil {
+		return nil, "", nil, main, fmt.Errorf("%s: %w", o.ConfigFile, err)
+	}
+	return dropIn, realRuntime, append(notes, more...), main, nil
+}
+
+// Fragment is what the runtime's config needs for classes where the OS owns that config
+// (Talos' machine config, Bottlerocket's settings, EKS nodeadm, an OpenShift MachineConfig):
+// mountkeeper's drop-in as configure would write it on a node with none yet, for the operator
+// to put into the OS's config. It writes nothing; the runtime's config is read as configure
+// reads it, and may be missing.
+func Fragment(o Options, classes []string) ([]byte, []string, error) {
+	dropIn, _, notes, _, err := o.buildDropIn(classes, nil, false)
+	return dropIn, notes, err
 }
 
 // Unconfigure plans taking back what Configure did: the imports entry (the main file as it

@@ -2,6 +2,7 @@ package runtimeconfig
 
 import (
 	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -162,5 +163,43 @@ func TestConfigureReadsTheDefaultsContainerdRuns(t *testing.T) {
 	n.configure(t, "mk-a")
 	if h := dumpHandlers(t, containerd, n.o.ConfigFile)["mk-a"].(map[string]any); len(anySlice(h["pod_annotations"])) != 0 {
 		t.Errorf("mk-a %v: want the drop-in's empty pod_annotations over the operator's", h)
+	}
+}
+
+// TestFragmentAppliedByHand: the fragment printed for a config the OS owns, put there by hand
+// (a file the main config imports, as Talos merges its CRI customization), gives the real
+// containerd the same class handlers as configure on the same node; configure's plan is not
+// needed for it and nothing is written.
+func TestFragmentAppliedByHand(t *testing.T) {
+	containerd := realContainerd(t)
+	for _, main := range []string{kubeadmConfig, kindConfig} {
+		configured := newNode(t, "containerd")
+		configured.write(t, configured.o.ConfigFile, main, 0o644)
+		configured.o.Effective = RuntimeCommand{Binary: containerd}
+		configured.configure(t, "mk-a", "mk-b")
+		want := dumpHandlers(t, containerd, configured.o.ConfigFile)
+
+		byHand := newNode(t, "containerd")
+		byHand.o.InstallDir = configured.o.InstallDir // the handlers name the same links
+		byHand.o.Effective = RuntimeCommand{Binary: containerd}
+		byHand.write(t, byHand.o.ConfigFile, main, 0o644)
+		before := byHand.snapshot(t)
+		fragment, notes, err := Fragment(byHand.o, []string{"mk-a", "mk-b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notes) > 0 {
+			t.Errorf("notes %q", notes)
+		}
+		if after := byHand.snapshot(t); !reflect.DeepEqual(after, before) {
+			t.Errorf("Fragment wrote to the node: %v", after)
+		}
+		part := filepath.Join(byHand.root, "etc/cri/conf.d/20-customization.part")
+		byHand.write(t, part, string(fragment), 0o644)
+		byHand.write(t, byHand.o.ConfigFile, strings.Replace(main, "\n", fmt.Sprintf("\nimports = [%q]\n", part), 1), 0o644)
+		got := dumpHandlers(t, containerd, byHand.o.ConfigFile)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("handlers with the fragment by hand:\n%v\nwith configure:\n%v", got, want)
+		}
 	}
 }
