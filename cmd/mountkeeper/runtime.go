@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/configs"
@@ -27,8 +28,8 @@ func init() {
 	})
 }
 
-const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run] [--restart] [--host-namespaces]
-       mountkeeper runtime unconfigure --runtime containerd|crio [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
+const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--distribution auto|kubeadm|k3s|rke2|microk8s|kind] [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run | --print-fragment] [--restart] [--host-namespaces]
+       mountkeeper runtime unconfigure --runtime containerd|crio [--distribution NAME] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
 
 // runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
 // work): it parses the flags, shows the plan (--dry-run) or applies it, and restarts the
@@ -61,10 +62,12 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 	hostPID := flags.String(hostns.PIDFlag, "1", "with --host-namespaces: whose namespaces to enter")
 	var o runtimeconfig.Options
 	flags.StringVar(&o.Runtime, "runtime", "", "the runtime: containerd or crio")
+	distribution := flags.String("distribution", "auto", "containerd: the node's Kubernetes distribution, whose paths, config template and unit are the defaults: auto (detected from the files present), "+strings.Join(runtimeconfig.DistributionNames(), ", "))
 	flags.StringVar(&o.ConfigFile, "config-file", "", "the runtime's main config (default "+runtimeconfig.ContainerdConfigPath+", "+runtimeconfig.CRIOConfigPath+"); containerd's gets one imports entry at most, CRI-O's none")
 	flags.StringVar(&o.ConfigDir, "config-dir", "", "crio: its drop-in directory (default "+runtimeconfig.CRIOConfigDir+")")
 	flags.StringVar(&o.DropIn, "drop-in", "", "mountkeeper's drop-in (default "+runtimeconfig.ContainerdDropInPath+"; crio: "+runtimeconfig.CRIODropInName+" in --config-dir)")
 	flags.StringVar(&o.InstallDir, "install-dir", runtimeconfig.DefaultInstallDir, "where "+runtimeconfig.WrapperName+" and the class links go (a host path)")
+	runtimeCommand := flags.String("runtime-command", "", "the runtime's own binary, run for its effective config (containerd config dump, crio config) before its files are read (default: containerd or crio on PATH; files alone when it is not there)")
 	wrapper := flags.String("runtime-binary", "", "configure: the "+runtimeconfig.WrapperName+" binary to install (default: the one beside this binary)")
 	baseSpecDir := flags.String("base-spec-dir", "/etc/mountkeeper/containerd", "unconfigure: where an earlier mountkeeper put its guard base specs (removed); configure: ignored (no base spec)")
 	hook := flags.String("hook", "", "unconfigure: the guard hook binary an earlier mountkeeper installed (--install-hook), removed")
@@ -72,6 +75,7 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 	// written for it keep working; configure says it ignores them.
 	installHook := flags.String("install-hook", "", "deprecated, ignored: configure installs "+runtimeconfig.WrapperName+" in --install-dir instead of a guard hook")
 	hookPath := flags.String("hook-path", "", "deprecated, ignored: the guard is "+runtimeconfig.WrapperName+", not a hook")
+	printFragment := flags.Bool("print-fragment", false, "configure: write nothing; print the runtime config fragment the classes need, for a config the OS owns (Talos machine config, Bottlerocket settings, EKS nodeadm, an OpenShift MachineConfig)")
 	dryRun := flags.Bool("dry-run", false, "show what would change (a unified diff) and change nothing")
 	force := flags.Bool("force", false, "unconfigure: even while the runtime still runs containers of the classes (it cannot stop them afterwards)")
 	restart := flags.Bool("restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
@@ -91,7 +95,14 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 			}
 		}
 	}
-	o, err := o.WithDefaults()
+	o.Effective = runtimeconfig.RuntimeCommand{Binary: *runtimeCommand}
+	d, err := runtimeconfig.ResolveDistribution(*distribution, runtimeconfig.PathExists)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return cli.ErrUsage
+	}
+	o = o.ForDistribution(d, d.Unit(runtimeconfig.UnitFileExists))
+	o, err = o.WithDefaults()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return cli.ErrUsage
@@ -115,6 +126,16 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 			return err
 		}
 		o.StateDir = cfg.StateDir
+		if *printFragment {
+			fragment, notes, err := runtimeconfig.Fragment(o, classes)
+			for _, n := range notes {
+				fmt.Fprintln(stderr, "note:", n)
+			}
+			if err == nil {
+				_, err = stdout.Write(fragment)
+			}
+			return err
+		}
 		if o.Wrapper = *wrapper; o.Wrapper == "" {
 			if o.Wrapper, err = besideSelf(runtimeconfig.WrapperName); err != nil {
 				return err
