@@ -5,12 +5,10 @@ package e2e
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -342,97 +340,4 @@ func TestHelmUninstall(t *testing.T) {
 		deletePod(t, "helm-holder")
 		finishByItself(t)
 	})
-}
-
-// waitAgentPod waits for the agent's pod (made by the DaemonSet controller) to run and
-// connect, and returns its name.
-func (n *deployNode) waitAgentPod(t *testing.T) string {
-	t.Helper()
-	var name string
-	if err := harnessPoll(n.ctx, 2*time.Minute, func() error {
-		pods, err := n.api.ListPods(n.ctx, deployNS)
-		if err != nil {
-			return err
-		}
-		for _, p := range pods {
-			if p.Metadata.Labels["app.kubernetes.io/name"] == "mountkeeper" && p.Metadata.Labels["app.kubernetes.io/component"] == "" {
-				for _, c := range p.Status.ContainerStatuses {
-					if c.State.Running != nil {
-						name = p.Metadata.Name
-						return nil
-					}
-				}
-				return fmt.Errorf("agent pod %s: %s", p.Metadata.Name, statusText(&p))
-			}
-		}
-		return errors.New("no agent pod yet")
-	}); err != nil {
-		t.Fatal(err)
-	}
-	n.waitConnected(t, name, 1)
-	return name
-}
-
-// waitConnected waits until the agent pod's log says "connected to" times times.
-func (n *deployNode) waitConnected(t *testing.T, pod string, times int) {
-	t.Helper()
-	if err := harnessPoll(n.ctx, 60*time.Second, func() error {
-		if strings.Count(n.podLog(pod, "mountkeeper"), "connected to") >= times {
-			return nil
-		}
-		return errors.New("the plugin has not connected")
-	}); err != nil {
-		t.Fatalf("agent pod %s: %v\n%s", pod, err, n.podLog(pod, "mountkeeper"))
-	}
-}
-
-// helmSnapshot is an uninstallSnapshot of a kube node with the chart installed: containerd's
-// config, its conf.d and the install directory, each file and directory (content digest,
-// mode), the scopes of the network mounts of keys, the
-// state directory, the mounts below the test's directory, and the processes of the agent and
-// the uninstall (their command lines name the node's paths or mountkeeper).
-func (n *deployNode) helmSnapshot(configDir string, keys []string) uninstallSnapshot {
-	t := n.t
-	t.Helper()
-	s := uninstallSnapshot{Files: map[string]string{}}
-	for _, dir := range []string{n.ctrd.ConfigPath(), filepath.Join(configDir, "conf.d"), filepath.Join(n.dir, "hookbin")} {
-		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			info, err := d.Info()
-			if err != nil {
-				return nil
-			}
-			v := info.Mode().String()
-			if info.Mode().IsRegular() {
-				data, _ := os.ReadFile(p)
-				v += fmt.Sprintf(" %x", sha256.Sum256(data))
-			}
-			s.Files[p] = v
-			return nil
-		})
-	}
-	_, err := os.Stat(filepath.Join(n.dir, "state"))
-	s.StateDir = err == nil
-	s.Cgroups = scopeCgroups(t, keys)
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
-			s.Mounts = append(s.Mounts, f[0]+" "+f[3]+" "+f[4])
-		}
-	}
-	out, err := exec.Command("ps", "-eo", "pid=,args=").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, n.dir) || strings.Contains(line, "/usr/local/bin/mountkeeper") || strings.Contains(line, "mountkeeper-") && strings.Contains(line, "host-namespaces") {
-			s.Procs = append(s.Procs, strings.TrimSpace(line))
-		}
-	}
-	return s
 }

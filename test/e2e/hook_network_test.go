@@ -14,8 +14,6 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/internal/netmount"
-	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -45,29 +43,6 @@ func TestHookSSHFS(t *testing.T) {
 	if cg := harness.ProcessCgroup("sshfs", strings.TrimPrefix(spec.Source, "root@127.0.0.1:")); cg != "/mountkeeper.slice/mount-"+spec.Key() {
 		t.Errorf("the sshfs daemon runs in cgroup %q, want its own scope /mountkeeper.slice/mount-%s", cg, spec.Key())
 	}
-}
-
-// sshfsClass starts an sshd whose export holds "hello" (startHelloSSHD), and writes a
-// config with class class mounting it over sshfs at /data. It returns the spec and its host
-// path.
-func (w *hookWorld) sshfsClass(class string) (netspec.Spec, string) {
-	t := w.t
-	t.Helper()
-	sshd := startHelloSSHD(t, w.dir)
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshd.ClientOptions()}
-	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
-	t.Cleanup(func() {
-		if err := harness.RemoveMountScope(spec.Key()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	stateDir := filepath.Join(w.dir, "state")
-	cfg := fmt.Sprintf("stateDir: %s\nruntimeClasses:\n  %s:\n    mounts:\n      - {type: %s, source: %q, destination: /data, propagation: HostToContainer, options: [%s]}\n",
-		stateDir, class, spec.Type, spec.Source, strings.Join(spec.Options, ", "))
-	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return spec, netmount.HostPath(stateDir, spec)
 }
 
 // TestHookSSHFSConcurrentStarts starts 20 hook-mode containers of an sshfs class at once,

@@ -158,20 +158,3 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 		}
 	})
 }
-
-// countReads returns how many reads the reader container logged as ok and as failed.
-func countReads(t *testing.T, n *node, id string) (ok, fails int) {
-	t.Helper()
-	out, _ := n.sh(id, "cat /tmp/reads")
-	return strings.Count(out, "ok"), strings.Count(out, "FAIL")
-}
-
-// fuseMountsAt counts the mounts at path in this mount namespace.
-func fuseMountsAt(t *testing.T, path string) int {
-	t.Helper()
-	n, err := harness.MountsAt(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}

@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -138,37 +136,4 @@ func TestNetworkReload(t *testing.T) {
 	if !strings.Contains(plugin.Log(), "config reloaded") {
 		t.Error("the plugin did not log the reload")
 	}
-}
-
-// silentServer accepts TCP connections on loopback and never answers: a server that hangs.
-type silentServer struct{ port int }
-
-func startSilentServer(t *testing.T) silentServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return silentServer{port: l.Addr().(*net.TCPAddr).Port}
 }

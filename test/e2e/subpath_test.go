@@ -14,10 +14,6 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-const subPathConfig = `
-kubeletRoot: SRC/kubelet
-`
-
 // subPathMount is one subPath volume mount of the test container, as kubelet sets it up.
 type subPathMount struct {
 	plugin, volume, subPath, ctrPath string
