@@ -3,14 +3,19 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
 // TestHelmRollout's subPath pods: each runs livereader every 10 ms on a configMap key mounted
@@ -306,4 +311,192 @@ func (s *rolloutSubPaths) restartKubeletPod(t *testing.T) {
 	}
 	t.Logf("pod %s (no class: kubelet's subPath, mountkeeper's copy) restarted after %d updates: read the newest value %v after the kill",
 		subPathKubelet, s.seq, time.Since(killed).Round(time.Millisecond))
+}
+
+// helmRollout is TestHelmRollout's node: the chart's images A (e2e-a) and B (e2e-b) imported,
+// the chart installed, and what runs under the rollouts (an sshfs reader pod of class mk-sshfs
+// and the subPath pods). Each subtest brings the release to the image it starts from
+// (atAgent), so that it runs alone as well as after the one before it.
+type helmRollout struct {
+	n       *deployNode
+	helmBin string
+	chart   string
+	reads   string // host directory the class pods write their reads to, mounted at /reads
+	classes []any
+	config  map[string]any
+	tlsCert []byte // the node listener's certificate, from the Secret made before the install
+	agent   string // the agent pod of the newest rollout
+	tag     string // the image the agent pod runs; "" while unknown (a rollout failed halfway)
+
+	readerVolumes, readerMounts []any
+	mountPoint                  string // the sshfs class mount's host mount point
+	mountID                     string // its mount ID
+	daemon                      int    // its FUSE daemon's PID
+	sub                         *rolloutSubPaths
+}
+
+// newHelmRollout starts the node (controllers on, the classes' handlers in containerd, their
+// RuntimeClasses left to the chart), an sshd whose export the class mk-sshfs mounts, and
+// imports images A and B: two builds of this tree with two version stamps, not pulled.
+func newHelmRollout(t *testing.T, ctx context.Context, helmBin string) *helmRollout {
+	t.Helper()
+	n := &deployNode{kubeNode: newKubeNodeWith(t, ctx, harness.KubeOptions{
+		ControlPlane: true,
+		// A refused start (the guard) is retried every second, not after 10s, 20s, 40s...
+		FeatureGates:              map[string]bool{"KubeletCrashLoopBackOffMax": true},
+		MaxContainerRestartPeriod: time.Second,
+	}, []string{"mk-sshfs", "mk-live"})}
+	// The chart owns the classes' RuntimeClasses.
+	for _, class := range []string{"mk-sshfs", "mk-live"} {
+		if err := n.api.DeleteRuntimeClass(ctx, class); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.sshd = startHelloSSHD(t, harness.WorkDir(t, "mk-rosshd-"))
+	r := &helmRollout{n: n, helmBin: helmBin, chart: filepath.Join(deployDir, "helm", "mountkeeper"), reads: filepath.Join(n.dir, "reads")}
+	if err := os.MkdirAll(r.reads, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{"e2e-a", "e2e-b"} {
+		n.importVersionImage(t, tag)
+	}
+
+	classMount := map[string]any{
+		"type": "fuse.sshfs", "source": "root@127.0.0.1:" + n.sshd.Export(), "destination": "/data",
+		"propagation": "HostToContainer", "options": n.sshd.ClientOptions(),
+	}
+	r.config = map[string]any{"kubeletRoot": n.kube.RootDir(), "stateDir": filepath.Join(n.dir, "state"), "unmountGrace": "2s"}
+	configText, _ := json.Marshal(map[string]any{"kubeletRoot": r.config["kubeletRoot"], "stateDir": r.config["stateDir"],
+		"runtimeClasses": map[string]any{"mk-sshfs": map[string]any{"mounts": []any{classMount}}}})
+	n.scopes.add(t, configText)
+	// mk-live has no mount of its own: its pods' subPaths follow updates (the subPath pods).
+	r.classes = []any{map[string]any{"name": "mk-sshfs", "mounts": []any{classMount}},
+		map[string]any{"name": "mk-live", "subPathUpdates": "live"}}
+	r.readerVolumes = []any{map[string]any{"name": "reads", "hostPath": map[string]any{"path": r.reads, "type": "Directory"}}}
+	r.readerMounts = []any{map[string]any{"name": "reads", "mountPath": "/reads"}}
+	return r
+}
+
+// values writes the chart values of image tag and returns their file.
+func (r *helmRollout) values(t *testing.T, tag string) string {
+	t.Helper()
+	n := r.n
+	v := map[string]any{
+		"image":             map[string]any{"tag": tag},
+		"hostNamespacesPID": os.Getpid(),
+		"uninstall":         map[string]any{"enabled": false},
+		"containerd":        map[string]any{"configFile": n.ctrd.ConfigPath(), "dropIn": filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")},
+		"installDir":        filepath.Join(n.dir, "hookbin"),
+		"nri":               map[string]any{"socket": n.ctrd.NRISocket()},
+		"log":               map[string]any{"level": "debug"},
+		"metrics":           map[string]any{"nodeListener": map[string]any{"enabled": true, "port": 9659, "tls": map[string]any{"secretName": "mountkeeper-metrics-tls"}}},
+		"runtimeClasses":    r.classes,
+		"config":            r.config,
+	}
+	data, _ := json.Marshal(v) // YAML is a superset of JSON
+	path := filepath.Join(n.dir, "values-"+tag+".yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// helm runs helm on the node's cluster in deployNS and returns its output.
+func (r *helmRollout) helm(t *testing.T, args ...string) string {
+	t.Helper()
+	return runHelm(t, r.n.ctx, r.helmBin, r.n.kube.AdminKubeconfig(), append(args, "--namespace", deployNS)...)
+}
+
+// uninstall uninstalls the chart and removes every pod, before the node's cleanup: no
+// DaemonSet controller recreating the agent pod then.
+func (r *helmRollout) uninstall(t *testing.T) {
+	n := r.n
+	r.helm(t, "uninstall", "mountkeeper", "--wait", "--timeout", "60s")
+	pods, err := n.api.ListPods(n.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if err := n.api.DeletePod(n.ctx, p.Metadata.Namespace, p.Metadata.Name, 1); err != nil && !harness.IsNotFound(err) {
+			t.Error(err)
+		}
+	}
+	if err := harnessPoll(n.ctx, 60*time.Second, func() error {
+		left, err := n.api.ListPods(n.ctx, "")
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("%d pods left", len(left))
+		}
+		return err
+	}); err != nil {
+		t.Errorf("%v\nkubelet log:\n%s", err, tailFile(n.kube.LogPath("kubelet"), 6000))
+	}
+}
+
+// install makes the node listener's certificate (metrics.nodeListener.tls.secretName: a
+// Secret made before the install, as cert-manager would), installs the chart with image A and
+// waits until its agent pod connected.
+func (r *helmRollout) install(t *testing.T) {
+	t.Helper()
+	n := r.n
+	// (The controller manager gives it its default ServiceAccount.)
+	if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces", "", map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": deployNS},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tlsCert, tlsKey := selfSignedPair(t, metricsServerName)
+	r.tlsCert = tlsCert
+	if err := n.api.Do(n.ctx, "POST", "/api/v1/namespaces/"+deployNS+"/secrets", "", map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": map[string]any{"name": "mountkeeper-metrics-tls"},
+		"stringData": map[string]any{"tls.crt": string(tlsCert), "tls.key": string(tlsKey), "ca.crt": string(tlsCert)},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r.helm(t, "install", "mountkeeper", r.chart, "--values", r.values(t, "e2e-a"))
+	r.agent = n.waitRollout(t, "e2e-a", 120*time.Second)
+	r.tag = "e2e-a"
+	t.Logf("helm install: agent pod %s of the DaemonSet connected after %v", r.agent, time.Since(start).Round(time.Millisecond))
+}
+
+// startReaders restarts containerd (the init container declared the class's handler;
+// containerd reads it at start), starts the sshfs reader pod (a read every 100 ms, logged to
+// reads/log) and the subPath pods, and notes the sshfs host mount the rollouts must keep.
+func (r *helmRollout) startReaders(t *testing.T) {
+	t.Helper()
+	n := r.n
+	if err := n.ctrd.Restart(n.ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.runPod(t, "sshfs-reader", "mk-sshfs",
+		`while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /reads/log; sleep 0.1; done`,
+		false, r.readerVolumes, r.readerMounts)
+	r.mountPoint, r.daemon = n.sshfsMount(t)
+	r.mountID = mountIDAt(t, r.mountPoint)
+	t.Logf("sshfs host mount %s (mount ID %s), FUSE daemon %d", r.mountPoint, r.mountID, r.daemon)
+	r.sub = n.startRolloutSubPaths(t)
+}
+
+// atAgent brings the release to image tag if its agent pod runs another (or a rollout failed
+// halfway): a subtest run alone starts where it would after the ones before it.
+func (r *helmRollout) atAgent(t *testing.T, tag string) {
+	t.Helper()
+	if r.tag == tag {
+		return
+	}
+	r.tag = ""
+	r.helm(t, "upgrade", "mountkeeper", r.chart, "--values", r.values(t, tag))
+	r.agent = r.n.waitRollout(t, tag, 120*time.Second)
+	r.tag = tag
+	t.Logf("set up: the agent pod %s runs %s", r.agent, tag)
+}
+
+// atUpdates patches the configMap until it is at seq (at least), each update read by
+// subPathLive before the next: a subtest run alone finds as many updates as after the ones
+// before it.
+func (r *helmRollout) atUpdates(t *testing.T, seq int) {
+	t.Helper()
+	for r.sub.seq < seq {
+		r.sub.seen(t, subPathLive, r.sub.patch(t), 60*time.Second)
+	}
 }
