@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -168,5 +169,47 @@ func TestRemoveReadOnlyLiveDirectory(t *testing.T) {
 	}
 	if n := mountsHere(t, cps[0].Path); n != 0 {
 		t.Errorf("%d mounts left at %s after Remove", n, cps[0].Path)
+	}
+}
+
+// TestEmptyBaseLeaksNoDescriptor: a process forked while a base is emptied (a mount helper the
+// agent runs meanwhile) inherits no descriptor of the emptying: they are directories inside a
+// clone of the whole copy tmpfs, every pod's secrets.
+func TestEmptyBaseLeaksNoDescriptor(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	s := newLiveSetup(t, bigBudget, payload(0))
+	s.f.Arm("ctr1", 0)
+	s.k.WriteAtomic(s.vol, payload(1))
+	s.wait(t, 2) // the directory's base is shadowed now
+	fds := func() []string {
+		out, err := exec.Command("/bin/sh", "-c", "ls -l /proc/self/fd/ | tail -n +2").Output()
+		if err != nil {
+			t.Errorf("list a child's descriptors: %v", err)
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	before := fds()
+	var during []string
+	testHookDirRead = func() {
+		if during == nil {
+			during = fds()
+		}
+	}
+	defer func() { testHookDirRead = nil }()
+	s.f.emptyBase(&retiredCopy{path: s.dirCopy, base: true})
+	if during == nil {
+		t.Fatal("the base was not emptied: no directory read")
+	}
+	if len(during) != len(before) {
+		t.Errorf("a process forked while the base is emptied inherits %d descriptors, %d otherwise:\n%s\nwithout:\n%s",
+			len(during), len(before), strings.Join(during, "\n"), strings.Join(before, "\n"))
+	}
+	raw, err := s.f.rawTree()
+	subpathtest.Must(t, err)
+	defer unix.Close(raw)
+	if _, used := inodesBelow(raw, s.f.rel(s.dirCopy)); used.Entries != 1 {
+		t.Errorf("the emptied base holds %d entries, want 1 (itself)", used.Entries)
 	}
 }
