@@ -441,12 +441,15 @@ func addedMessage(d engine.Decision) string {
 	return b.String()
 }
 
-// fromCopy is mount m bound from private copy c instead. In a container with a user namespace
-// kubelet's volume mounts are idmapped (NRI does not show the mappings), so the copy is too:
-// runc maps an "idmap" mount with the container's own mappings. A live copy is bound rslave,
-// so that its updates reach the container.
+// fromCopy is mount m bound from private copy c instead. It is read-only whatever m's options
+// say: kubelet mounts every atomic-writer volume "ro", and a copy lives on the node's shared
+// copy tmpfs, where a container's write would be charged to no pod's budget. In a container
+// with a user namespace kubelet's volume mounts are idmapped (NRI does not show the mappings),
+// so the copy is too: runc maps an "idmap" mount with the container's own mappings. A live copy
+// is bound rslave, so that its updates reach the container.
 func fromCopy(m *api.Mount, c copies.Copy, userns bool) *api.Mount {
-	opts := append([]string(nil), m.Options...)
+	opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "rw" || o == "ro" })
+	opts = append(opts, "ro")
 	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
 		opts = append(opts, "idmap")
 	}

@@ -386,10 +386,11 @@ func (c *Copies) Release(id, pod string, used Usage) {
 }
 
 // removeCopyDir removes a container's copy directory; a live copy's mounts (Follower) are
-// detached first, which a plain removal meets as EBUSY.
+// detached first, which a plain removal meets as EBUSY (a mount point), EROFS (an entry below
+// a read-only layer) or ENOTEMPTY (the directory above it), whichever it meets first.
 func removeCopyDir(dir string) error {
 	err := os.RemoveAll(dir)
-	if errors.Is(err, unix.EBUSY) {
+	if err != nil {
 		if err = DetachBelow(dir); err == nil {
 			err = os.RemoveAll(dir)
 		}

@@ -3,8 +3,8 @@
 //
 // A live copy follows its volume: when kubelet's atomic writer renames ..data over to new
 // content, the Follower makes a new versioned copy of what the subPath names now, with the
-// same safe resolution and budget as the first copy, and puts it as a mount layer on the
-// copy's path, which propagates into the container (layers.go). One inotify instance watches
+// same safe resolution and budget as the first copy, and puts it as a read-only mount layer on
+// the copy's path, which propagates into the container (layers.go). One inotify instance watches
 // every volume directory with live copies; one worker per volume applies its updates, one at
 // a time and coalesced: a worker woken several times while it copies copies once more, the
 // newest ..data. All live copies of one volume (every container, every subPath) are switched

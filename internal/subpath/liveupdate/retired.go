@@ -214,11 +214,21 @@ func (f *Follower) emptyBase(r *retiredCopy) {
 	removeEntriesAt(fd, 0)
 }
 
+// testHookDirRead, when set, is called by removeEntriesAt while it reads a directory: a test
+// forks a process there to see which descriptors it would inherit.
+var testHookDirRead func()
+
 // removeEntriesAt removes everything in the directory open at dirfd.
 func removeEntriesAt(dirfd, depth int) {
-	dup, err := unix.Dup(dirfd)
+	// Reading the names takes a descriptor of its own (os.File closes it). Close-on-exec like
+	// every other descriptor of the agent's: it is a directory inside a clone of the whole copy
+	// tmpfs (every pod's secrets), and a mount helper forked meanwhile must not inherit it.
+	dup, err := unix.FcntlInt(uintptr(dirfd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return
+	}
+	if testHookDirRead != nil {
+		testHookDirRead()
 	}
 	d := os.NewFile(uintptr(dup), "dir")
 	names, _ := d.Readdirnames(-1)
