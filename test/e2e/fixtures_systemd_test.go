@@ -70,9 +70,8 @@ func (s *sdScenario) reads() (ok, fails int) {
 func (s *sdScenario) fuseMounts(path string) int {
 	s.t.Helper()
 	n := 0
-	for _, line := range strings.Split(s.run("cat", "/proc/1/mountinfo"), "\n") {
-		pre, post, _ := strings.Cut(line, " - ")
-		if f := strings.Fields(pre); len(f) > 4 && f[4] == path && strings.HasPrefix(post, "fuse.sshfs ") {
+	for _, m := range mountsIn(s.t, s.run("cat", "/proc/1/mountinfo"), path) {
+		if m.FSType == "fuse.sshfs" {
 			n++
 		}
 	}

@@ -140,7 +140,7 @@ func TestKubeLiveSubPath(t *testing.T) {
 			t.Fatalf("pod %s: cat /proc/self/mountinfo: exit %d, %v: %s", name, code, err, stderr)
 		}
 		for _, path := range paths {
-			layers := mountLayers(out, path)
+			layers := mountLayers(t, out, path)
 			if layers < 1 || layers > 2 {
 				t.Errorf("pod %s: %d mounts at %s after %d updates, want 1 or 2:\n%s", name, layers, path, newest, out)
 			}

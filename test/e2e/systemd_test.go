@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestSystemdBoot checks the harness's systemd: it boots as PID 1 of its own namespaces
@@ -99,12 +102,15 @@ func TestSystemdBoot(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("directory %s left: %v", dir, err)
 		}
-		mi, err := os.ReadFile("/proc/self/mountinfo")
+		left, err := testsupport.Mounts(0, func(m *mountinfo.Info) (skip, stop bool) {
+			l := mountLine(m)
+			return !strings.Contains(l, dir) && !strings.Contains(l, "mk-systemd-"), false
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(mi), dir) || strings.Contains(string(mi), "mk-systemd-") {
-			t.Errorf("mounts left on the host:\n%s", mi)
+		if len(left) > 0 {
+			t.Errorf("mounts left on the host:\n%s", mountLines(left))
 		}
 	})
 }
@@ -366,8 +372,8 @@ func TestSystemdRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if line := mountinfoLine(out, "/data"); len(strings.Fields(line)) < 4 || strings.Fields(line)[3] != hostPath {
-			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, line)
+		if m := mountIn(t, out, "/data"); m == nil || m.Root != hostPath {
+			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, mountLine(m))
 		}
 		for _, id := range []string{c1, c2} {
 			cri.StopContainer(ctx, id)
