@@ -18,6 +18,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // sdScenario runs the checks of TestSystemdRestart in systemd's namespaces.
@@ -114,11 +115,9 @@ func (s *sdScenario) cgroupOf(pid int) string {
 		return ""
 	}
 	root := "/" + filepath.Base(s.sd.Cgroup())
-	for _, line := range strings.Split(string(data), "\n") {
-		if cg, ok := strings.CutPrefix(line, "0::"); ok {
-			if rest, ok := strings.CutPrefix(cg, root); ok && (rest == "" || rest[0] == '/') {
-				return rest
-			}
+	if cg, ok := testsupport.ParseCgroupV2(string(data)); ok {
+		if rest, ok := strings.CutPrefix(cg, root); ok && (rest == "" || rest[0] == '/') {
+			return rest
 		}
 	}
 	return ""
