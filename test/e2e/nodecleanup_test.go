@@ -11,6 +11,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestNodeCleanup (issue 24 item 5, the node's half), on real containerd + runc with sshd over
@@ -67,7 +68,7 @@ func TestNodeCleanup(t *testing.T) {
 		if got := fuseMountsBelow(t, mountsDir); len(got) != 0 {
 			t.Errorf("mounts left: %v", got)
 		}
-		eventually(t, 5*time.Second, "the FUSE daemon gone", func() bool { return !alive(daemon) })
+		testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the FUSE daemon gone", func() bool { return !alive(daemon) })
 		if mountScopeExists(t, filepath.Base(held[0].point)) {
 			t.Error("the mount's scope is left")
 		}

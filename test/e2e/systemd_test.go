@@ -246,7 +246,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemctl", "start", "mk-naive")
 		t.Cleanup(func() { sd.Run(context.Background(), "systemctl", "stop", "mk-naive") })
 		var daemon int
-		eventually(t, 20*time.Second, "the control service mounts sshfs", func() bool {
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the control service mounts sshfs", func() bool {
 			daemon = s.fuseDaemon("/tmp/naive")
 			return daemon != 0
 		})
@@ -317,7 +317,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemd-run", "--unit=mk-reader", "--quiet", "--working-directory="+hostPath, "--", "/bin/sh", "-c",
 			"while true; do if cat hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done")
 		defer s.run("systemctl", "stop", "mk-reader")
-		eventually(t, 10*time.Second, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
 		before, _ := s.reads()
 		oldMain, oldInvocation := s.mainPID(), s.invocation()
 		restarted := time.Now()
@@ -382,13 +382,13 @@ func TestSystemdRestart(t *testing.T) {
 			}
 		}
 		removed := time.Now()
-		eventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
 		took := time.Since(removed)
 		t.Logf("unmounted %s after the last container was removed (grace 3s)", took.Round(time.Millisecond))
 		if took < 3*time.Second {
 			t.Errorf("unmounted %s after the last container was removed, within the 3s grace period", took)
 		}
-		eventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the FUSE daemon exits and systemd collects its scope", func() bool {
 			return !sdAlive(daemon) && !strings.Contains(s.run("systemctl", "list-units", "--all", "--type=scope", "--plain", "--no-legend", "--no-pager"), scope)
 		})
 	})
