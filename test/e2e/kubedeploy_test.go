@@ -188,7 +188,7 @@ func TestKubeDeploy(t *testing.T) {
 		}
 	})
 
-	t.Run("issue 18 guard: a class pod waits while the plugin pod is away", func(t *testing.T) {
+	t.Run("guard: a class pod waits while the plugin pod is away", func(t *testing.T) {
 		n.deletePluginPod(t, plugin)
 		pod := n.podManifest(podSpec{name: "guarded", runtimeClass: "mk-kube", script: "exec sleep 3600"})
 		// Privileged: the class has an rshared (Bidirectional) mount.

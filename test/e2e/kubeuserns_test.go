@@ -26,7 +26,8 @@ runtimeClasses:
       - {source: SRC/class, destination: /class, propagation: None}
 `
 
-// TestKubeUserNamespace (issue 17) on the real kubelet: a hostUsers: false pod of RuntimeClass
+// TestKubeUserNamespace: a user-namespaced pod can use its class mount as root, as it can its
+// kubelet volumes. On the real kubelet: a hostUsers: false pod of RuntimeClass
 // mk-kube, with the class mount (a tmpfs holding a 0600 and a 0644 file of host root) beside a
 // hostPath volume of the same kind. Inside, both show owners 0:0, root reads the 0600 file on
 // both, and a write lands as host 0:0 on both: the class mount behaves as kubelet's own

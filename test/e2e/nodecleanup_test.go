@@ -14,7 +14,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
-// TestNodeCleanup (issue 24 item 5, the node's half), on real containerd + runc with sshd over
+// TestNodeCleanup: the node's half of an uninstall releases what the agent held and never a
+// mount a running container still reads. On real containerd + runc with sshd over
 // loopback: a container reads an sshfs class mount; the agent is stopped (as an uninstall
 // does first) and `mountkeeper node cleanup` runs: it keeps the mount, names the container
 // that holds it (its cgroup carries the container's ID) and exits non-zero, while the reader

@@ -151,7 +151,7 @@ func testSubPathRepair(t *testing.T, kind harness.RuntimeKind) {
 		}
 	})
 
-	// Never worse than kubelet (issue 23): the bind is not repaired from outside the volume; it
+	// Never worse than kubelet: the bind is not repaired from outside the volume; it
 	// is left stale, the container is created as kubelet alone would create it, and runc fails
 	// it at start with its own ENOENT, as it does without mountkeeper.
 	t.Run("a stale emptyDir subPath that became a symlink out of the volume is not followed", func(t *testing.T) {

@@ -150,18 +150,19 @@ ExecStart=/bin/sh -c 'mount -t fuse.sshfs -o SSHOPTS root@127.0.0.1:EXPORT /tmp/
 Restart=no
 `
 
-// TestSystemdRestart is issue 4's restart scenario under a real systemd booted as PID 1 of
-// namespaces of its own (harness.StartSystemd): the plugin runs as a systemd service
-// (mountkeeper.service) connected to a containerd on the host through its NRI socket, which
-// is bound into the namespaces; sshd serves over loopback (the network namespace is shared).
-// A pod of an sshfs class makes the plugin mount the export in a transient scope unit
-// (mountkeeper-mount-<key>-<n>.scope), not in the service's cgroup; `systemctl restart
-// mountkeeper` kills the service's whole cgroup, yet the FUSE daemon keeps its PID and its
-// scope, a reader working in the mount every 100 ms sees no failed read, and the restarted
-// plugin adopts the mount instead of mounting again (its journal says so), rebuilds its users
-// from the runtime (the mount outlives the grace period while the container runs), serves a
-// new container from the same mount, and unmounts once the last container is gone (not before
-// the grace period), after which the FUSE daemon exits and systemd collects the scope.
+// TestSystemdRestart: restarting the agent's service must not take its network mounts with it.
+// It runs under a real systemd booted as PID 1 of namespaces of its own
+// (harness.StartSystemd): the plugin runs as a systemd service (mountkeeper.service) connected
+// to a containerd on the host through its NRI socket, which is bound into the namespaces; sshd
+// serves over loopback (the network namespace is shared). A pod of an sshfs class makes the
+// plugin mount the export in a transient scope unit (mountkeeper-mount-<key>-<n>.scope), not
+// in the service's cgroup; `systemctl restart mountkeeper` kills the service's whole cgroup,
+// yet the FUSE daemon keeps its PID and its scope, a reader working in the mount every 100 ms
+// sees no failed read, and the restarted plugin adopts the mount instead of mounting again
+// (its journal says so), rebuilds its users from the runtime (the mount outlives the grace
+// period while the container runs), serves a new container from the same mount, and unmounts
+// once the last container is gone (not before the grace period), after which the FUSE daemon
+// exits and systemd collects the scope.
 //
 // The mount is made in systemd's mount namespace, so the containers that the host's
 // containerd creates see an empty directory at /data, not the export: which containers see

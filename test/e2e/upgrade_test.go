@@ -15,9 +15,10 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
-// TestNetworkUpgrade (issue 24 item 4), on real containerd + runc with sshd over loopback: two
-// containers read an sshfs class mount every 100 ms; the agent holding it is replaced by the
-// current one. Replacing the previous release's agent (built from this repository's history,
+// TestNetworkUpgrade: replacing the agent must not interrupt the containers reading its
+// network mounts. On real containerd + runc with sshd over loopback: two containers read an
+// sshfs class mount every 100 ms; the agent holding it is replaced by the current one.
+// Replacing the previous release's agent (built from this repository's history,
 // harness.PreviousRelease), whose mount has another key (the FUSE default options came after
 // it), and replacing the current agent after its config changed while it was stopped (the
 // class renamed; the mount's options changed): no read fails, the same host mount (mount ID)

@@ -15,7 +15,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// Issue 17: pods whose processes are not host root. A user-namespaced pod is asked for as
+// Pods whose processes are not host root get class mounts they can use as root, as kubelet's
+// own volumes are idmapped for them. A user-namespaced pod is asked for as
 // kubelet does for hostUsers: false (harness.UsernsHostID: container 0 is host 200000).
 
 const usernsConfig = `
