@@ -53,7 +53,13 @@ func hostMounts(t testing.TB, dir string) []*mountinfo.Info {
 // below dir.
 func mountsBelow(t testing.TB, table, dir string) []*mountinfo.Info {
 	t.Helper()
-	ms, err := testsupport.ParseMounts(table, testsupport.Below(dir))
+	return parseTable(t, table, testsupport.Below(dir))
+}
+
+// parseTable returns the mounts of a mountinfo table read elsewhere that filter keeps.
+func parseTable(t testing.TB, table string, filter mountinfo.FilterFunc) []*mountinfo.Info {
+	t.Helper()
+	ms, err := testsupport.ParseMounts(table, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +80,7 @@ func readMountinfo(t *testing.T, pid string) string {
 // mountsIn returns the mounts at dst of a mountinfo table read elsewhere, in its order.
 func mountsIn(t testing.TB, table, dst string) []*mountinfo.Info {
 	t.Helper()
-	ms, err := testsupport.ParseMounts(table, testsupport.At(dst))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ms
+	return parseTable(t, table, testsupport.At(dst))
 }
 
 // mountIn returns the first mount at dst of a mountinfo table read elsewhere, or nil.
