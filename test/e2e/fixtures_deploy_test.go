@@ -19,10 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // deployDir holds the shipped manifests.
@@ -392,15 +394,15 @@ func (n *deployNode) eventsTextLines(ns, name string) []string {
 // sshfsMount returns the host mount point of the sshfs export and the PID of its FUSE daemon.
 func (n *deployNode) sshfsMount(t *testing.T) (string, int) {
 	t.Helper()
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.Mounts(0, func(m *mountinfo.Info) (skip, stop bool) {
+		return m.FSType != "fuse.sshfs" || !strings.Contains(m.Source, n.sshd.Export()), false
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var point string
-	for _, line := range strings.Split(string(mi), "\n") {
-		if strings.Contains(line, " - fuse.sshfs ") && strings.Contains(line, n.sshd.Export()) {
-			point = strings.Fields(line)[4]
-		}
+	if len(ms) > 0 {
+		point = ms[len(ms)-1].Mountpoint
 	}
 	if point == "" {
 		t.Fatalf("no sshfs mount of %s on the host", n.sshd.Export())

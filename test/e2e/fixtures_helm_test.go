@@ -178,14 +178,8 @@ func (n *deployNode) helmSnapshot(configDir string, keys []string) uninstallSnap
 	_, err := os.Stat(filepath.Join(n.dir, "state"))
 	s.StateDir = err == nil
 	s.Cgroups = scopeCgroups(t, keys)
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], n.dir+"/") {
-			s.Mounts = append(s.Mounts, f[0]+" "+f[3]+" "+f[4])
-		}
+	for _, m := range hostMounts(t, n.dir) {
+		s.Mounts = append(s.Mounts, fmt.Sprintf("%d %s %s", m.ID, m.Root, m.Mountpoint))
 	}
 	out, err := exec.Command("ps", "-eo", "pid=,args=").Output()
 	if err != nil {

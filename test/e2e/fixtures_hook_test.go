@@ -19,6 +19,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 const examples = "../../configs/examples"
@@ -221,16 +222,16 @@ func checkThreeWay(t *testing.T, ctx context.Context, exec harness.Execer, base 
 		"/vol/shared":  {true, false},
 	}
 	for dst, w := range want {
-		line := mountinfoLine(out, dst)
-		if line == "" {
+		m := mountIn(t, out, dst)
+		if m == nil {
 			t.Errorf("%s is not mounted in the container; mountinfo:\n%s", dst, out)
 			continue
 		}
-		fields, _, _ := strings.Cut(line, " - ")
-		peer := slices.Contains(strings.Fields(fields), "shared:"+group)
-		slave := slices.Contains(strings.Fields(fields), "master:"+group)
+		shared, _ := testsupport.Tag(m, "shared")
+		master, _ := testsupport.Tag(m, "master")
+		peer, slave := shared == group, master == group
 		if peer != w.peer || slave != w.slave {
-			t.Errorf("%s: peer of host group %s = %v, slave of it = %v; want %v, %v\n%s", dst, group, peer, slave, w.peer, w.slave, line)
+			t.Errorf("%s: peer of host group %s = %v, slave of it = %v; want %v, %v\n%s", dst, group, peer, slave, w.peer, w.slave, mountLine(m))
 		}
 	}
 	seenWant := map[string]harness.Seen{

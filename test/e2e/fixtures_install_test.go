@@ -15,8 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // configureArgs are the flags that point `mountkeeper runtime configure|unconfigure` at the
@@ -110,19 +113,14 @@ func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapsho
 	s.Files = n.runtimeFiles()
 	_, err := os.Stat(filepath.Join(n.src(), "state"))
 	s.StateDir = err == nil
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.Mounts(0, func(m *mountinfo.Info) (skip, stop bool) {
+		return !below(m.Mountpoint) && (m.FSType != "fuse.sshfs" || !mentions(mountLine(m))), false
+	})
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if sep < 5 || sep+2 >= len(f) {
-			continue
-		}
-		if below(f[4]) || f[sep+1] == "fuse.sshfs" && mentions(line) {
-			s.Mounts = append(s.Mounts, strings.Join([]string{f[0], f[3], f[4], f[sep+1], f[sep+2]}, " "))
-		}
+	for _, m := range ms {
+		s.Mounts = append(s.Mounts, fmt.Sprintf("%d %s %s %s %s", m.ID, m.Root, m.Mountpoint, m.FSType, m.Source))
 	}
 	s.Cgroups = scopeCgroups(n.t, keys)
 	ents, _ := os.ReadDir("/proc")

@@ -86,7 +86,7 @@ func startLiveNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) 
 	config := n.writeConfig(liveClassConfig)
 	if out, err := exec.CommandContext(ctx, n.bin, "validate", "--config", config).CombinedOutput(); err != nil {
 		if strings.Contains(string(out), "subPathUpdates") {
-			t.Fatalf("live subPath updates (issue 25) are not in this build of mountkeeper (%s): "+
+			t.Fatalf("live subPath updates are not in this build of mountkeeper (%s): "+
 				"`mountkeeper validate` refuses the runtime class key subPathUpdates: %v\n%s", n.bin, err, out)
 		}
 		t.Fatalf("mountkeeper validate --config %s: %v\n%s", config, err, out)

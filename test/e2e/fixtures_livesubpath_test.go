@@ -169,7 +169,7 @@ func (s *liveSubPath) remove() {
 		s.t.Errorf("the container's copies outlive it: %v", err)
 	}
 	if left := hostMounts(s.t, filepath.Join(s.n.src(), "state", "subpath", s.pod.UID)); len(left) > 0 {
-		s.t.Errorf("mounts left below the pod's copies after the container went:\n%s", strings.Join(left, "\n"))
+		s.t.Errorf("mounts left below the pod's copies after the container went:\n%s", mountLines(left))
 	}
 }
 

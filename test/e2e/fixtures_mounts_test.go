@@ -3,38 +3,71 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // hostMount is one line of this mount namespace's mountinfo.
 type hostMount struct{ id, dev, point, fstype string }
 
-// hostMounts returns the host's mountinfo lines whose mount point lies below dir.
-func hostMounts(t *testing.T, dir string) []string {
+// mountLine shows m as its mountinfo line does (fields unescaped), for messages and
+// snapshots; "" for nil.
+func mountLine(m *mountinfo.Info) string {
+	if m == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d %d %d:%d %s %s %s %s - %s %s %s", m.ID, m.Parent, m.Major, m.Minor, m.Root, m.Mountpoint,
+		m.Options, m.Optional, m.FSType, m.Source, m.VFSOptions)
+}
+
+// mountLines shows ms one mountinfo line each.
+func mountLines(ms []*mountinfo.Info) string {
+	lines := make([]string, len(ms))
+	for i, m := range ms {
+		lines[i] = mountLine(m)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// hostMounts returns the host's mounts whose mount point lies below dir.
+func hostMounts(t testing.TB, dir string) []*mountinfo.Info {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.Mounts(0, testsupport.Below(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mountsBelow(string(data), dir)
+	return ms
 }
 
-func mountsBelow(mountinfo, dir string) []string {
-	var out []string
-	for _, line := range strings.Split(mountinfo, "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, line)
-		}
+// mountsBelow returns the mounts of a mountinfo table read elsewhere whose mount point lies
+// below dir.
+func mountsBelow(t testing.TB, table, dir string) []*mountinfo.Info {
+	t.Helper()
+	return parseTable(t, table, testsupport.Below(dir))
+}
+
+// parseTable returns the mounts of a mountinfo table read elsewhere that filter keeps.
+func parseTable(t testing.TB, table string, filter mountinfo.FilterFunc) []*mountinfo.Info {
+	t.Helper()
+	ms, err := testsupport.ParseMounts(table, filter)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return ms
 }
 
+// readMountinfo returns /proc/PID/mountinfo as the kernel wrote it, for comparing whole
+// tables.
 func readMountinfo(t *testing.T, pid string) string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/" + pid + "/mountinfo")
@@ -44,15 +77,23 @@ func readMountinfo(t *testing.T, pid string) string {
 	return string(data)
 }
 
-// mountinfoLine returns the mountinfo line whose mount point is dst, or "".
-func mountinfoLine(mountinfo, dst string) string {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dst {
-			return line
-		}
-	}
-	return ""
+// mountsIn returns the mounts at dst of a mountinfo table read elsewhere, in its order.
+func mountsIn(t testing.TB, table, dst string) []*mountinfo.Info {
+	t.Helper()
+	return parseTable(t, table, testsupport.At(dst))
 }
+
+// mountIn returns the first mount at dst of a mountinfo table read elsewhere, or nil.
+func mountIn(t testing.TB, table, dst string) *mountinfo.Info {
+	t.Helper()
+	if ms := mountsIn(t, table, dst); len(ms) > 0 {
+		return ms[0]
+	}
+	return nil
+}
+
+// devOf is m's device as mountinfo shows it (major:minor).
+func devOf(m *mountinfo.Info) string { return fmt.Sprintf("%d:%d", m.Major, m.Minor) }
 
 // peerGroup returns the peer group number of the shared host mount holding path.
 func peerGroup(t *testing.T, path string) string {
@@ -61,66 +102,57 @@ func peerGroup(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.MountsAt(m.Point)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := m.Point
-	fields, _, _ := strings.Cut(mountinfoLine(string(mi), dir), " - ")
-	for _, f := range strings.Fields(fields) {
-		if g, ok := strings.CutPrefix(f, "shared:"); ok {
+	if len(ms) > 0 {
+		if g, ok := testsupport.Tag(ms[0], "shared"); ok {
 			return g
 		}
+		t.Fatalf("host mount %s is not shared: %q", m.Point, ms[0].Optional)
 	}
-	t.Fatalf("host mount %s is not shared: %q", dir, fields)
+	t.Fatalf("host mount %s is not shared: nothing is mounted there", m.Point)
 	return ""
 }
 
 // mountLayers counts the mounts at path in a mountinfo table.
-func mountLayers(mountinfo, path string) int {
-	return len(mountIDsAt(mountinfo, path))
+func mountLayers(t testing.TB, table, path string) int {
+	t.Helper()
+	return len(mountsIn(t, table, path))
 }
 
-// mountIDsAt are the mount IDs (first field) of the mounts at path in a mountinfo table, in
-// its order.
-func mountIDsAt(mountinfo, path string) []string {
+// mountIDsAt are the mount IDs of the mounts at path in a mountinfo table, in its order.
+func mountIDsAt(t testing.TB, table, path string) []string {
+	t.Helper()
 	var ids []string
-	for _, line := range strings.Split(mountinfo, "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			ids = append(ids, f[0])
-		}
+	for _, m := range mountsIn(t, table, path) {
+		ids = append(ids, strconv.Itoa(m.ID))
 	}
 	return ids
 }
 
-// mountIDAt returns the mount ID (mountinfo's first field) of the top mount at point.
+// mountIDAt returns the mount ID of the top mount at point.
 func mountIDAt(t *testing.T, point string) string {
 	t.Helper()
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.MountsAt(point)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := mountIDsAt(string(mi), point)
-	if len(ids) == 0 {
+	if len(ms) == 0 {
 		t.Fatalf("no mount at %s", point)
 	}
-	return ids[len(ids)-1]
+	return strconv.Itoa(ms[len(ms)-1].ID)
 }
 
 // countMountsBelow counts the mounts at or below dir in this mount namespace.
 func countMountsBelow(t *testing.T, dir string) int {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.Mounts(0, testsupport.AtOrBelow(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			n++
-		}
-	}
-	return n
+	return len(ms)
 }
 
 // fuseMountsAt counts the mounts at path in this mount namespace.
@@ -136,27 +168,15 @@ func fuseMountsAt(t *testing.T, path string) int {
 // fuseMountsBelow returns the FUSE mounts directly below dir.
 func fuseMountsBelow(t *testing.T, dir string) []hostMount {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testsupport.Mounts(0, func(m *mountinfo.Info) (skip, stop bool) {
+		return filepath.Dir(m.Mountpoint) != dir || !strings.HasPrefix(m.FSType, "fuse"), false
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []hostMount
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		sep := 0
-		for i, v := range f {
-			if v == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep == 0 || sep+1 >= len(f) {
-			continue
-		}
-		m := hostMount{id: f[0], dev: f[2], point: f[4], fstype: f[sep+1]}
-		if filepath.Dir(m.point) == dir && strings.HasPrefix(m.fstype, "fuse") {
-			out = append(out, m)
-		}
+	for _, m := range ms {
+		out = append(out, hostMount{id: strconv.Itoa(m.ID), dev: devOf(m), point: m.Mountpoint, fstype: m.FSType})
 	}
 	return out
 }

@@ -111,7 +111,7 @@ func newContainerMount(t *testing.T, n *node, c upgradeCase, r3, mountsDir strin
 	if out, code := n.sh(r3, "cat /data/hello"); code != 0 || out != helloSSHFS {
 		t.Errorf("new container reads %q (exit %d)", out, code)
 	}
-	dev := strings.Fields(n.mountinfoOf(r3, "/data"))[2]
+	dev := devOf(n.mountinfoOf(r3, "/data"))
 	mounts := fuseMountsBelow(t, mountsDir)
 	t.Logf("new container's /data: device %s; host mounts below the state dir: %v", dev, mounts)
 	if c.shared && (dev != old.dev || len(mounts) != 1) {

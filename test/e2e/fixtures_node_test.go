@@ -16,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // node is one test's world: a private CRI runtime (containerd or CRI-O) with NRI, host volume
@@ -244,15 +247,15 @@ func (n *node) startPluginBinary(bin string) {
 	n.bin = current
 }
 
-// mountinfoOf returns the container's mountinfo line for mount point dst.
-func (n *node) mountinfoOf(id, dst string) string {
+// mountinfoOf returns the container's mount at mount point dst.
+func (n *node) mountinfoOf(id, dst string) *mountinfo.Info {
 	n.t.Helper()
 	out, _ := n.sh(id, "cat /proc/self/mountinfo")
-	if l := mountinfoLine(out, dst); l != "" {
-		return l
+	if m := mountIn(n.t, out, dst); m != nil {
+		return m
 	}
 	n.t.Fatalf("no mount at %s in the container:\n%s", dst, out)
-	return ""
+	return nil
 }
 
 // containerPid is the host pid of a running container's process.
@@ -287,14 +290,12 @@ func expectOutput(ctx context.Context, t *testing.T, cri *harness.Client, id, wa
 // or run in its cgroups, cgroups, and the directory itself.
 func checkNothingLeft(t *testing.T, dir string) {
 	t.Helper()
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	left, err := testsupport.Mounts(0, testsupport.AtOrBelow(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			t.Errorf("mount left: %s", line)
-		}
+	for _, m := range left {
+		t.Errorf("mount left: %s", mountLine(m))
 	}
 
 	name := filepath.Base(dir) // also the pods' cgroup parent

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // findPID returns the PID of the one process whose command line contains all words.
@@ -90,12 +91,8 @@ func cgroupOf(t *testing.T, pid int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			return rest
-		}
-	}
-	return ""
+	cg, _ := testsupport.ParseCgroupV2(string(data))
+	return cg
 }
 
 // cgroupV1Paths lists a process's cgroup v1 memberships (hierarchy:path).

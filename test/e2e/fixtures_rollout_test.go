@@ -54,9 +54,11 @@ func (n *deployNode) startRolloutSubPaths(t *testing.T) *rolloutSubPaths {
 		// Both are mountkeeper's copies, not kubelet's binds: the mount's root is the copy's
 		// directory, <pod UID>/<container ID>/<volume>/<n> on the copy tmpfs.
 		mi := s.mountinfo(t, name)
-		for _, line := range strings.Split(mi, "\n") {
-			if f := strings.Fields(line); len(f) > 4 && slices.Contains(livePaths, f[4]) && !strings.Contains(f[3], "/"+id+"/") {
-				t.Fatalf("pod %s: %s is not mountkeeper's copy (mount root %s):\n%s", name, f[4], f[3], mi)
+		for _, p := range livePaths {
+			for _, m := range mountsIn(t, mi, p) {
+				if !strings.Contains(m.Root, "/"+id+"/") {
+					t.Fatalf("pod %s: %s is not mountkeeper's copy (mount root %s):\n%s", name, p, m.Root, mi)
+				}
 			}
 		}
 	}
@@ -105,7 +107,7 @@ func (s *rolloutSubPaths) mountIDs(t *testing.T, pod string) map[string]string {
 	mi := s.mountinfo(t, pod)
 	ids := map[string]string{}
 	for _, p := range livePaths {
-		ids[p] = strings.Join(mountIDsAt(mi, p), " ")
+		ids[p] = strings.Join(mountIDsAt(t, mi, p), " ")
 		if ids[p] == "" {
 			t.Fatalf("pod %s: nothing mounted at %s in its container:\n%s", pod, p, mi)
 		}

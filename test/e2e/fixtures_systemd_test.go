@@ -18,6 +18,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // sdScenario runs the checks of TestSystemdRestart in systemd's namespaces.
@@ -70,9 +71,8 @@ func (s *sdScenario) reads() (ok, fails int) {
 func (s *sdScenario) fuseMounts(path string) int {
 	s.t.Helper()
 	n := 0
-	for _, line := range strings.Split(s.run("cat", "/proc/1/mountinfo"), "\n") {
-		pre, post, _ := strings.Cut(line, " - ")
-		if f := strings.Fields(pre); len(f) > 4 && f[4] == path && strings.HasPrefix(post, "fuse.sshfs ") {
+	for _, m := range mountsIn(s.t, s.run("cat", "/proc/1/mountinfo"), path) {
+		if m.FSType == "fuse.sshfs" {
 			n++
 		}
 	}
@@ -115,11 +115,9 @@ func (s *sdScenario) cgroupOf(pid int) string {
 		return ""
 	}
 	root := "/" + filepath.Base(s.sd.Cgroup())
-	for _, line := range strings.Split(string(data), "\n") {
-		if cg, ok := strings.CutPrefix(line, "0::"); ok {
-			if rest, ok := strings.CutPrefix(cg, root); ok && (rest == "" || rest[0] == '/') {
-				return rest
-			}
+	if cg, ok := testsupport.ParseCgroupV2(string(data)); ok {
+		if rest, ok := strings.CutPrefix(cg, root); ok && (rest == "" || rest[0] == '/') {
+			return rest
 		}
 	}
 	return ""

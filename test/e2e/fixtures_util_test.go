@@ -61,16 +61,6 @@ func (l *logTimes) at(s string) time.Time {
 	return l.first[s]
 }
 
-// eventually polls cond every 100ms until it holds, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-	}
-}
-
 // harnessPoll calls try every 200ms until it succeeds, ctx ends or timeout passes.
 func harnessPoll(ctx context.Context, timeout time.Duration, try func() error) error {
 	deadline := time.Now().Add(timeout)

@@ -15,11 +15,12 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-// TestHelmUninstall (issue 24 item 5, the DaemonSet's uninstall path) installs and uninstalls
-// the chart with the pinned helm on a real node whose controllers run (kube-controller-manager
-// and kube-scheduler: the DaemonSet controller makes the agent's and the uninstall's pods, the
-// scheduler places helm's hook pod), in a network of its own where a stand-in for kube-proxy
-// lets the hook pod reach the API server at the kubernetes Service's address.
+// TestHelmUninstall: the DaemonSet's uninstall path leaves the node as it was. It installs and
+// uninstalls the chart with the pinned helm on a real node whose controllers run
+// (kube-controller-manager and kube-scheduler: the DaemonSet controller makes the agent's and
+// the uninstall's pods, the scheduler places helm's hook pod), in a network of its own where a
+// stand-in for kube-proxy lets the hook pod reach the API server at the kubernetes Service's
+// address.
 //
 //   - helm install, containerd restarted for the class's handler, a class pod reads its bind
 //     mount and its sshfs mount (sshd on the host, forwarded into the node's network); the pod

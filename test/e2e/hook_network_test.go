@@ -46,10 +46,10 @@ func TestHookSSHFS(t *testing.T) {
 }
 
 // TestHookSSHFSConcurrentStarts starts 20 hook-mode containers of an sshfs class at once,
-// while an NRI plugin holds the state directory's lock (issue 9, item 6): each hook takes only
-// the mount's own lock while it mounts, so one mounts and the others find its mount; all get
-// the export, on one host mount. A hook that built a whole Manager waited 10 s for the state
-// directory's lock and failed.
+// while an NRI plugin holds the state directory's lock, as on a node that runs both modes:
+// each hook takes only the mount's own lock while it mounts, so one mounts and the others find
+// its mount; all get the export, on one host mount. A hook that built a whole Manager waited
+// 10 s for the state directory's lock and failed.
 func TestHookSSHFSConcurrentStarts(t *testing.T) {
 	testenv.Require(t, "fuse")
 	w := newHookWorld(t)

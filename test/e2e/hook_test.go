@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
@@ -49,7 +50,7 @@ func TestHookRuncPropagation(t *testing.T) {
 			}
 			checkThreeWay(t, w.ctx, w.exec(id), filepath.Join(w.host, name))
 			if leaked := hostMounts(t, filepath.Join(bundle, "rootfs")); len(leaked) > 0 {
-				t.Errorf("class mounts leaked into the host's namespace:\n%s", strings.Join(leaked, "\n"))
+				t.Errorf("class mounts leaked into the host's namespace:\n%s", mountLines(leaked))
 			}
 		})
 	}
@@ -254,12 +255,12 @@ func TestHookRuncRefusesEscapes(t *testing.T) {
 			if rerr != nil {
 				t.Fatalf("the wrapper saved no mountinfo: %v", rerr)
 			}
-			if len(mountsBelow(string(ctr), rootfs)) == 0 {
+			if len(mountsBelow(t, string(ctr), rootfs)) == 0 {
 				t.Fatalf("the wrapper saved no mounts of the container:\n%s", ctr)
 			}
-			left := append(mountsBelow(string(ctr), rootfs+"/vol"), mountsBelow(string(ctr), rootfs+"/data")...)
+			left := append(mountsBelow(t, string(ctr), rootfs+"/vol"), mountsBelow(t, string(ctr), rootfs+"/data")...)
 			if len(left) > 0 {
-				t.Errorf("class mounts left in the container after the failure:\n%s", strings.Join(left, "\n"))
+				t.Errorf("class mounts left in the container after the failure:\n%s", mountLines(left))
 			}
 			for _, p := range []string{rootfs + "/vol", src + "/private/nested", "/etc/mk-hook-e2e", outside + "/mk-hook-e2e"} {
 				if _, err := os.Lstat(p); err == nil {
@@ -350,7 +351,7 @@ func TestHookContainerd(t *testing.T) {
 			t.Errorf("default-handler container has class mounts:\n%s", out)
 		}
 	})
-	if leaked := hostMounts(t, c.Dir()); slices.ContainsFunc(leaked, func(l string) bool { return strings.Contains(l, "/vol/") }) {
-		t.Errorf("class mounts in the host's namespace:\n%s", strings.Join(leaked, "\n"))
+	if leaked := hostMounts(t, c.Dir()); slices.ContainsFunc(leaked, func(m *mountinfo.Info) bool { return strings.Contains(mountLine(m), "/vol/") }) {
+		t.Errorf("class mounts in the host's namespace:\n%s", mountLines(leaked))
 	}
 }

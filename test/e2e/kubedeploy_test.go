@@ -188,7 +188,7 @@ func TestKubeDeploy(t *testing.T) {
 		}
 	})
 
-	t.Run("issue 18 guard: a class pod waits while the plugin pod is away", func(t *testing.T) {
+	t.Run("guard: a class pod waits while the plugin pod is away", func(t *testing.T) {
 		n.deletePluginPod(t, plugin)
 		pod := n.podManifest(podSpec{name: "guarded", runtimeClass: "mk-kube", script: "exec sleep 3600"})
 		// Privileged: the class has an rshared (Bidirectional) mount.
@@ -226,7 +226,7 @@ func TestKubeDeploy(t *testing.T) {
 		t.Logf("refusal seen by the user: %s", seen)
 		plugin = n.startPluginPod(t) // its own pod runs on the default handler, unguarded
 		id := n.waitRunning(t, "guarded", 60*time.Second)
-		if out, _, _, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/proc/self/mountinfo"); mountinfoLine(out, "/vol/shared") == "" {
+		if out, _, _, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/proc/self/mountinfo"); mountIn(t, out, "/vol/shared") == nil {
 			t.Errorf("the class pod started after the plugin came back lacks its mounts:\n%s", out)
 		}
 	})
@@ -234,7 +234,7 @@ func TestKubeDeploy(t *testing.T) {
 	t.Run("5 kubelet and containerd restarts keep the mounts; the next pods work", func(t *testing.T) {
 		check := func(when string) {
 			t.Helper()
-			if out, _, _, _ := n.ctrd.CRI().Exec(ctx, classPod, "cat", "/proc/self/mountinfo"); mountinfoLine(out, "/vol/slave") == "" {
+			if out, _, _, _ := n.ctrd.CRI().Exec(ctx, classPod, "cat", "/proc/self/mountinfo"); mountIn(t, out, "/vol/slave") == nil {
 				t.Errorf("%s: the running class pod lost /vol/slave", when)
 			}
 			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, reader, "cat", "/data/hello"); code != 0 || out != helloSSHFS {

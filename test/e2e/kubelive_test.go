@@ -18,7 +18,8 @@ import (
 // liveUpdates is how many times TestKubeLiveSubPath patches the configMap.
 const liveUpdates = 20
 
-// TestKubeLiveSubPath is issue 25 (kubernetes #50345) on the real node. A pod of a class with
+// TestKubeLiveSubPath: a subPath of a class with live updates follows its configMap, which
+// kubelet alone never does (kubernetes #50345), on the real node. A pod of a class with
 // subPathUpdates: live mounts a configMap key (a file subPath) and a directory of a configMap
 // volume (subPath "dir", items dir/a and dir/b); livereader reads both in a tight loop while
 // the configMap is patched through the API 20 times, each time waiting until kubelet has
@@ -140,7 +141,7 @@ func TestKubeLiveSubPath(t *testing.T) {
 			t.Fatalf("pod %s: cat /proc/self/mountinfo: exit %d, %v: %s", name, code, err, stderr)
 		}
 		for _, path := range paths {
-			layers := mountLayers(out, path)
+			layers := mountLayers(t, out, path)
 			if layers < 1 || layers > 2 {
 				t.Errorf("pod %s: %d mounts at %s after %d updates, want 1 or 2:\n%s", name, layers, path, newest, out)
 			}
@@ -174,13 +175,13 @@ func TestKubeLiveSubPath(t *testing.T) {
 	}
 }
 
-// kubeLiveAgentRestart restarts the agent between two patches of the configMap (issue 25: an
-// agent restart picks the live subPaths up again). With the agent stopped, patch 21 is made
-// and kubelet writes it into pod live's volumes; a second later the live pods' readers still
-// read 20 (nobody follows). The agent starts again; after its Synchronize both live pods read
-// 21 on both paths, and then patch 22. Every read stays whole and every value is read, in
-// order. It logs the time from the agent's connection to the readers' first read of 21, and
-// returns the newest seq.
+// kubeLiveAgentRestart restarts the agent between two patches of the configMap: an agent
+// restart picks the live subPaths up again, an update made while it was away is not lost. With
+// the agent stopped, patch 21 is made and kubelet writes it into pod live's volumes; a second
+// later the live pods' readers still read 20 (nobody follows). The agent starts again; after
+// its Synchronize both live pods read 21 on both paths, and then patch 22. Every read stays
+// whole and every value is read, in order. It logs the time from the agent's connection to the
+// readers' first read of 21, and returns the newest seq.
 func kubeLiveAgentRestart(t *testing.T, n *kubeNode, uid string, paths []string) int {
 	t.Helper()
 	livePods := []string{"live", "optin-yes"}

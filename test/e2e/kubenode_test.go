@@ -39,7 +39,8 @@ func TestKubeNode(t *testing.T) {
 // raceSecondsEnv shortens (or lengthens) each half of TestKubeletSubPathRace.
 const raceSecondsEnv = "MOUNTKEEPER_SUBPATH_RACE_SECONDS"
 
-// TestKubeletSubPathRace is the load test of issue 16: kubernetes #127602 on a real kubelet.
+// TestKubeletSubPathRace: a configMap update must not fail a container's start by racing
+// kubelet's subPath bind (kubernetes #127602). The load test on a real kubelet:
 // Several pods mount one key of one configMap with subPath; each container appends what it
 // read to a hostPath file and exits after half a second, and kubelet restarts it with its
 // crash-loop back-off capped at 1s, while the configMap is patched every second. A configMap

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -24,7 +26,8 @@ runtimeClasses:
       - {source: SRC/class, destination: /class, propagation: None}
 `
 
-// TestKubeUserNamespace (issue 17) on the real kubelet: a hostUsers: false pod of RuntimeClass
+// TestKubeUserNamespace: a user-namespaced pod can use its class mount as root, as it can its
+// kubelet volumes. On the real kubelet: a hostUsers: false pod of RuntimeClass
 // mk-kube, with the class mount (a tmpfs holding a 0600 and a 0644 file of host root) beside a
 // hostPath volume of the same kind. Inside, both show owners 0:0, root reads the 0600 file on
 // both, and a write lands as host 0:0 on both: the class mount behaves as kubelet's own
@@ -74,14 +77,14 @@ func TestKubeUserNamespace(t *testing.T) {
 		}
 		return out + stderr, code
 	}
-	mountinfo := func(id, dst string) string {
+	mountOf := func(id, dst string) *mountinfo.Info {
 		t.Helper()
 		out, _ := sh(id, "cat /proc/self/mountinfo")
-		if l := mountinfoLine(out, dst); l != "" {
-			return l
+		if m := mountIn(t, out, dst); m != nil {
+			return m
 		}
 		t.Fatalf("no mount at %s in the container:\n%s", dst, out)
-		return ""
+		return nil
 	}
 
 	t.Run("hostUsers false: class mount and hostPath both idmapped", func(t *testing.T) {
@@ -100,7 +103,7 @@ func TestKubeUserNamespace(t *testing.T) {
 			t.Errorf("the pod has no address of the test's CNI network on eth0: %q", out)
 		}
 		for _, dst := range []string{"/hp", "/class"} {
-			l := mountinfo(id, dst)
+			m := mountOf(id, dst)
 			stat, _ := sh(id, "stat -c %u:%g "+dst+" "+dst+"/secret "+dst+"/public")
 			read, readCode := sh(id, "cat "+dst+"/secret")
 			_, writeCode := sh(id, "echo written > "+dst+"/new")
@@ -109,9 +112,9 @@ func TestKubeUserNamespace(t *testing.T) {
 				written = hostOwner(t, filepath.Join(sources[dst], "new"))
 			}
 			t.Logf("%-6s idmapped=%v owners(dir,0600,0644)=%s read 0600: exit %d; write lands as host %s",
-				dst, strings.Contains(l, "idmapped"), strings.Join(strings.Fields(stat), ","), readCode, written)
-			if !strings.Contains(l, "idmapped") {
-				t.Errorf("%s is not idmapped: %s", dst, l)
+				dst, strings.Contains(m.Options, "idmapped"), strings.Join(strings.Fields(stat), ","), readCode, written)
+			if !strings.Contains(m.Options, "idmapped") {
+				t.Errorf("%s is not idmapped: %s", dst, mountLine(m))
 			}
 			if stat != "0:0\n0:0\n0:0\n" {
 				t.Errorf("%s: owners seen %q, want 0:0 for the directory and both files", dst, stat)
@@ -133,8 +136,8 @@ func TestKubeUserNamespace(t *testing.T) {
 			t.Errorf("the plain pod has a user namespace: uid_map %q", out)
 		}
 		for _, dst := range []string{"/hp", "/class"} {
-			if l := mountinfo(id, dst); strings.Contains(l, "idmapped") {
-				t.Errorf("%s idmapped without a user namespace: %s", dst, l)
+			if m := mountOf(id, dst); strings.Contains(m.Options, "idmapped") {
+				t.Errorf("%s idmapped without a user namespace: %s", dst, mountLine(m))
 			}
 			if out, code := sh(id, "stat -c %u:%g "+dst+"/secret; cat "+dst+"/secret"); code != 0 || out != "0:0\nsecret of host root\n" {
 				t.Errorf("%s: got %q (exit %d)", dst, out, code)

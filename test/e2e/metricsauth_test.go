@@ -19,6 +19,7 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestMetricsAuthorization runs the agent with --metrics-listen against a real kube-apiserver
@@ -159,7 +160,7 @@ func TestMetricsAuthorization(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	eventually(t, 20*time.Second, "the metrics listener answers", func() bool { code, _ := scrape("/metrics", ""); return code != 0 })
+	testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the metrics listener answers", func() bool { code, _ := scrape("/metrics", ""); return code != 0 })
 
 	for _, c := range []struct {
 		name, path, token string
@@ -216,5 +217,5 @@ func TestMetricsAuthorization(t *testing.T) {
 		t.Errorf("API server hung, a token allowed a moment ago: HTTP %d, want 200 from the cache: %s", code, firstLine(body))
 	}
 	resume()
-	eventually(t, 60*time.Second, "a new token is reviewed once the API server is back", func() bool { code, _ := scrape("/metrics", lateToken); return code == 403 })
+	testsupport.Eventually(t, 60*time.Second, 100*time.Millisecond, "a new token is reviewed once the API server is back", func() bool { code, _ := scrape("/metrics", lateToken); return code == 403 })
 }

@@ -117,7 +117,7 @@ func testPropagation(t *testing.T, kind harness.RuntimeKind) {
 		if err != nil {
 			t.Fatalf("create container after restart: %v", err)
 		}
-		if out, _ := n.sh(again, "cat /proc/self/mountinfo"); mountinfoLine(out, "/vol/shared") == "" {
+		if out, _ := n.sh(again, "cat /proc/self/mountinfo"); mountIn(t, out, "/vol/shared") == nil {
 			t.Errorf("container created after the restart lacks /vol/shared:\n%s", out)
 		}
 	})

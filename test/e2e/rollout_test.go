@@ -19,8 +19,9 @@ import (
 // sleeps. A container that started without its mount says so itself, whatever happens later.
 const rolloutMidScript = `if grep -q " /data .* - fuse.sshfs " /proc/self/mountinfo && cat /data/hello >/dev/null; then echo mounted; else echo NO-MOUNT; fi > /reads/$POD; exec sleep 3600`
 
-// TestHelmRollout (issue 26 item 1): a real rolling update of the chart's DaemonSet by the
-// real kube-controller-manager (DaemonSet controller) and kube-scheduler on the real kubelet
+// TestHelmRollout: upgrading and rolling back the agent must not interrupt a pod reading a
+// network mount. A real rolling update of the chart's DaemonSet by the real
+// kube-controller-manager (DaemonSet controller) and kube-scheduler on the real kubelet
 // and containerd, under a pod reading an sshfs class mount every 100 ms. The chart is
 // installed with image A (this tree, version stamp e2e-a), `helm upgrade` names image B (the
 // same tree stamped e2e-b), then `helm rollback` goes back to A. Each time the DaemonSet

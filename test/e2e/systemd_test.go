@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestSystemdBoot checks the harness's systemd: it boots as PID 1 of its own namespaces
@@ -99,12 +102,15 @@ func TestSystemdBoot(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("directory %s left: %v", dir, err)
 		}
-		mi, err := os.ReadFile("/proc/self/mountinfo")
+		left, err := testsupport.Mounts(0, func(m *mountinfo.Info) (skip, stop bool) {
+			l := mountLine(m)
+			return !strings.Contains(l, dir) && !strings.Contains(l, "mk-systemd-"), false
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(mi), dir) || strings.Contains(string(mi), "mk-systemd-") {
-			t.Errorf("mounts left on the host:\n%s", mi)
+		if len(left) > 0 {
+			t.Errorf("mounts left on the host:\n%s", mountLines(left))
 		}
 	})
 }
@@ -144,18 +150,19 @@ ExecStart=/bin/sh -c 'mount -t fuse.sshfs -o SSHOPTS root@127.0.0.1:EXPORT /tmp/
 Restart=no
 `
 
-// TestSystemdRestart is issue 4's restart scenario under a real systemd booted as PID 1 of
-// namespaces of its own (harness.StartSystemd): the plugin runs as a systemd service
-// (mountkeeper.service) connected to a containerd on the host through its NRI socket, which
-// is bound into the namespaces; sshd serves over loopback (the network namespace is shared).
-// A pod of an sshfs class makes the plugin mount the export in a transient scope unit
-// (mountkeeper-mount-<key>-<n>.scope), not in the service's cgroup; `systemctl restart
-// mountkeeper` kills the service's whole cgroup, yet the FUSE daemon keeps its PID and its
-// scope, a reader working in the mount every 100 ms sees no failed read, and the restarted
-// plugin adopts the mount instead of mounting again (its journal says so), rebuilds its users
-// from the runtime (the mount outlives the grace period while the container runs), serves a
-// new container from the same mount, and unmounts once the last container is gone (not before
-// the grace period), after which the FUSE daemon exits and systemd collects the scope.
+// TestSystemdRestart: restarting the agent's service must not take its network mounts with it.
+// It runs under a real systemd booted as PID 1 of namespaces of its own
+// (harness.StartSystemd): the plugin runs as a systemd service (mountkeeper.service) connected
+// to a containerd on the host through its NRI socket, which is bound into the namespaces; sshd
+// serves over loopback (the network namespace is shared). A pod of an sshfs class makes the
+// plugin mount the export in a transient scope unit (mountkeeper-mount-<key>-<n>.scope), not
+// in the service's cgroup; `systemctl restart mountkeeper` kills the service's whole cgroup,
+// yet the FUSE daemon keeps its PID and its scope, a reader working in the mount every 100 ms
+// sees no failed read, and the restarted plugin adopts the mount instead of mounting again
+// (its journal says so), rebuilds its users from the runtime (the mount outlives the grace
+// period while the container runs), serves a new container from the same mount, and unmounts
+// once the last container is gone (not before the grace period), after which the FUSE daemon
+// exits and systemd collects the scope.
 //
 // The mount is made in systemd's mount namespace, so the containers that the host's
 // containerd creates see an empty directory at /data, not the export: which containers see
@@ -240,7 +247,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemctl", "start", "mk-naive")
 		t.Cleanup(func() { sd.Run(context.Background(), "systemctl", "stop", "mk-naive") })
 		var daemon int
-		eventually(t, 20*time.Second, "the control service mounts sshfs", func() bool {
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the control service mounts sshfs", func() bool {
 			daemon = s.fuseDaemon("/tmp/naive")
 			return daemon != 0
 		})
@@ -311,7 +318,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemd-run", "--unit=mk-reader", "--quiet", "--working-directory="+hostPath, "--", "/bin/sh", "-c",
 			"while true; do if cat hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done")
 		defer s.run("systemctl", "stop", "mk-reader")
-		eventually(t, 10*time.Second, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
 		before, _ := s.reads()
 		oldMain, oldInvocation := s.mainPID(), s.invocation()
 		restarted := time.Now()
@@ -366,8 +373,8 @@ func TestSystemdRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if line := mountinfoLine(out, "/data"); len(strings.Fields(line)) < 4 || strings.Fields(line)[3] != hostPath {
-			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, line)
+		if m := mountIn(t, out, "/data"); m == nil || m.Root != hostPath {
+			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, mountLine(m))
 		}
 		for _, id := range []string{c1, c2} {
 			cri.StopContainer(ctx, id)
@@ -376,13 +383,13 @@ func TestSystemdRestart(t *testing.T) {
 			}
 		}
 		removed := time.Now()
-		eventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
 		took := time.Since(removed)
 		t.Logf("unmounted %s after the last container was removed (grace 3s)", took.Round(time.Millisecond))
 		if took < 3*time.Second {
 			t.Errorf("unmounted %s after the last container was removed, within the 3s grace period", took)
 		}
-		eventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the FUSE daemon exits and systemd collects its scope", func() bool {
 			return !sdAlive(daemon) && !strings.Contains(s.run("systemctl", "list-units", "--all", "--type=scope", "--plain", "--no-legend", "--no-pager"), scope)
 		})
 	})

@@ -15,12 +15,12 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// TestSystemdCgroupNode (issue 24, item 6): on a node like kubeadm's (systemd cgroup driver
-// for kubelet and containerd's default handler), containerd configured by `mountkeeper
-// runtime configure` runs a pod of a mountkeeper class exactly like a default pod: both land
-// in kubelet's kubepods.slice hierarchy, each container in its pod's slice with the memory
-// and CPU limits the pod asked for; the class pod also gets its class mount, the default pod
-// does not.
+// TestSystemdCgroupNode: a class pod must get the cgroup and the limits a default pod gets. On
+// a node like kubeadm's (systemd cgroup driver for kubelet and containerd's default handler),
+// containerd configured by `mountkeeper runtime configure` runs a pod of a mountkeeper class
+// exactly like a default pod: both land in kubelet's kubepods.slice hierarchy, each container
+// in its pod's slice with the memory and CPU limits the pod asked for; the class pod also gets
+// its class mount, the default pod does not.
 func TestSystemdCgroupNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

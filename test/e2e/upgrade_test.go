@@ -12,11 +12,13 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
-// TestNetworkUpgrade (issue 24 item 4), on real containerd + runc with sshd over loopback: two
-// containers read an sshfs class mount every 100 ms; the agent holding it is replaced by the
-// current one. Replacing the previous release's agent (built from this repository's history,
+// TestNetworkUpgrade: replacing the agent must not interrupt the containers reading its
+// network mounts. On real containerd + runc with sshd over loopback: two containers read an
+// sshfs class mount every 100 ms; the agent holding it is replaced by the current one.
+// Replacing the previous release's agent (built from this repository's history,
 // harness.PreviousRelease), whose mount has another key (the FUSE default options came after
 // it), and replacing the current agent after its config changed while it was stopped (the
 // class renamed; the mount's options changed): no read fails, the same host mount (mount ID)
@@ -115,9 +117,9 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 		t.Run("the adopted mount is probed and healed", func(t *testing.T) {
 			before, _ := countReads(t, n, r1)
 			syscall.Kill(oldDaemon, syscall.SIGKILL)
-			eventually(t, 5*time.Second, "the adopted daemon dead", func() bool { return !alive(oldDaemon) })
+			testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the adopted daemon dead", func() bool { return !alive(oldDaemon) })
 			start := time.Now()
-			eventually(t, healBound, "a reader reads through a healed mount", func() bool {
+			testsupport.Eventually(t, healBound, 100*time.Millisecond, "a reader reads through a healed mount", func() bool {
 				out, code := n.sh(r1, "cat /data/hello")
 				return code == 0 && out == helloSSHFS
 			})
@@ -145,7 +147,7 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 	remove(r1, r2)
 	if !c.shared && r3 != "" {
 		t.Run("the readers' mount goes once they are gone; the new one stays", func(t *testing.T) {
-			eventually(t, 15*time.Second, "the readers' mount unmounted", func() bool {
+			testsupport.Eventually(t, 15*time.Second, 100*time.Millisecond, "the readers' mount unmounted", func() bool {
 				_, ok := mountAt(t, mountsDir, old.point)
 				return !ok
 			})
@@ -158,12 +160,12 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 		remove(r3)
 	}
 	t.Run("nothing is left once every container is gone", func(t *testing.T) {
-		eventually(t, 15*time.Second, "every mount below the state dir unmounted", func() bool {
+		testsupport.Eventually(t, 15*time.Second, 100*time.Millisecond, "every mount below the state dir unmounted", func() bool {
 			return len(fuseMountsBelow(t, mountsDir)) == 0
 		})
-		eventually(t, 5*time.Second, "the first agent's daemon gone", func() bool { return !alive(oldDaemon) })
+		testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the first agent's daemon gone", func() bool { return !alive(oldDaemon) })
 
-		eventually(t, 5*time.Second, "the mount scopes removed", func() bool {
+		testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the mount scopes removed", func() bool {
 			for _, key := range n.scopes.keys {
 				if mountScopeExists(t, key) {
 					return false

@@ -15,7 +15,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// Issue 17: pods whose processes are not host root. A user-namespaced pod is asked for as
+// Pods whose processes are not host root get class mounts they can use as root, as kubelet's
+// own volumes are idmapped for them. A user-namespaced pod is asked for as
 // kubelet does for hostUsers: false (harness.UsernsHostID: container 0 is host 200000).
 
 const usernsConfig = `
@@ -78,8 +79,8 @@ func TestUserNamespace(t *testing.T) {
 			t.Fatalf("the container has no user namespace mapping 0 to 200000: uid_map %q", out)
 		}
 		for _, v := range []struct{ dst, host string }{{"/vol/priv", priv}, {"/vol/slave", slave}} {
-			if l := n.mountinfoOf(uns, v.dst); !strings.Contains(l, "idmapped") {
-				t.Errorf("%s is not idmapped: %s", v.dst, l)
+			if m := n.mountinfoOf(uns, v.dst); !strings.Contains(m.Options, "idmapped") {
+				t.Errorf("%s is not idmapped: %s", v.dst, mountLine(m))
 			}
 			if out, code := n.sh(uns, "stat -c %u:%g "+v.dst+" "+v.dst+"/secret"); code != 0 || out != "0:0\n0:0\n" {
 				t.Errorf("%s: owners seen %q (exit %d), want 0:0 for the directory and the file", v.dst, out, code)
@@ -106,8 +107,8 @@ func TestUserNamespace(t *testing.T) {
 		if !strings.HasPrefix(out, "65534:65534\n65534:65534\npublic of host root\n") || code == 0 {
 			t.Errorf("the propagated mount: got %q (exit %d), want owners 65534, the 0644 file readable, the 0600 one refused", out, code)
 		}
-		if l := n.mountinfoOf(uns, "/vol/slave/late"); strings.Contains(l, "idmapped") {
-			t.Errorf("the propagated mount is idmapped: %s", l)
+		if m := n.mountinfoOf(uns, "/vol/slave/late"); strings.Contains(m.Options, "idmapped") {
+			t.Errorf("the propagated mount is idmapped: %s", mountLine(m))
 		}
 	})
 
@@ -116,8 +117,8 @@ func TestUserNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l := n.mountinfoOf(plain, "/vol/priv"); strings.Contains(l, "idmapped") {
-			t.Errorf("idmapped without a user namespace: %s", l)
+		if m := n.mountinfoOf(plain, "/vol/priv"); strings.Contains(m.Options, "idmapped") {
+			t.Errorf("idmapped without a user namespace: %s", mountLine(m))
 		}
 		if out, code := n.sh(plain, "stat -c %u:%g /vol/priv/secret; cat /vol/priv/secret"); code != 0 || out != "0:0\nsecret of host root\n" {
 			t.Errorf("got %q (exit %d)", out, code)
