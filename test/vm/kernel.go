@@ -75,3 +75,19 @@ func Require(tb testing.TB) {
 		testenv.Skip(tb, "%v", err)
 	}
 }
+
+// TempDir returns a new directory that a guest sees at the same path, removed when tb ends:
+// a t.TempDir is under /tmp, which the guest mounts a tmpfs over.
+func TempDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp(guestVisibleTemp, "mountkeeper-vm-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// guestVisibleTemp holds the temporary directories of runs and tests: a guest mounts its own
+// /tmp, /run and /dev/shm, not /var/tmp.
+const guestVisibleTemp = "/var/tmp"

@@ -65,7 +65,7 @@ func Run(ctx context.Context, k Kernel, opts Options) (res Result, err error) {
 
 	// The run's files are outside /tmp, which the guest mounts over; the guest reads the
 	// script through the host's root.
-	dir, err := os.MkdirTemp("/var/tmp", "mountkeeper-vm-")
+	dir, err := os.MkdirTemp(guestVisibleTemp, "mountkeeper-vm-")
 	if err != nil {
 		return res, err
 	}
