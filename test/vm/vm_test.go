@@ -1,3 +1,5 @@
+//go:build kernels
+
 package vm
 
 import (
