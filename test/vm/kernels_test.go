@@ -91,7 +91,10 @@ func TestKernels(t *testing.T) {
 				t.Fatalf("%v\nconsole:\n%s\noutput:\n%s", err, res.Console, res.Output)
 			}
 			for _, p := range splitPackages(string(res.Output)) {
-				t.Run(binName(p.name), func(t *testing.T) { reportPackage(t, k, p) })
+				t.Run(binName(p.name), func(t *testing.T) {
+					t.Logf("%s on %s: %s", p.name, k.Name, p.took)
+					reportPackage(t, k, p)
+				})
 			}
 		})
 	}
@@ -119,14 +122,14 @@ func guestScript(t *testing.T, k Kernel, root, bin string) string {
 	var b strings.Builder
 	b.WriteString("ns=$(readlink /proc/self/ns/mnt)\n")
 	for _, pkg := range kernelPackages {
-		fmt.Fprintf(&b, "echo '%s%s start'\n", pkgMarker, pkg)
+		fmt.Fprintf(&b, "echo '%s%s start'; s=$(date +%%s%%N)\n", pkgMarker, pkg)
 		skip := ""
 		if tests := leftOut(t, k, pkg); len(tests) > 0 {
 			skip = " -test.skip=" + shellQuote("^("+strings.Join(tests, "|")+")$")
 		}
 		fmt.Fprintf(&b, "cd %s && MOUNTKEEPER_PRIVATE_MOUNT_NS=$ns unshare -m --propagation private %s -test.v -test.count=1 -test.timeout=8m%s 2>&1\n",
 			shellQuote(filepath.Join(root, pkg)), shellQuote(filepath.Join(bin, binName(pkg))), skip)
-		fmt.Fprintf(&b, "echo \"%s%s exit $?\"\n", pkgMarker, pkg)
+		fmt.Fprintf(&b, "echo \"%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms\"\n", pkgMarker, pkg)
 	}
 	return b.String()
 }
@@ -136,6 +139,7 @@ type guestPackage struct {
 	name   string
 	output string
 	exit   string // "" when the guest never got to the end of the package
+	took   string // its time in the guest
 }
 
 func splitPackages(out string) []guestPackage {
@@ -146,7 +150,10 @@ func splitPackages(out string) []guestPackage {
 			if what == "start" {
 				pkgs = append(pkgs, guestPackage{name: name})
 			} else if len(pkgs) > 0 {
-				pkgs[len(pkgs)-1].exit = strings.TrimPrefix(what, "exit ")
+				f := strings.Fields(what) // exit STATUS TIME
+				if len(f) == 3 {
+					pkgs[len(pkgs)-1].exit, pkgs[len(pkgs)-1].took = f[1], f[2]
+				}
 			}
 			continue
 		}
