@@ -168,6 +168,7 @@ func splitPackages(out string) []guestPackage {
 type guestTest struct {
 	name     string // the last element of its name
 	action   string // pass, fail or skip; "" when it never ended
+	elapsed  float64
 	output   strings.Builder
 	children []*guestTest
 }
@@ -199,6 +200,7 @@ func reportPackage(t *testing.T, k Kernel, p guestPackage) {
 
 type event struct {
 	Action, Test, Output string
+	Elapsed              float64
 }
 
 func parseEvents(out []byte) ([]*guestTest, error) {
@@ -231,7 +233,7 @@ func parseEvents(out []byte) ([]*guestTest, error) {
 		case "output":
 			g.output.WriteString(e.Output)
 		case "pass", "fail", "skip":
-			g.action = e.Action
+			g.action, g.elapsed = e.Action, e.Elapsed
 		}
 	}
 	return top, nil
@@ -246,6 +248,7 @@ func replay(t *testing.T, k Kernel, g *guestTest) bool {
 		}
 		switch g.action {
 		case "pass":
+			t.Logf("passed on kernel %s in %.2fs", k.Name, g.elapsed)
 		case "skip":
 			t.Skipf("skipped on kernel %s (%s):\n%s", k.Name, k.Release, g.output.String())
 		case "fail":
