@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,8 +202,11 @@ func reportPackage(t *testing.T, k Kernel, p guestPackage) {
 
 type event struct {
 	Action, Test, Output string
-	Elapsed              float64
 }
+
+// resultTime is the time on a test's result line: "--- PASS: TestX (1.23s)", indented for a
+// subtest.
+var resultTime = regexp.MustCompile(`^\s*--- (?:PASS|FAIL|SKIP): \S+ \(([0-9.]+)s\)`)
 
 func parseEvents(out []byte) ([]*guestTest, error) {
 	byName := map[string]*guestTest{}
@@ -232,8 +237,11 @@ func parseEvents(out []byte) ([]*guestTest, error) {
 		switch e.Action {
 		case "output":
 			g.output.WriteString(e.Output)
+			if m := resultTime.FindStringSubmatch(e.Output); m != nil {
+				g.elapsed, _ = strconv.ParseFloat(m[1], 64)
+			}
 		case "pass", "fail", "skip":
-			g.action, g.elapsed = e.Action, e.Elapsed
+			g.action = e.Action
 		}
 	}
 	return top, nil
@@ -265,4 +273,33 @@ func tail(s string, lines int) string {
 		l = l[len(l)-lines:]
 	}
 	return strings.Join(l, "\n")
+}
+
+// TestGuestOutput: the guest's output is split by package, with each package's exit status
+// and time, and test2json's events become a tree of tests with their results and times.
+func TestGuestOutput(t *testing.T) {
+	out := pkgMarker + "internal/a start\n=== RUN   TestA\n=== RUN   TestA/sub\n    x_test.go:1: boom\n" +
+		"--- FAIL: TestA (1.50s)\n    --- FAIL: TestA/sub (0.25s)\n=== RUN   TestB\n--- PASS: TestB (0.01s)\nFAIL\n" +
+		pkgMarker + "internal/a exit 1 1700ms\n" + pkgMarker + "specmod start\npanic: hung\n"
+	pkgs := splitPackages(out)
+	if len(pkgs) != 2 || pkgs[0].name != "internal/a" || pkgs[0].exit != "1" || pkgs[0].took != "1700ms" ||
+		pkgs[1].name != "specmod" || pkgs[1].exit != "" || pkgs[1].output != "panic: hung\n" {
+		t.Fatalf("packages: %+v", pkgs)
+	}
+	cmd := exec.Command("go", "tool", "test2json", "-p", "internal/a")
+	cmd.Stdin = strings.NewReader(pkgs[0].output)
+	events, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := parseEvents(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 2 || top[0].name != "TestA" || top[0].action != "fail" || top[0].elapsed != 1.5 ||
+		len(top[0].children) != 1 || top[0].children[0].name != "sub" || top[0].children[0].action != "fail" ||
+		top[0].children[0].elapsed != 0.25 || !strings.Contains(top[0].children[0].output.String(), "boom") ||
+		top[1].name != "TestB" || top[1].action != "pass" {
+		t.Fatalf("tests: %+v", top)
+	}
 }
