@@ -310,7 +310,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		var pe *bounded.PanicError
 		if errors.As(r.err, &pe) {
 			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
-			if _, refused := r.err.(*engine.Error); !refused {
+			var refusal *engine.Error
+			if !errors.As(r.err, &refusal) {
 				r.err = engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonPanic, fmt.Errorf("%w: refused rather than created without its mounts", r.err)))
 			}
 		}

@@ -3,7 +3,6 @@ package liveupdate
 import (
 	"fmt"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
@@ -162,9 +161,3 @@ func (systemLayers) putLayer(base, baseRoot, version string, userns int) error {
 
 // detachBelow is copies.DetachBelow.
 func (systemLayers) detachBelow(dir string) error { return copies.DetachBelow(dir) }
-
-// mountsAt counts the mounts stacked at path in this mount namespace.
-func mountsAt(path string) (int, error) {
-	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != path, false })
-	return len(ms), err
-}
