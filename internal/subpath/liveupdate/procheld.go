@@ -80,7 +80,6 @@ func parseFdinfo(b []byte) (fi fdInfo, ok bool) {
 // ("start-end perms offset MAJOR:MINOR inode path", device in hex).
 func mappedInodes(b []byte, dev uint64) []uint64 {
 	var out []uint64
-	major, minor := unix.Major(dev), unix.Minor(dev)
 	for len(b) > 0 {
 		var line []byte
 		line, b, _ = bytes.Cut(b, []byte{'\n'})
@@ -88,17 +87,9 @@ func mappedInodes(b []byte, dev uint64) []uint64 {
 		if len(f) < 5 {
 			continue
 		}
-		maj, min, ok := strings.Cut(f[3], ":")
-		if !ok {
-			continue
-		}
-		ma, err1 := strconv.ParseUint(maj, 16, 32)
-		mi, err2 := strconv.ParseUint(min, 16, 32)
-		ino, err3 := strconv.ParseUint(f[4], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || ino == 0 {
-			continue
-		}
-		if uint32(ma) == major && uint32(mi) == minor {
+		d, ok := parseDev(f[3], 16)
+		ino, err := strconv.ParseUint(f[4], 10, 64)
+		if ok && err == nil && ino != 0 && d == dev {
 			out = append(out, ino)
 		}
 	}
@@ -119,17 +110,24 @@ func mountDevices(b []byte, into map[int]uint64) {
 		if err != nil {
 			continue
 		}
-		maj, min, ok := strings.Cut(f[2], ":")
-		if !ok {
-			continue
+		if dev, ok := parseDev(f[2], 10); ok {
+			into[id] = dev
 		}
-		ma, err1 := strconv.ParseUint(maj, 10, 32)
-		mi, err2 := strconv.ParseUint(min, 10, 32)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		into[id] = unix.Mkdev(uint32(ma), uint32(mi))
 	}
+}
+
+// parseDev reads a device written MAJOR:MINOR in base (maps: 16, mountinfo: 10).
+func parseDev(field string, base int) (uint64, bool) {
+	maj, min, ok := strings.Cut(field, ":")
+	if !ok {
+		return 0, false
+	}
+	ma, err1 := strconv.ParseUint(maj, base, 32)
+	mi, err2 := strconv.ParseUint(min, base, 32)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return unix.Mkdev(uint32(ma), uint32(mi)), true
 }
 
 // heldSet is what a scan found held.
