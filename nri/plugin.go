@@ -68,6 +68,7 @@ type Plugin struct {
 	reloadMu   sync.Mutex    // one ReloadConfig at a time
 	applyMu    sync.Mutex    // one apply at a time
 	connected  atomic.Bool   // registered with the runtime (readiness)
+	requests   inflight      // NRI requests under way (liveness, health.go)
 	// everConnected: a registration came before, so the next one is a reconnection.
 	everConnected atomic.Bool
 
@@ -109,6 +110,7 @@ func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.
 // runtime's plugin_config_path), unless the operator pinned one, and subscribes to the events
 // the plugin handles.
 func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
+	defer p.requests.end(reqConfigure, p.requests.begin(reqConfigure))
 	p.log.Infof("connected to %s %s", runtime, version)
 	p.connected.Store(true)
 	p.metrics.Connected(true, p.everConnected.Swap(true))
@@ -275,6 +277,7 @@ func (p *Plugin) engine() *served {
 // what keeps the volume from going silently missing. Each step has its own, shorter bound and
 // a clearer message; this one catches their sum.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, _ []*api.ContainerUpdate, err error) {
+	defer p.requests.end(reqCreateContainer, p.requests.begin(reqCreateContainer))
 	start := time.Now()
 	e := p.engine()
 	cfg := e.Config

@@ -52,16 +52,18 @@ type Follower struct {
 	saveMu sync.Mutex // one save at a time: they write the same temporary file
 	scanMu sync.Mutex // one scan at a time (retired.go)
 
-	mu      sync.Mutex
-	closed  bool                  // Close saved what its workers applied: nothing is saved after
-	paths   map[string]*livePath  // by copy path
-	vols    map[string]*volWorker // by volume directory
-	retired []*retiredCopy        // old versions, until nobody holds them
-	scanner chan struct{}         // closed to stop the scanner goroutine; nil while none runs
-	scanned chan struct{}         // closed when it ended
-	counts  map[string]int64      // updates by result
-	pids    map[string]uint32     // a started container's process, for its user namespace
-	userns  map[string]int        // user namespace descriptors of containers, opened on need
+	mu        sync.Mutex
+	closed    bool                  // Close saved what its workers applied: nothing is saved after
+	paths     map[string]*livePath  // by copy path
+	vols      map[string]*volWorker // by volume directory
+	retired   []*retiredCopy        // old versions, until nobody holds them
+	scanner   chan struct{}         // closed to stop the scanner goroutine; nil while none runs
+	scanned   chan struct{}         // closed when it ended
+	scanKick  chan struct{}         // capacity 1: asks the scanner for a scan now
+	scanStart time.Time             // when the scan under way began; zero while none runs
+	counts    map[string]int64      // updates by result
+	pids      map[string]uint32     // a started container's process, for its user namespace
+	userns    map[string]int        // user namespace descriptors of containers, opened on need
 	// scanInterval is how often the retired copies are looked for in /proc while any exist.
 	scanInterval time.Duration
 }
@@ -478,6 +480,9 @@ type LiveStatus struct {
 	RetiredCopies int              `json:"retiredCopies"`
 	RetiredBytes  int64            `json:"retiredBytes"`
 	Updates       map[string]int64 `json:"updates,omitempty"`
+	// ScanningFor is how long the scan for held versions has run, once past scanStalled
+	// (e.g. waiting on the kernel for a process's maps); empty otherwise.
+	ScanningFor string `json:"scanningFor,omitempty"`
 }
 
 // Status reports the live copies, the old versions still held open and the updates so far.
@@ -487,6 +492,11 @@ func (f *Follower) Status() LiveStatus {
 	st := LiveStatus{Paths: len(f.paths), RetiredCopies: len(f.retired), Updates: map[string]int64{}}
 	for _, r := range f.retired {
 		st.RetiredBytes += r.used.Bytes
+	}
+	if !f.scanStart.IsZero() {
+		if d := time.Since(f.scanStart); d >= scanStalled {
+			st.ScanningFor = d.Round(time.Second).String()
+		}
 	}
 	for k, v := range f.counts {
 		st.Updates[k] = v

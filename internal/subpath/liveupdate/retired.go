@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,10 +19,17 @@ import (
 // it lets go; nothing tells the agent when.
 // So a retired version stays charged to its pod (a tenant holding old versions open cannot
 // make the node keep more than the pod's budget) and shown in status until a scan of /proc
-// (fd, map_files, cwd, root of every process) finds none of its inodes held. The scan runs
-// after each update and then every scanInterval, only while retired versions exist. A version
-// is unlinked only once nobody holds it (retireGrace after it was replaced at the earliest):
-// a process that holds a directory of it open finds every entry there.
+// (descriptors, mappings, cwd and root of every process, procheld.go) finds none of its
+// inodes held. A version is unlinked only once nobody holds it (retireGrace after it was
+// replaced at the earliest): a process that holds a directory of it open finds every entry
+// there.
+//
+// The scan runs on the scanner goroutine alone, only while retired versions exist: kicked
+// after each update and then every scanInterval. Never on an update's goroutine nor under
+// any lock a request or a save takes: the scan reads no file's attributes, but some procfs
+// reads can still wait (procheld.go), and a scan that waits must hold up nothing but the
+// freeing of old versions, which then stay charged. One scan runs at a time; a kick while it
+// runs is kept for the next one, so a waiting scan leaves no goroutine behind it.
 //
 // The first copy, the base, is the root of the mount the container bound: it cannot be
 // unlinked while the container lives. Once shadowed by a layer and held by nobody, its content
@@ -39,8 +45,8 @@ type retiredCopy struct {
 	// measure says used is not known (a version an earlier agent left): it is what the
 	// version holds, counted as the copier charges.
 	measure bool
-	inodes  map[uint64]bool
-	at      time.Time // when it was replaced
+	inodes  map[uint64]bool // its inodes; true for a directory's
+	at      time.Time       // when it was replaced
 }
 
 // retireGrace is how long a replaced version stays at least: an open() whose path walk
@@ -48,9 +54,10 @@ type retiredCopy struct {
 // directory entries still there.
 const retireGrace = 200 * time.Millisecond
 
-// retire records old, just replaced, with its inodes. Then the retired versions are looked
-// for at once: those nobody holds are unlinked (a directory's entries must stay while a
-// process holds the directory open, to be opened relative to it).
+// retire records old, just replaced, with its inodes, and kicks the scanner: the versions
+// nobody holds are unlinked (a directory's entries must stay while a process holds the
+// directory open, to be opened relative to it). It does not wait for the scan: its caller
+// holds the path's lock.
 func (f *Follower) retire(old retiredCopy) {
 	var held copies.Usage
 	old.inodes, held = f.measure(old.path)
@@ -61,8 +68,11 @@ func (f *Follower) retire(old retiredCopy) {
 	f.mu.Lock()
 	f.retired = append(f.retired, &old)
 	f.startScannerLocked()
+	select {
+	case f.scanKick <- struct{}{}:
+	default: // a kick is pending: that scan sees old
+	}
 	f.mu.Unlock()
-	f.scan()
 }
 
 // rawTree is a clone of the root of the pod's tmpfs that holds path, without the mounts on it
@@ -89,8 +99,8 @@ func (f *Follower) measure(path string) (map[uint64]bool, copies.Usage) {
 	return inodesBelow(raw, rel)
 }
 
-// inodesBelow lists the inode numbers of rel below dirfd and everything below it, and what
-// they hold as the copier charges them (entryCost per entry).
+// inodesBelow lists the inode numbers of rel below dirfd and everything below it (true for a
+// directory), and what they hold as the copier charges them (entryCost per entry).
 func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 	inodes := map[uint64]bool{}
 	var used copies.Usage
@@ -100,7 +110,7 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			return
 		}
-		inodes[st.Ino] = true
+		inodes[st.Ino] = st.Mode&unix.S_IFMT == unix.S_IFDIR
 		size := int64(0)
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			size = st.Size
@@ -126,8 +136,9 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 }
 
 // scan frees the retired versions no process holds any more. One scan runs at a time (the
-// scanner's, an update's, a caller's): a scan that returns has seen every version freed that
-// it found free. A version stays retired, counted in status, until it is freed.
+// scanner's, or a test's): a scan that returns has seen every version freed that it found
+// free. A version stays retired, counted in status, until it is freed. It takes f.mu only
+// to copy and update the list, never while it reads /proc.
 func (f *Follower) scan() {
 	f.scanMu.Lock()
 	defer f.scanMu.Unlock()
@@ -138,27 +149,37 @@ func (f *Follower) scan() {
 	}
 	// Each pod's copies are on its own tmpfs: inode numbers are per device.
 	want := map[string]map[uint64]bool{}
+	dirs := map[string]bool{}
 	for _, r := range f.retired {
-		root := f.copies.PodTmpfs(r.path)
+		root := f.copier().PodTmpfs(r.path)
 		if want[root] == nil {
 			want[root] = map[uint64]bool{}
 		}
-		for ino := range r.inodes {
+		for ino, dir := range r.inodes {
 			want[root][ino] = true
+			dirs[root] = dirs[root] || dir
 		}
 	}
+	f.scanStart = time.Now()
 	f.mu.Unlock()
-	held := map[string]map[uint64]bool{}
+	defer func() {
+		f.mu.Lock()
+		f.scanStart = time.Time{}
+		f.mu.Unlock()
+	}()
+	held := map[string]heldSet{}
 	for root, inodes := range want {
 		var st unix.Stat_t
-		if err := unix.Stat(root, &st); err == nil {
-			held[root] = heldInodes(st.Dev, inodes)
+		if err := unix.Stat(root, &st); err != nil {
+			// The pod's tmpfs is gone, and with it what was retired there: nothing to hold.
+			continue
 		}
+		held[root] = findHeld(st.Dev, inodes, dirs[root])
 	}
 	f.mu.Lock()
 	var free []*retiredCopy
 	for _, r := range f.retired {
-		if !holds(r, held[f.copies.PodTmpfs(r.path)]) && time.Since(r.at) >= retireGrace {
+		if !held[f.copier().PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
@@ -179,14 +200,8 @@ func (f *Follower) scan() {
 	f.mu.Unlock()
 }
 
-func holds(r *retiredCopy, held map[uint64]bool) bool {
-	for ino := range r.inodes {
-		if held[ino] {
-			return true
-		}
-	}
-	return false
-}
+// findHeld is heldInodes; a test replaces it to make a scan wait as one on a hung mount would.
+var findHeld = heldInodes
 
 // emptyBase empties the content of a base nobody holds: it is shadowed by a layer for good.
 func (f *Follower) emptyBase(r *retiredCopy) {
@@ -250,40 +265,6 @@ func removeEntriesAt(dirfd, depth int) {
 	}
 }
 
-// heldInodes are the inodes among want, on device dev, that some process holds: an open file
-// descriptor, a mapped file, its working directory or root.
-func heldInodes(dev uint64, want map[uint64]bool) map[uint64]bool {
-	held := map[uint64]bool{}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return held
-	}
-	check := func(p string) {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil && st.Dev == dev && want[st.Ino] {
-			held[st.Ino] = true
-		}
-	}
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		dir := "/proc/" + p.Name()
-		check(dir + "/cwd")
-		check(dir + "/root")
-		for _, sub := range []string{"/fd", "/map_files"} {
-			entries, err := os.ReadDir(dir + sub)
-			if err != nil {
-				continue // gone, or no access
-			}
-			for _, e := range entries {
-				check(dir + sub + "/" + e.Name())
-			}
-		}
-	}
-	return held
-}
-
 // dropRetiredLocked forgets container id's retired versions (the container goes: its processes
 // with it). Callers hold f.mu.
 func (f *Follower) dropRetiredLocked(id string) {
@@ -298,22 +279,23 @@ func (f *Follower) dropRetiredLocked(id string) {
 	f.stopScannerIfIdleLocked()
 }
 
-// stopScannerIfIdleLocked ends the scanner once no retired version is left. Callers hold f.mu.
+// stopScannerIfIdleLocked ends the scanner once no retired version is left (a scan under way
+// finishes first). Callers hold f.mu.
 func (f *Follower) stopScannerIfIdleLocked() {
 	if len(f.retired) == 0 && f.scanner != nil {
 		close(f.scanner)
-		f.scanner, f.scanned = nil, nil
+		f.scanner, f.scanned, f.scanKick = nil, nil, nil
 	}
 }
 
-// startScannerLocked starts the goroutine that scans while retired versions exist. Callers
-// hold f.mu.
+// startScannerLocked starts the goroutine that scans while retired versions exist: at each
+// kick (retire) and every scanInterval. Callers hold f.mu.
 func (f *Follower) startScannerLocked() {
 	if f.scanner != nil || f.ctx.Err() != nil {
 		return
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	f.scanner, f.scanned = stop, done
+	stop, done, kick := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+	f.scanner, f.scanned, f.scanKick = stop, done, kick
 	go func() {
 		defer close(done)
 		t := time.NewTicker(f.scanInterval)
@@ -323,19 +305,32 @@ func (f *Follower) startScannerLocked() {
 			case <-stop:
 				return
 			case <-t.C:
+			case <-kick:
 			}
 			f.scan()
 		}
 	}()
 }
 
+// scanStalled is how long a scan may run before status reports it (scanningFor): one that
+// waits on the kernel holds up only the freeing of old versions.
+const scanStalled = 10 * time.Second
+
+// stopScanner ends the scanner and waits for it, at most scanCloseWait: a scan waiting in
+// the kernel (procheld.go) must not keep the agent from closing; its goroutine ends when the
+// read returns.
 func (f *Follower) stopScanner() {
 	f.mu.Lock()
 	stop, done := f.scanner, f.scanned
-	f.scanner, f.scanned = nil, nil
+	f.scanner, f.scanned, f.scanKick = nil, nil, nil
 	f.mu.Unlock()
 	if stop != nil {
 		close(stop)
-		<-done
+		select {
+		case <-done:
+		case <-time.After(scanCloseWait):
+		}
 	}
 }
+
+const scanCloseWait = 5 * time.Second
