@@ -45,10 +45,12 @@ image:
 	done
 	$(GO) run ./test/tools/mkimage -name $(IMAGE) -bin-dir bin -platforms '$(PLATFORMS)' -o bin/mountkeeper-image.tar
 
-vet:
+# gofmt, go vet, and golangci-lint (.golangci.yml; built by test/tools/install.sh).
+vet: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
+	$(MOUNTKEEPER_BIN)/golangci-lint run --timeout 15m ./...
 	$(GO) vet -tags kernels ./test/vm/
 
 # Everything the tests need; demo-tools only what `make demo` uses (containerd, runc, sshd,

@@ -16,6 +16,8 @@ CRIO_VERSION=v1.34.0
 # github.com/prometheus/prometheus's module version (Prometheus 3): promtool checks and unit-tests
 # deploy/prometheusrule.yaml (internal/metrics TestShippedRules).
 PROMETHEUS_MODULE_VERSION=v0.316.0
+# The linter `make vet` runs (.golangci.yml).
+GOLANGCI_LINT_VERSION=v2.15.0
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
 # The demo's Debian packages: gcc, libc6-dev, libseccomp-dev and pkg-config build runc (cgo,
@@ -129,6 +131,11 @@ if $ONLY_DEMO; then
 	exit 0
 fi
 install_kernels
+if ! stamp_ok golangci-lint "$GOLANGCI_LINT_VERSION"; then
+	echo "install.sh: building golangci-lint $GOLANGCI_LINT_VERSION into $BIN (about 3 minutes cold)" >&2
+	CGO_ENABLED=0 GOBIN=$BIN go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION >&2
+	echo "$GOLANGCI_LINT_VERSION" >"$BIN/.golangci-lint"
+fi
 # kube_wrapper DIR: a wrapper module in DIR (in the cache, never in the repository) that
 # requires k8s.io/kubernetes. That module cannot be `go install`ed: its go.mod replaces the
 # k8s.io/* staging modules with ./staging/src/... directories; the wrapper replaces each of
