@@ -148,10 +148,11 @@ func (f *Follower) scan() {
 		return
 	}
 	// Each pod's copies are on its own tmpfs: inode numbers are per device.
+	c := f.copies
 	want := map[string]map[uint64]bool{}
 	dirs := map[string]bool{}
 	for _, r := range f.retired {
-		root := f.copier().PodTmpfs(r.path)
+		root := c.PodTmpfs(r.path)
 		if want[root] == nil {
 			want[root] = map[uint64]bool{}
 		}
@@ -179,7 +180,7 @@ func (f *Follower) scan() {
 	f.mu.Lock()
 	var free []*retiredCopy
 	for _, r := range f.retired {
-		if !held[f.copier().PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
+		if !held[c.PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
