@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -40,18 +41,7 @@ func newScaleNode(t testing.TB, n int) *scaleNode {
 	kubeletRoot := filepath.Join(dir, "kubelet")
 	s := &scaleNode{dir: dir, cfg: mustConfig(t, "kubeletRoot: "+kubeletRoot+"\nstateDir: "+filepath.Join(dir, "state")+"\n"+scaleConfig)}
 	for i := range n {
-		kp := harness.KubeletPod{Root: kubeletRoot, UID: fmt.Sprintf("uid-%04d", i)}
-		vol := kp.VolumeDir("kubernetes.io~configmap", "cfg")
-		if _, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "v1"}); err != nil {
-			t.Fatal(err)
-		}
-		target, err := kp.BindSubPath(vol, "cfg", "app", 0, "app.conf")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod := &api.PodSandbox{Id: fmt.Sprintf("pod-%04d", i), Name: fmt.Sprintf("pod-%04d", i), Namespace: "ns", Uid: kp.UID, RuntimeHandler: "live"}
-		ctr := &api.Container{Id: fmt.Sprintf("ctr%04d", i), PodSandboxId: pod.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING,
-			Mounts: []*api.Mount{{Source: target, Destination: "/etc/app.conf", Type: "bind", Options: []string{"rbind", "rprivate", "ro"}}}}
+		pod, ctr, vol := s.newPod(t, fmt.Sprintf("%04d", i))
 		s.pods, s.ctrs, s.vols = append(s.pods, pod), append(s.ctrs, ctr), append(s.vols, vol)
 	}
 	// The first agent creates them all, then goes.
@@ -62,26 +52,51 @@ func newScaleNode(t testing.TB, n int) *scaleNode {
 	stop := runPluginStoppable(t, p, socket)
 	rt.waitSynced(t)
 	for i, ctr := range s.ctrs {
-		rsp, err := rt.CreateContainer(context.Background(), &adaptation.CreateContainerRequest{Pod: s.pods[i], Container: cloneContainer(ctr)})
-		if err != nil {
-			t.Fatalf("create %s: %v", ctr.Id, err)
-		}
-		src := ""
-		for _, m := range rsp.GetAdjust().GetMounts() {
-			if m.Destination == "/etc/app.conf" {
-				src = m.Source
-			}
-		}
-		if src == "" {
-			t.Fatalf("%s: no live copy in %v", ctr.Id, rsp.GetAdjust().GetMounts())
-		}
-		s.files = append(s.files, src)
-		if err := rt.PostStartContainer(context.Background(), &adaptation.PostStartContainerRequest{Pod: s.pods[i], Container: ctr}); err != nil {
-			t.Fatal(err)
-		}
+		s.files = append(s.files, create(t, rt, s.pods[i], ctr))
 	}
 	stop()
 	return s
+}
+
+// newPod lays out pod uid-<name> with its configMap volume and the subPath bind of its
+// container ctr<name>, and returns them as the runtime lists them.
+func (s *scaleNode) newPod(t testing.TB, name string) (*api.PodSandbox, *api.Container, string) {
+	t.Helper()
+	kp := harness.KubeletPod{Root: filepath.Join(s.dir, "kubelet"), UID: "uid-" + name}
+	vol := kp.VolumeDir("kubernetes.io~configmap", "cfg")
+	if _, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := kp.BindSubPath(vol, "cfg", "app", 0, "app.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod-" + name, Name: "pod-" + name, Namespace: "ns", Uid: kp.UID, RuntimeHandler: "live"}
+	ctr := &api.Container{Id: "ctr" + name, PodSandboxId: pod.Id, Name: "app", State: api.ContainerState_CONTAINER_RUNNING,
+		Mounts: []*api.Mount{{Source: target, Destination: "/etc/app.conf", Type: "bind", Options: []string{"rbind", "rprivate", "ro"}}}}
+	return pod, ctr, vol
+}
+
+// create creates ctr through rt and starts it; it returns the live copy it is bound from.
+func create(t testing.TB, rt *testRuntime, pod *api.PodSandbox, ctr *api.Container) string {
+	t.Helper()
+	rsp, err := rt.CreateContainer(context.Background(), &adaptation.CreateContainerRequest{Pod: pod, Container: cloneContainer(ctr)})
+	if err != nil {
+		t.Fatalf("create %s: %v", ctr.Id, err)
+	}
+	src := ""
+	for _, m := range rsp.GetAdjust().GetMounts() {
+		if m.Destination == "/etc/app.conf" && slices.Contains(m.Options, "rslave") {
+			src = m.Source
+		}
+	}
+	if src == "" {
+		t.Fatalf("%s: not bound from a live copy: %v", ctr.Id, rsp.GetAdjust().GetMounts())
+	}
+	if err := rt.PostStartContainer(context.Background(), &adaptation.PostStartContainerRequest{Pod: pod, Container: ctr}); err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // snapshot is what the runtime lists at Synchronize.

@@ -18,6 +18,7 @@
 // An update is copied by package copies (Copies.CopyTo), charged to the pod's budget like the
 // first copy, and released (Copies.Release) once its version is gone; the live copies are
 // recorded in a state file (followstate.go) so that an agent started again follows them on
-// (Resume). Its mount side effects sit behind layerOps (layers.go), whose real implementation
+// (Resume: Load reads the file while the runtime waits at Synchronize, ResumeLoaded looks at
+// the mounts after; what was loaded and not followed yet stays in the file meanwhile). Its mount side effects sit behind layerOps (layers.go), whose real implementation
 // is systemLayers.
 package liveupdate

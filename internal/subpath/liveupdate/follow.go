@@ -55,6 +55,8 @@ type Follower struct {
 	mu      sync.Mutex
 	closed  bool                  // Close saved what its workers applied: nothing is saved after
 	paths   map[string]*livePath  // by copy path
+	pending map[string]*livePath  // by copy path: recorded, loaded (Load), not followed yet
+	epoch   uint64                // Mark's count: a path followed since has since > a Mark before
 	vols    map[string]*volWorker // by volume directory
 	retired []*retiredCopy        // old versions, until nobody holds them
 	scanner chan struct{}         // closed to stop the scanner goroutine; nil while none runs
@@ -71,6 +73,7 @@ type livePath struct {
 	ctr      string
 	cp       copies.Copy // the first copy: cp.Path is the base
 	baseRoot string      // the base mount's root within the copy tmpfs
+	since    uint64      // the Follower's epoch when it was followed (Mark, Keep)
 	mu       sync.Mutex
 	// Guarded by mu:
 	armed   bool         // the container's runtime bound the path: updates may go on
@@ -105,7 +108,7 @@ func NewFollower(c *copies.Copies, statePath string, onUpdate func(Update)) *Fol
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Follower{
 		copies: c, ops: systemLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
-		paths: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
+		paths: map[string]*livePath{}, pending: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
 		pids: map[string]uint32{}, userns: map[string]int{},
 		scanInterval: 2 * time.Second,
 	}
@@ -184,13 +187,41 @@ func (f *Follower) baseRoot(path string) (string, error) {
 	return m.Root, nil
 }
 
+// errFollowed: the path is followed already; errNotPending: the loaded path is no longer to be
+// resumed (its container stopped, or it was loaded again).
+var (
+	errFollowed   = errors.New("followed already")
+	errNotPending = errors.New("no longer to be resumed")
+)
+
 // follow registers lp and watches its volume.
 func (f *Follower) follow(lp *livePath) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.followLocked(lp)
+}
+
+// followPending follows lp, loaded by Load, if it is still to be resumed (errNotPending).
+func (f *Follower) followPending(lp *livePath) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending[lp.cp.Path] != lp {
+		return errNotPending
+	}
+	delete(f.pending, lp.cp.Path)
+	return f.followLocked(lp)
+}
+
+// followLocked registers lp, once: a path followed twice would count its volume's users
+// twice, and its worker would outlive the path. Callers hold f.mu.
+func (f *Follower) followLocked(lp *livePath) error {
 	if err := f.ctx.Err(); err != nil {
 		return err
 	}
+	if _, ok := f.paths[lp.cp.Path]; ok {
+		return errFollowed
+	}
+	lp.since = f.epoch
 	vw := f.vols[lp.cp.VolumeDir]
 	if vw == nil {
 		if err := f.w.add(lp.cp.VolumeDir); err != nil {
@@ -404,6 +435,11 @@ func (f *Follower) stop(id string, save bool) {
 			}
 		}
 	}
+	for p, lp := range f.pending {
+		if lp.ctr == id {
+			delete(f.pending, p)
+		}
+	}
 	f.dropRetiredLocked(id)
 	if fd, ok := f.userns[id]; ok {
 		unix.Close(fd)
@@ -428,18 +464,28 @@ func (f *Follower) stop(id string, save bool) {
 	}
 }
 
-// Keep stops following the live copies of every container not in running (Synchronize: the
-// containers that went while the agent was away or that no longer run).
-func (f *Follower) Keep(running map[string]bool) {
+// Mark is a point in time for Keep: the runtime's list of containers was taken before it.
+func (f *Follower) Mark() uint64 {
 	f.mu.Lock()
-	var gone []string
+	defer f.mu.Unlock()
+	f.epoch++
+	return f.epoch
+}
+
+// Keep stops following the live copies of every container not in running (Synchronize: the
+// containers that went while the agent was away or that no longer run), among those followed
+// before mark (Mark, taken when running was): a container created since is not in running,
+// and runs.
+func (f *Follower) Keep(running map[string]bool, mark uint64) {
+	f.mu.Lock()
+	gone := map[string]bool{}
 	for _, lp := range f.paths {
-		if !running[lp.ctr] {
-			gone = append(gone, lp.ctr)
+		if !running[lp.ctr] && lp.since < mark {
+			gone[lp.ctr] = true
 		}
 	}
 	f.mu.Unlock()
-	for _, id := range gone {
+	for id := range gone {
 		f.Stop(id)
 	}
 }
