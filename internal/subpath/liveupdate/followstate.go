@@ -50,13 +50,19 @@ type statePath struct {
 }
 
 // save writes the state file (atomically: a new file renamed over it). A closed Follower
-// writes nothing: what Close recorded is for its successor.
+// writes nothing: what Close recorded is for its successor. Saves asked for while one writes
+// are served by one more: each write takes the state as it is when it begins, so when save
+// returns, the file holds what its caller changed before.
 func (f *Follower) save() {
 	if f.statePath == "" {
 		return
 	}
+	f.saveAsked.Add(1)
 	f.saveMu.Lock()
 	defer f.saveMu.Unlock()
+	if f.saveAsked.Swap(0) == 0 {
+		return // a write that began after this was asked for served it
+	}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

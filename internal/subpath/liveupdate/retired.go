@@ -48,9 +48,11 @@ type retiredCopy struct {
 // directory entries still there.
 const retireGrace = 200 * time.Millisecond
 
-// retire records old, just replaced, with its inodes. Then the retired versions are looked
-// for at once: those nobody holds are unlinked (a directory's entries must stay while a
-// process holds the directory open, to be opened relative to it).
+// retire records old, just replaced, with its inodes. The scanner looks for the retired
+// versions retireGrace later (a version is kept that long anyway): those nobody holds are
+// unlinked (a directory's entries must stay while a process holds the directory open, to be
+// opened relative to it). One scan of /proc serves every version retired meanwhile: many
+// volumes updated at once are not applied one scan after another.
 func (f *Follower) retire(old retiredCopy) {
 	var held copies.Usage
 	old.inodes, held = f.measure(old.path)
@@ -62,7 +64,10 @@ func (f *Follower) retire(old retiredCopy) {
 	f.retired = append(f.retired, &old)
 	f.startScannerLocked()
 	f.mu.Unlock()
-	f.scan()
+	select {
+	case f.scanSoon <- struct{}{}:
+	default: // a scan is asked for already
+	}
 }
 
 // rawTree is a clone of the copy tmpfs' root without the mounts on it (open_tree without
@@ -308,6 +313,12 @@ func (f *Follower) startScannerLocked() {
 			case <-stop:
 				return
 			case <-t.C:
+			case <-f.scanSoon: // a version was retired: free it once retireGrace is over
+				select {
+				case <-stop:
+					return
+				case <-time.After(retireGrace):
+				}
 			}
 			f.scan()
 		}
