@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,13 +177,27 @@ func BenchmarkSynchronize(b *testing.B) {
 			s := newScaleNode(b, n)
 			var answers, resumed []time.Duration
 			dropped := 0
+			before, threads0 := runtime.NumGoroutine(), osThreads(b)
 			b.ResetTimer()
-			for range b.N {
+			for i := range b.N {
 				start := time.Now()
 				took, p, rt, stop := s.syncAfterRestart(b)
 				waitLive(b, p, n)
 				answers, resumed = append(answers, took), append(resumed, time.Since(start))
 				dropped += int(rt.syncFailed.Load())
+				if i == b.N-1 {
+					// The last agent sees every pod go: then nothing of the Follower's may run.
+					workers := goroutinesIn(b, "liveupdate.(*Follower).work")
+					threads := osThreads(b)
+					for j, ctr := range s.ctrs {
+						if err := rt.RemoveContainer(context.Background(), &adaptation.RemoveContainerRequest{Pod: s.pods[j], Container: ctr}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					left := waitGoroutinesIn(b, "liveupdate.(*Follower)", 0)
+					b.Logf("resources: %d live paths idle: %d Follower workers (goal 0), %d OS threads (%d before the agent); every pod removed: %d Follower goroutines left (goal 0), %d goroutines in the process (runtime side and agent connected; %d before the agent)",
+						n, workers, threads, threads0, left, runtime.NumGoroutine(), before)
+				}
 				stop()
 			}
 			b.StopTimer()
@@ -201,6 +218,22 @@ func BenchmarkSynchronize(b *testing.B) {
 				n, n, answer.Round(100*time.Microsecond), len(answers), goal, verdict, dropped, median(resumed).Round(time.Millisecond))
 		})
 	}
+}
+
+// osThreads is this process's count of OS threads.
+func osThreads(t testing.TB) int {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads in /proc/self/status")
+	return 0
 }
 
 // median of ds.
