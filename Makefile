@@ -18,7 +18,7 @@ TESTFLAGS ?=
 # outlive them.
 PRIVATE_NS := MOUNTKEEPER_PRIVATE_MOUNT_NS=$$(readlink /proc/self/ns/mnt) unshare -m --propagation private
 
-.PHONY: all build image test unit e2e upstream demo bench tools demo-tools vet clean
+.PHONY: all build image test unit kernels e2e upstream demo bench tools demo-tools vet clean
 
 all: build
 
@@ -45,10 +45,13 @@ image:
 	done
 	$(GO) run ./test/tools/mkimage -name $(IMAGE) -bin-dir bin -platforms '$(PLATFORMS)' -o bin/mountkeeper-image.tar
 
-vet:
+# gofmt, go vet, and golangci-lint (.golangci.yml; built by test/tools/install.sh).
+vet: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
+	$(MOUNTKEEPER_BIN)/golangci-lint run --timeout 15m ./...
+	$(GO) vet -tags kernels ./test/vm/
 
 # Everything the tests need; demo-tools only what `make demo` uses (containerd, runc, sshd,
 # sshfs: docs/development.md has its cold time).
@@ -63,6 +66,11 @@ demo-tools:
 unit: tools
 	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
+# The kernel-dependent packages' unit tests on Debian's 5.10, 6.1 and 6.12 kernels, one QEMU
+# guest after another (test/vm; docs/development.md). QEMU without KVM is CPU-bound: niced.
+kernels: tools
+	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^TestKernels$$' -v $(TESTFLAGS) ./test/vm/
+
 # TestUpstreamSubPath has a target of its own (and its own timeout): upstream.
 e2e: tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) MOUNTKEEPER_RUNTIME_BINARY=$(CURDIR)/$(RTBIN) $(GO) test -tags e2e -count=1 -timeout 30m -skip '^TestUpstreamSubPath$$' -v $(TESTFLAGS) ./test/e2e/
@@ -73,7 +81,7 @@ e2e: tools build
 upstream: tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -count=1 -timeout 60m -run '^TestUpstreamSubPath$$' -v $(TESTFLAGS) ./test/e2e/
 
-test: tools vet unit e2e upstream
+test: tools vet unit kernels e2e upstream
 
 demo: demo-tools build
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(PRIVATE_NS) $(GO) run ./test/demo

@@ -16,7 +16,7 @@ import (
 )
 
 // A hook finds a live mount and returns at once, even while the NRI plugin holds the state
-// directory's lock (issue 9, item 6): it must neither wait for that lock nor fail on it.
+// directory's lock: it must neither wait for that lock nor fail on it.
 func TestHookNetworkFindsALiveMountWhileThePluginRuns(t *testing.T) {
 	if !privatens.Run(t) {
 		return

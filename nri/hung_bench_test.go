@@ -22,7 +22,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-// Shape of BenchmarkHungNetworkMount, from issue 19's measurement on containerd.
+// Shape of BenchmarkHungNetworkMount, from a measurement of a hung mount on containerd.
 const (
 	hungDefaultBatch = 4                      // default-runtime containers created in parallel
 	hungClassPods    = 6                      // class pods whose server hangs

@@ -99,6 +99,7 @@ func livePropagation(opts []string) []string {
 
 // PostStartContainer lets the container's live copies follow updates: its runtime bound them.
 func (p *Plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	defer p.requests.end(reqPostStartContainer, p.requests.begin(reqPostStartContainer))
 	if f := p.liveFollower(); f != nil {
 		f.Arm(ctr.GetId(), ctr.GetPid())
 	}
@@ -108,6 +109,7 @@ func (p *Plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *a
 // StopContainer stops following the container's live copies (their mounts stay until
 // RemoveContainer removes the copies).
 func (p *Plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	defer p.requests.end(reqStopContainer, p.requests.begin(reqStopContainer))
 	if f := p.liveFollower(); f != nil {
 		f.Stop(ctr.GetId())
 	}

@@ -134,6 +134,7 @@ func (p *Plugin) release(ctrID string) {
 // longer than a CreateContainer request may, and the pod's containers come only after
 // the image pulls.
 func (p *Plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	defer p.requests.end(reqRunPodSandbox, p.requests.begin(reqRunPodSandbox))
 	p.ensure(pod.GetRuntimeHandler())
 	return nil
 }
@@ -155,6 +156,7 @@ func (p *Plugin) ensure(handler string) {
 // RemoveContainer drops the container's claim on its network mounts; the last one out starts
 // the unmount grace period.
 func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	defer p.requests.end(reqRemoveContainer, p.requests.begin(reqRemoveContainer))
 	p.release(ctr.GetId())
 	return nil
 }
@@ -168,6 +170,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // made) holds its class's mounts by spec, without waiting for the adoption check or a
 // remount. Only then do the mounts nobody uses begin their grace period.
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	defer p.requests.end(reqSynchronize, p.requests.begin(reqSynchronize))
 	p.syncMu.Lock() // a Synchronize the runtime cut may still be here
 	defer p.syncMu.Unlock()
 	p.syncNow(ctrs) // the subPath copies: the rest after answering (reconcile.go)

@@ -185,7 +185,7 @@ func TestNetworkMounts(t *testing.T) {
 
 	// What a running container's own mounts come from holds, whatever the config says now:
 	// its pod's class may be gone (renamed, removed) or its spec changed while the plugin
-	// was away (issue 24).
+	// was away.
 	t.Run("Synchronize holds the host mounts a running container's mounts come from", func(t *testing.T) {
 		fm := &fakeMounter{users: map[string]bool{}}
 		p := networkPlugin(t, fm, &specmodtest.Host{})
@@ -208,7 +208,7 @@ func TestNetworkMounts(t *testing.T) {
 
 // A config without network mounts still gets a Mounter when an earlier agent left mounts in
 // its state directory: they are adopted, held by the running containers that use them and
-// released once none does (issue 24).
+// released once none does.
 func TestMounterForMountsLeftBehind(t *testing.T) {
 	for _, left := range []bool{false, true} {
 		fm := &fakeMounter{users: map[string]bool{}}

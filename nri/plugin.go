@@ -71,6 +71,7 @@ type Plugin struct {
 	reloadMu   sync.Mutex    // one ReloadConfig at a time
 	applyMu    sync.Mutex    // one apply at a time
 	connected  atomic.Bool   // registered with the runtime (readiness)
+	requests   inflight      // NRI requests under way (liveness, health.go)
 	// everConnected: a registration came before, so the next one is a reconnection.
 	everConnected atomic.Bool
 
@@ -113,6 +114,7 @@ func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.
 // runtime's plugin_config_path), unless the operator pinned one, and subscribes to the events
 // the plugin handles.
 func (p *Plugin) Configure(_ context.Context, config, runtime, version string) (api.EventMask, error) {
+	defer p.requests.end(reqConfigure, p.requests.begin(reqConfigure))
 	p.log.Infof("connected to %s %s", runtime, version)
 	p.connected.Store(true)
 	p.metrics.Connected(true, p.everConnected.Swap(true))
@@ -279,6 +281,7 @@ func (p *Plugin) engine() *served {
 // what keeps the volume from going silently missing. Each step has its own, shorter bound and
 // a clearer message; this one catches their sum.
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (adj *api.ContainerAdjustment, _ []*api.ContainerUpdate, err error) {
+	defer p.requests.end(reqCreateContainer, p.requests.begin(reqCreateContainer))
 	start := time.Now()
 	e := p.engine()
 	cfg := e.Config
@@ -314,7 +317,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		var pe *bounded.PanicError
 		if errors.As(r.err, &pe) {
 			log.WithField("stack", string(pe.Stack)).Errorf("%s: panic: %v", pe.What, pe.Value)
-			if _, refused := r.err.(*engine.Error); !refused {
+			var refusal *engine.Error
+			if !errors.As(r.err, &refusal) {
 				r.err = engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonPanic, fmt.Errorf("%w: refused rather than created without its mounts", r.err)))
 			}
 		}
@@ -445,12 +449,15 @@ func addedMessage(d engine.Decision) string {
 	return b.String()
 }
 
-// fromCopy is mount m bound from private copy c instead. In a container with a user namespace
-// kubelet's volume mounts are idmapped (NRI does not show the mappings), so the copy is too:
-// runc maps an "idmap" mount with the container's own mappings. A live copy is bound rslave,
-// so that its updates reach the container.
+// fromCopy is mount m bound from private copy c instead. It is read-only whatever m's options
+// say: kubelet mounts every atomic-writer volume "ro", and a copy lives on the node's shared
+// copy tmpfs, where a container's write would be charged to no pod's budget. In a container
+// with a user namespace kubelet's volume mounts are idmapped (NRI does not show the mappings),
+// so the copy is too: runc maps an "idmap" mount with the container's own mappings. A live copy
+// is bound rslave, so that its updates reach the container.
 func fromCopy(m *api.Mount, c copies.Copy, userns bool) *api.Mount {
-	opts := append([]string(nil), m.Options...)
+	opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "rw" || o == "ro" })
+	opts = append(opts, "ro")
 	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
 		opts = append(opts, "idmap")
 	}

@@ -114,7 +114,7 @@ func countEntries(t *testing.T, dir string) int {
 	return n
 }
 
-// TestSubPathOneTenantCannotFillTheCopySpace is finding 1 of issue 23: one pod's projected
+// TestSubPathOneTenantCannotFillTheCopySpace is a hostile case: one pod's projected
 // volume of 16 configMaps of about 1 MB each, mounted 16 times with subPath ..data (kubelet
 // allows it), must not leave another pod, in another namespace, without its copy.
 func TestSubPathOneTenantCannotFillTheCopySpace(t *testing.T) {
@@ -188,7 +188,7 @@ func waitOutstanding(t *testing.T) {
 	t.Fatalf("%d calls of the bounded pool still run 30s later", bounded.Default.Outstanding())
 }
 
-// TestSubPathGivenUpCopyLeavesNothing is finding 2 of issue 23: a configMap of 80,000 empty
+// TestSubPathGivenUpCopyLeavesNothing is a hostile case: a configMap of 80,000 empty
 // keys mounted with subPath ..data overruns its copy's time bound (no entry budget stops it
 // first here: the budgets are raised). The container starts with kubelet's bind, and once
 // the copying work has stopped nothing it wrote is left under the state dir.
@@ -233,7 +233,7 @@ func TestSubPathGivenUpCopyLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestSubPathFIFOsDoNotStarveHostChecks is finding 3 of issue 23: 20 containers whose subPath
+// TestSubPathFIFOsDoNotStarveHostChecks is a hostile case: 20 containers whose subPath
 // names a FIFO in a configMap volume start as kubelet would start them, and after them a
 // class container, whose host check shares the node's bounded pool, still starts.
 func TestSubPathFIFOsDoNotStarveHostChecks(t *testing.T) {
@@ -283,7 +283,7 @@ func TestSubPathFIFOsDoNotStarveHostChecks(t *testing.T) {
 	}
 }
 
-// TestSubPathHostPathOverNRI is issue 23's first finding through the plugin: hostPath subPaths
+// TestSubPathHostPathOverNRI is the layout rule through the plugin: hostPath subPaths
 // (a file, a directory, and a file that was replaced, so that kubelet's bind of it is stale)
 // of a class container and of one of no class are left exactly as kubelet bound them; the
 // stale one, which nothing proves the volume of, is counted as unknown_volume, and neither

@@ -182,7 +182,7 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *listen != "" {
-		h := ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Status: func() any { return plugin.Status() }}
+		h := ops.Handlers{Metrics: m.Handler(), Ready: plugin.Ready, Healthy: plugin.Healthy, Status: func() any { return plugin.Status() }}
 		go ops.ServeRetrying(ctx, *listen, func(l net.Listener) error { return ops.Serve(ctx, l, h) }, log.WithField("flag", "--listen"))
 	}
 	if err := node.start(ctx, m.Handler(), log); err != nil {

@@ -91,6 +91,7 @@ func TestRuntimeConfigureOldFlags(t *testing.T) {
 	os.WriteFile(cfg, []byte("runtimeClasses:\n  mk:\n    mounts: [{source: /srv, destination: /srv}]\n"), 0o644)
 	wrapper := filepath.Join(dir, "mountkeeper-runtime")
 	os.WriteFile(wrapper, []byte("binary"), 0o755)
+	os.WriteFile(filepath.Join(dir, "c.toml"), []byte("version = 3\n"), 0o644)
 	var stdout, stderr bytes.Buffer
 	err := runRuntimeWith([]string{"configure", "--runtime", "containerd", "--config", cfg, "--config-file", filepath.Join(dir, "c.toml"),
 		"--drop-in", filepath.Join(dir, "d.toml"), "--install-dir", filepath.Join(dir, "bin"), "--runtime-binary", wrapper,
@@ -100,5 +101,32 @@ func TestRuntimeConfigureOldFlags(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "bin", "class", "mk")); err != nil {
 		t.Errorf("no class link: %v", err)
+	}
+}
+
+// TestRuntimeConfigurePrintFragment: --print-fragment prints the drop-in a CRI-O whose config
+// the OS owns needs (OpenShift's 00-default read as CRI-O reads it) and writes nothing.
+func TestRuntimeConfigurePrintFragment(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mk.yaml")
+	os.WriteFile(cfg, []byte("runtimeClasses:\n  mk:\n    mounts: [{source: /srv, destination: /srv}]\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "crio.conf.d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "crio.conf.d", "00-default"), []byte("[crio.runtime]\ndefault_runtime = 'runc'\n[crio.runtime.runtimes.runc]\nruntime_path = '/usr/bin/runc'\nruntime_root = '/run/runc'\n"), 0o644)
+	var stdout, stderr bytes.Buffer
+	err := runRuntimeWith([]string{"configure", "--runtime", "crio", "--runtime-command", filepath.Join(dir, "no-crio"), "--config", cfg, "--config-file", filepath.Join(dir, "crio.conf"),
+		"--config-dir", filepath.Join(dir, "crio.conf.d"), "--install-dir", filepath.Join(dir, "bin"), "--print-fragment"}, &stdout, &stderr, &recordingRestarter{})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"[crio.runtime.runtimes.mk]", "runtime_path = '" + filepath.Join(dir, "bin", "class", "mk") + "'", "runtime_root = '/run/runc'"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("fragment lacks %s:\n%s", want, stdout.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bin")); err == nil {
+		t.Error("--print-fragment installed something")
+	}
+	if names, _ := os.ReadDir(filepath.Join(dir, "crio.conf.d")); len(names) != 1 {
+		t.Errorf("--print-fragment wrote to the drop-in directory: %v", names)
 	}
 }

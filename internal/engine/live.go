@@ -10,7 +10,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
-// markLive marks the copies that follow updates of their volume (issue 25): all of a class
+// markLive marks the copies that follow updates of their volume: all of a class
 // with subPathUpdates: live, those of a pod annotated configs.LiveSubPathsAnnotation: "true"
 // in a class with podOptIn, none otherwise. The annotation only ever turns on what the class
 // allows, for the pod's own copies. A copy stays static, with a note saying why, where its

@@ -44,7 +44,7 @@ func (f *SubPathFallbacks) Count(reason string) {
 	}
 }
 
-// LiveSubPaths counts the updates of live subPath copies (issue 25) and shows what they hold:
+// LiveSubPaths counts the updates of live subPath copies and shows what they hold:
 //
 //	mountkeeper_live_subpath_updates_total{result}  applied, over_budget, refused, failed
 //	mountkeeper_live_subpath_paths                  live subPath copies followed now

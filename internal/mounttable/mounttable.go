@@ -198,7 +198,7 @@ func StatmountByID(id uint64) (Mount, error) {
 	buf := make([]byte, smFixedSize+1024)
 	for {
 		err := statmount(id, statmountWant, buf)
-		if err == unix.EOVERFLOW {
+		if errors.Is(err, unix.EOVERFLOW) {
 			buf = make([]byte, 2*len(buf))
 			continue
 		}

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// The runtime creates the containers of a whole node under one lock while its plugin answers
-// (issue 19): Acquire may wait only for a mount's first attempt, briefly; a mount still not
+// The runtime creates the containers of a whole node under one lock while its plugin answers:
+// Acquire may wait only for a mount's first attempt, briefly; a mount still not
 // there after that, or one whose attempt failed, is refused at once.
 func TestAcquireWaitsOnlyForTheFirstAttempt(t *testing.T) {
 	const firstWait = 200 * time.Millisecond

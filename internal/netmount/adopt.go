@@ -11,7 +11,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
-// What a starting agent finds below its state directory, and what it does with it (issue 24).
+// What a starting agent finds below its state directory, and what it does with it.
 //
 // A mount an earlier agent made may be bound into running containers, whatever the earlier
 // agent's version and whatever the config says now: start-up takes over every live mount

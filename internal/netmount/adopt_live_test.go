@@ -17,8 +17,7 @@ import (
 // file, on a real sshfs mount: the mount is live, its state file missing. A new agent whose
 // config names the spec adopts it (the same mount, the same daemon, its state written
 // again); one whose config does not keeps it while a container uses it (HoldSources) and
-// releases it, daemon and scope included, once none does. Before issue 24 such a mount not in
-// the config was "left alone" for ever.
+// releases it, daemon and scope included, once none does: never "left alone" for ever.
 func TestSSHFSMountWithoutState(t *testing.T) {
 	tmp, sc, ok := inPrivateNamespace(t)
 	if !ok {
@@ -164,7 +163,7 @@ func TestSSHFSAdoptsAnEarlierVersionsMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What a155699 wrote: no version, no key, the spec as mounted.
+	// What an agent of state version 0 wrote: no version, no key, the spec as mounted.
 	if err := writeState(states, before.Key(), state{Type: before.Type, Source: before.Source, Options: before.Options, HostPath: path}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,17 +12,17 @@ import (
 )
 
 // planAdoption: every live mount is kept; which spec it serves comes from its dir (the key) or
-// its state, migrated from the version that wrote it (issue 24 item 4).
+// its state, migrated from the version that wrote it.
 func TestPlanAdoption(t *testing.T) {
 	const mounts = "/s/mounts"
 	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@h:/x", Options: []string{"port=22"}}
-	// The same config entry under this agent's rules: the FUSE defaults added (issue 17).
+	// The same config entry under this agent's rules: the FUSE defaults added.
 	sshfsNow := netspec.Spec{Type: sshfs.Type, Source: sshfs.Source, Options: netspec.WithFUSEDefaults(sshfs.Type, sshfs.Options)}
 	nfs := netspec.Spec{Type: "nfs", Source: "srv:/a"}
 	nfsOther := netspec.Spec{Type: "nfs", Source: "srv:/a", Options: []string{"vers=4.1"}}
 	cifs := netspec.Spec{Type: "cifs", Source: "//srv/share", Options: []string{"username=u", "password=old"}}
 	cifsNewPassword := netspec.Spec{Type: "cifs", Source: "//srv/share", Options: []string{"username=u", "password=new"}}
-	v0 := func(s netspec.Spec) state { return state{Type: s.Type, Source: s.Source, Options: s.Options} } // no version: before issue 24
+	v0 := func(s netspec.Spec) state { return state{Type: s.Type, Source: s.Source, Options: s.Options} } // no version: the oldest state files
 	v1 := func(s netspec.Spec) state { return newState(s, "") }
 	live := func(keys ...string) map[string]bool {
 		m := map[string]bool{}

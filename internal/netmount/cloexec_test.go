@@ -9,7 +9,7 @@ import (
 )
 
 // A descriptor the agent inherited without close-on-exec (from a runtime, a shell, systemd)
-// must not reach the mount helpers and FUSE daemons it starts (issue 9, item 12).
+// must not reach the mount helpers and FUSE daemons it starts.
 func TestMarkInheritedCloseOnExec(t *testing.T) {
 	fd, err := syscall.Dup(1) // dup(2) leaves FD_CLOEXEC clear, as an inherited descriptor has it
 	if err != nil {

@@ -26,7 +26,7 @@ func holdPluginLock(t *testing.T, dir string) {
 	}
 }
 
-// The hook's one-shot path (issue 9, item 6) never waits for the plugin's state-directory
+// The hook's one-shot path never waits for the plugin's state-directory
 // lock, mounts only what it is asked for (not an earlier agent's stale mounts), and mounts a
 // spec once however many hooks ask at once.
 func TestEnsureMountedConcurrentHooksWhileThePluginRuns(t *testing.T) {

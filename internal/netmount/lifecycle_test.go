@@ -15,8 +15,8 @@ import (
 // after Synchronize): an earlier agent's mount whose spec left the config stays while a
 // container uses it and goes after the grace period once none does; a mount without a state
 // file likewise; a state whose mount is gone and whose spec left the config is forgotten
-// (issue 24 item 4; before it, issue 9 item 4 unmounted the first at start-up, under its
-// readers, and left the second alone forever).
+// (unmounting the first at start-up would pull it from under its readers, and leaving the
+// second alone would keep it forever).
 func TestAdoptKeepsMountsNoLongerInTheConfigWhileUsed(t *testing.T) {
 	dir := t.TempDir()
 	sys := newFakeSystem()

@@ -470,7 +470,7 @@ func TestSSHFS(t *testing.T) {
 		if mi := mountsAt(t, p); len(mi) != 1 {
 			t.Errorf("%d mounts at %s, want 1 (the dead one unmounted, a new one mounted)", len(mi), p)
 		}
-		// The dead mount, adopted at start-up although no spec of cfg names it (issue 24), is
+		// The dead mount, adopted at start-up although no spec of cfg names it, is
 		// replaced in place (heal.go): its daemon's command line names the staging directory,
 		// so it is found in the mount's scope.
 		var now []int

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The state directory, mounts/ and each mount point are root's alone (issue 9, item 10): a
+// The state directory, mounts/ and each mount point are root's alone: a
 // local user must not reach the network filesystems, nor learn what is mounted, through them.
 func TestStateDirAndMountPointsAre0700(t *testing.T) {
 	for _, existing := range []bool{false, true} {

@@ -27,7 +27,7 @@ func (r *recordingSystem) mount(ctx context.Context, s netspec.Spec, unit, targe
 	return r.fakeSystem.mount(ctx, s, unit, target, timeout)
 }
 
-// No secret reaches a command line (issue 9, item 2): CIFS gets its password in a 0600
+// No secret reaches a command line: CIFS gets its password in a 0600
 // credentials= file, Ceph its key in a secretfile=; the files live under the state directory
 // until the unmount; the state file holds no secret either.
 func TestSecretsReachHelpersInFilesOnly(t *testing.T) {

@@ -11,9 +11,10 @@ import (
 // version into every state file, so that a later agent knows which spec a mount was made
 // for even where the way specs are keyed or rendered has changed since (see standsFor):
 //
-//	0 (no "version" field; agents before issue 24, a155699 among them): the spec as mounted,
-//	  without the FUSE default options of issue 17, which changed the key of every fuse.*
-//	  mount; secrets in clear before ee67526, redacted since.
+//	0 (no "version" field; the agents that did not yet adopt mounts left by an earlier
+//	  agent): the spec as mounted, without the FUSE default options (netspec), whose
+//	  introduction changed the key of every fuse.* mount; secrets in clear in the oldest
+//	  such files, redacted in later ones.
 //	1: adds version and key (netspec.Spec.Key, secrets included); the spec redacted.
 const stateVersion = 1
 
@@ -51,7 +52,7 @@ func (st state) spec() netspec.Spec {
 //	   redacted).
 //	0: dir, the key a version 0 agent gave the mount, is the key of w as a version 0 config
 //	   would have written it: w itself, or w without the FUSE default options this agent
-//	   adds to a fuse.* mount (issue 17), which version 0 did not add. The keys are computed
+//	   adds to a fuse.* mount, which version 0 did not add. The keys are computed
 //	   the same way since.
 //
 // A state of an unknown later version (a downgrade) is read as this version's.

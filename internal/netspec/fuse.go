@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// FUSE mounts and the containers that are not host root (issue 17).
+// FUSE mounts and the containers that are not host root.
 //
 // A FUSE mount admits only the uid that mounted it (host root here) unless it has allow_other:
 // a container running as uid 1000, or a user-namespaced container (whose root is an

@@ -221,7 +221,7 @@ func TestValidate(t *testing.T) {
 		{name: "comma in option", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"password=a,b"}}, want: "option 1 (password) contains a comma"},
 		{name: "NUL in option", spec: Spec{Type: "nfs", Source: "s:/e", Options: []string{"a\x00"}}, want: "option 1 (a\x00) contains a NUL or newline"},
 
-		// Inline secrets (issue 9, item 2): CIFS and Ceph take theirs through a file
+		// Inline secrets: CIFS and Ceph take theirs through a file
 		// mountkeeper writes; every other type must not carry one.
 		{name: "cifs password", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"username=bob", "password=hunter2"}}},
 		{name: "cifs user%password", spec: Spec{Type: "cifs", Source: "//s/e", Options: []string{"user=bob%hunter2"}}},

@@ -3,17 +3,22 @@ package nodecleanup
 import (
 	"cmp"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"github.com/moby/sys/mountinfo"
+
+	subpathcopies "github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
 // The subPath copies' tmpfs (<stateDir>/subpath) is not always one mount: a live subPath
 // copy's path P is a bind of itself (its base) with the versions P.v<N> attached on top of it
 // or beneath the layer on top (internal/subpath, layers.go). The agent takes them down when a
 // container goes; an agent removed before the pods leaves them, and the tmpfs cannot be
-// unmounted while mounts sit on it (EBUSY). They are all binds of the tmpfs (its device), so a
-// container that still holds one is found as a holder of the tmpfs, and then none of it is
+// unmounted while mounts sit on it (EBUSY). Each pod's copies are on a tmpfs of their own
+// mounted on it at <stateDir>/subpath/<pod UID> (source copies.PodTmpfsSource), under its
+// live copies' mounts. The live copies' mounts are binds of their pod's tmpfs, so a container
+// that still holds one is found as a holder of one of these devices, and then none of it is
 // touched.
 
 // copyMount is one mount of the copy tree, in the order it can be unmounted.
@@ -21,14 +26,16 @@ type copyMount struct {
 	ID    int
 	Path  string
 	Layer bool // a live copy's base or layer, not the tmpfs itself
+	Pod   bool // a pod's tmpfs
 }
 
 // copyTree orders the mounts at or below copies (from mountinfo) for unmounting: each after
 // every mount that sits on it (post-order of the mount tree), so that each is the one on top
 // at its path when its turn comes. Of the mounts on one parent, one whose path is a prefix of
-// another's was attached later and covers it: it goes first. A mount of another device
-// (not a bind of the tmpfs) is not mountkeeper's: it is returned in foreign, and nothing is to
-// be unmounted then.
+// another's was attached later and covers it: it goes first (so a pod's tmpfs goes after the
+// live copies on it, and the node's tmpfs last). A mount of another device (neither a bind of
+// the tmpfs nor a pod's tmpfs or a bind of it) is not mountkeeper's: it is returned in
+// foreign, and nothing is to be unmounted then.
 func copyTree(infos []*mountinfo.Info, copies string) (order []copyMount, foreign []string) {
 	byID := make(map[int]*mountinfo.Info, len(infos))
 	for _, m := range infos {
@@ -47,6 +54,14 @@ func copyTree(infos []*mountinfo.Info, copies string) (order []copyMount, foreig
 		return cmp.Or(cmp.Compare(len(a.Mountpoint), len(b.Mountpoint)), cmp.Compare(a.Mountpoint, b.Mountpoint), cmp.Compare(b.ID, a.ID))
 	}
 	tmpfs := topAt(infos, copies)
+	ours := map[string]bool{}
+	pods := podTmpfs(infos, copies, tmpfs)
+	if tmpfs != nil {
+		ours[device(tmpfs)] = true
+	}
+	for _, p := range pods {
+		ours[device(p)] = true
+	}
 	var walk func(m *mountinfo.Info)
 	walk = func(m *mountinfo.Info) {
 		kids := children[m.ID]
@@ -54,11 +69,12 @@ func copyTree(infos []*mountinfo.Info, copies string) (order []copyMount, foreig
 		for _, k := range kids {
 			walk(k)
 		}
-		if tmpfs == nil || m.Major != tmpfs.Major || m.Minor != tmpfs.Minor {
+		if !ours[device(m)] {
 			foreign = append(foreign, fmt.Sprintf("%s (%s %s)", m.Mountpoint, m.FSType, m.Source))
 			return
 		}
-		order = append(order, copyMount{ID: m.ID, Path: m.Mountpoint, Layer: m.ID != tmpfs.ID})
+		pod := slices.Contains(pods, m)
+		order = append(order, copyMount{ID: m.ID, Path: m.Mountpoint, Layer: m.ID != tmpfs.ID && !pod, Pod: pod})
 	}
 	slices.SortFunc(roots, covering)
 	for _, r := range roots {
@@ -68,6 +84,32 @@ func copyTree(infos []*mountinfo.Info, copies string) (order []copyMount, foreig
 		return nil, foreign
 	}
 	return order, nil
+}
+
+// podTmpfs are the pods' tmpfs mounts on the copies' tmpfs: mounted on it, one level below
+// copies, a tmpfs of the name the agent gives them.
+func podTmpfs(infos []*mountinfo.Info, copies string, tmpfs *mountinfo.Info) []*mountinfo.Info {
+	var pods []*mountinfo.Info
+	for _, m := range infos {
+		if tmpfs != nil && m.Parent == tmpfs.ID && filepath.Dir(m.Mountpoint) == copies && m.FSType == "tmpfs" && m.Source == subpathcopies.PodTmpfsSource {
+			pods = append(pods, m)
+		}
+	}
+	return pods
+}
+
+// copyDevices are the devices of the copy tree (major:minor): the copies' tmpfs and the
+// pods' tmpfs mounts, whose holders keep it.
+func copyDevices(infos []*mountinfo.Info, copies string) []string {
+	tmpfs := topAt(infos, copies)
+	if tmpfs == nil {
+		return nil
+	}
+	devices := []string{device(tmpfs)}
+	for _, p := range podTmpfs(infos, copies, tmpfs) {
+		devices = append(devices, device(p))
+	}
+	return devices
 }
 
 // topAt is the mount on top at path: the one of those at path that no other there sits on.
@@ -90,6 +132,9 @@ func topAt(infos []*mountinfo.Info, path string) *mountinfo.Info {
 func (c copyMount) describe() string {
 	if c.Layer {
 		return fmt.Sprintf("the live subPath copy's mount %d (its base or a layer) at %s", c.ID, c.Path)
+	}
+	if c.Pod {
+		return "the pod's subPath copies' tmpfs at " + c.Path
 	}
 	return "the subPath copies' tmpfs at " + c.Path
 }

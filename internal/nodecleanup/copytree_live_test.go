@@ -19,6 +19,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	subpathcopies "github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -33,6 +34,9 @@ import (
 // namespace still has as its working directory (not a container: nothing another namespace
 // holds). One run of the cleanup takes all of it down, lazily detaching (and saying so) only
 // the busy layer, and removes the guard key and the state directory: no second run is needed.
+// The copies are on their pod's own tmpfs, mounted on the copy tmpfs as the agent mounts it,
+// and a copy removed from it is still open through a descriptor in flight on a unix socket:
+// the pod's tmpfs is taken down after the live copies on it and before the copy tmpfs, lazily.
 func TestCleanupLiveSubPathLayers(t *testing.T) {
 	testenv.Require(t, "sh")
 	state, copies, ok := copyState(t)
@@ -40,7 +44,12 @@ func TestCleanupLiveSubPathLayers(t *testing.T) {
 		return
 	}
 
-	ctr := filepath.Join(copies, "pod-uid", "ctr-id", "cfg")
+	pod := filepath.Join(copies, "pod-uid")
+	mkdirs(t, pod)
+	mount(t, subpathcopies.PodTmpfsSource, pod, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV)
+	mount(t, "", pod, "", unix.MS_SHARED)
+	pinRemoved(t, filepath.Join(pod, "removed-copy"))
+	ctr := filepath.Join(pod, "ctr-id", "cfg")
 	settled := liveCopy(t, filepath.Join(ctr, "0"), false, 2, true)
 	midUpdate := liveCopy(t, filepath.Join(ctr, "1"), true, 2, false)
 	busy := liveCopy(t, filepath.Join(ctr, "2"), true, 1, true)
@@ -81,9 +90,35 @@ func TestCleanupLiveSubPathLayers(t *testing.T) {
 	if !strings.Contains(b.String(), "lazily detached") || !strings.Contains(b.String(), busy) {
 		t.Errorf("the output does not say that the busy layer at %s was lazily detached", busy)
 	}
+	if !strings.Contains(b.String(), "lazily detached the pod's subPath copies' tmpfs at "+pod) {
+		t.Errorf("the output does not say that the pod's tmpfs at %s, whose removed copy is still open, was lazily detached", pod)
+	}
 	// The holder still reads the version it had: a lazy detach takes nothing from under it.
 	if got, err := os.ReadFile(fmt.Sprintf("/proc/%d/cwd/content", holder.Process.Pid)); err != nil || string(got) != "v1" {
 		t.Errorf("the holder's working directory holds %q (%v), want v1", got, err)
+	}
+}
+
+// pinRemoved writes a file at path, removes it and keeps it open through a descriptor in
+// flight on a unix socket pair (no process's fd table holds it) until the test ends.
+func pinRemoved(t *testing.T, path string) {
+	t.Helper()
+	writeFile(t, path, "secret")
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(pair[0]); unix.Close(pair[1]) })
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Sendmsg(pair[0], []byte{0}, unix.UnixRights(fd), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
 	}
 }
 

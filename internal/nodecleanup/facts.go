@@ -44,9 +44,7 @@ func gather(dir string, holders Holders) (Facts, error) {
 	for _, hm := range f.Network {
 		devices = append(devices, hm.Device)
 	}
-	if top := topAt(f.Mounts, copiesDir(dir)); top != nil {
-		devices = append(devices, device(top))
-	}
+	devices = append(devices, copyDevices(f.Mounts, copiesDir(dir))...)
 	if f.Holders, err = holders.Holders(devices); err != nil {
 		return f, fmt.Errorf("find the containers that use the mounts: %w", err)
 	}

@@ -21,7 +21,8 @@ import (
 //     guard's refusal counts (the runtime wrapper and the OCI hook write them);
 //   - subpath-live.json and subpath-live.json.tmp: the live subPath copies (nri/live.go,
 //     internal/subpath followstate.go);
-//   - subpath/: the copies' tmpfs mount point (nri/plugin.go, subpath.PrepareCopyDir);
+//   - subpath/: the copies' tmpfs mount point, with the pods' tmpfs mounts on it (nri/plugin.go,
+//     copies.PrepareCopyDir, copies' tmpfs.go);
 //   - mounts/<key>/, state/<key>.json (and .<key>.<n>.tmp), secrets/<key> (and
 //     .secret.<n>.tmp), locks/<key>.lock and locks/mounts.lock, staging/<key>.<n>/ and
 //     staging/<key>.hook<pid>/: the network mounts (internal/netmount), <key> being

@@ -59,7 +59,7 @@ func (a Action) String() string {
 	case EndScopes:
 		return "remove the scopes of the network mounts that are left without a mount (one with processes still in it is kept and named)"
 	case UnmountCopy:
-		if !a.Copy.Layer {
+		if !a.Copy.Layer && !a.Copy.Pod {
 			return fmt.Sprintf("unmount the subPath copies' tmpfs at %s (its copies, secrets among them, go with it)", a.Copy.Path)
 		}
 		return "unmount " + a.Copy.describe()
@@ -105,7 +105,11 @@ func plan(f Facts) Plan {
 	}
 	if top := topAt(copyMounts, copies); top != nil {
 		order, foreign := copyTree(copyMounts, copies)
-		switch h := f.Holders[device(top)]; {
+		var h []Holder
+		for _, d := range copyDevices(copyMounts, copies) {
+			h = append(h, f.Holders[d]...)
+		}
+		switch {
 		case len(h) > 0:
 			p.Kept = append(p.Kept, Kept{What: "subPath copies (tmpfs)", Path: copies, Holders: h})
 		case len(foreign) > 0:

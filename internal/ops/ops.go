@@ -40,6 +40,9 @@ type Handlers struct {
 	Metrics http.Handler
 	// Ready returns nil when the plugin is registered with the runtime and serving.
 	Ready func() error
+	// Healthy returns nil while the plugin answers its requests in time (liveness); nil:
+	// healthy while the process serves.
+	Healthy func() error
 	// Status returns the JSON document of /status.
 	Status func() any
 }
@@ -108,7 +111,15 @@ func Serve(ctx context.Context, l net.Listener, h Handlers) error {
 func LocalMux(h Handlers) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h.Metrics)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if h.Healthy != nil {
+			if err := h.Healthy(); err != nil {
+				http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := h.Ready(); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)

@@ -14,8 +14,9 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/runtimewrap"
 )
 
-// createdMain heads a containerd main config that configure had to create (there was none):
-// unconfigure removes such a file again.
+// createdMain heads a containerd main config that an earlier configure created (there was
+// none; configure now refuses instead, since the containerd of k3s, RKE2 or microk8s never
+// reads that path): unconfigure removes such a file again.
 const createdMain = "# Created by `mountkeeper runtime configure` (there was no config); `mountkeeper runtime unconfigure` removes it.\nversion = 3\n"
 
 // createdDirsLine, in the drop-in, lists the directories configure created, which unconfigure
@@ -33,11 +34,6 @@ const createdDirsLine = "# directories mountkeeper created, removed by unconfigu
 // unused.
 func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	p := Plan{Options: o}
-	var (
-		dropIn      []byte
-		realRuntime string
-		notes       []string
-	)
 	stale, err := ownClassFiles(o, classes)
 	if err != nil {
 		return p, err
@@ -51,47 +47,33 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	for _, class := range slices.Sorted(maps.Keys(kept)) {
 		p.Notes = append(p.Notes, fmt.Sprintf("runtime class %q is no longer in the config, but %s still runs its containers (%s): its handler and wrapper link stay, so that they can be stopped, and a later `mountkeeper runtime configure` or `unconfigure` removes them once those are gone (a new pod of the class is refused)", class, o.Runtime, joinUses(map[string][]Use{class: kept[class]})))
 	}
-	switch o.Runtime {
-	case "containerd":
-		main, mainExists, err := readFile(o.ConfigFile)
-		if err != nil {
-			return p, err
-		}
-		effective, version, imports, err := loadContainerd(o.ConfigFile, main, mainExists, o.DropIn)
-		if err != nil {
-			return p, err
-		}
-		if dropIn, realRuntime, notes, err = containerdDropIn(effective, version, handlerClasses, o.classLink); err != nil {
-			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
-		}
-		newMain := main
-		switch {
-		case !mainExists:
-			newMain, err = AddImport([]byte(createdMain), o.importEntry())
-		case !Covers(o.ConfigFile, imports, o.DropIn):
-			newMain, err = AddImport(main, o.importEntry())
-		}
-		if err != nil {
-			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
-		}
-		p.change(Change{Path: o.ConfigFile, Old: orNil(main, mainExists), New: newMain, Mode: 0o644, Config: true})
-	case "crio":
-		effective, err := loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn)
-		if err != nil {
-			return p, err
-		}
-		if dropIn, realRuntime, notes, err = crioDropIn(effective, handlerClasses, o.classLink); err != nil {
-			return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
-		}
-	default:
-		return p, fmt.Errorf("runtime %q: containerd or crio", o.Runtime)
-	}
-	p.Notes = append(p.Notes, notes...)
-
 	oldDropIn, dropInExists, err := readFile(o.DropIn)
 	if err != nil {
 		return p, err
 	}
+	dropIn, realRuntime, notes, main, err := o.buildDropIn(handlerClasses, oldDropIn, true)
+	if err != nil {
+		return p, err
+	}
+	if o.Runtime == "containerd" {
+		switch {
+		case Covers(o.ConfigFile, main.imports, o.DropIn):
+		case o.Templated:
+			c, err := templateChange(o, main.version)
+			if err != nil {
+				return p, err
+			}
+			p.change(c)
+		default:
+			newMain, err := AddImport(main.text, o.importEntry())
+			if err != nil {
+				return p, fmt.Errorf("%s: %w", o.ConfigFile, err)
+			}
+			p.change(Change{Path: o.ConfigFile, Old: orNil(main.text, true), New: newMain, Mode: 0o644, Config: true})
+		}
+	}
+	p.Notes = append(p.Notes, notes...)
+
 	// Directories: those missing now, and those an earlier run created (its drop-in says).
 	created := createdDirs(oldDropIn)
 	missing, err := missingDirs(filepath.Dir(o.ConfigFile), filepath.Dir(o.DropIn), filepath.Join(o.InstallDir, classDir))
@@ -150,6 +132,68 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 	return p, nil
 }
 
+// mainFile is containerd's main file as configure read it.
+type mainFile struct {
+	text    []byte
+	version int64
+	imports []string
+}
+
+// buildDropIn reads the runtime's config as it runs (runtimeView: the effective config
+// without oldDropIn's part, or the files) and returns mountkeeper's drop-in for classes, the
+// real runtime, notes, and containerd's main file. Without mainRequired (a fragment for a
+// config the OS owns) a missing containerd main file is an empty one of version 3.
+func (o Options) buildDropIn(classes []string, oldDropIn []byte, mainRequired bool) (dropIn []byte, realRuntime string, notes []string, main mainFile, err error) {
+	var files map[string]any
+	switch o.Runtime {
+	case "containerd":
+		text, exists, err := readFile(o.ConfigFile)
+		switch {
+		case err != nil:
+			return nil, "", nil, main, err
+		case exists:
+			main.text = text
+			if files, main.version, main.imports, err = loadContainerd(o.ConfigFile, text, o.DropIn); err != nil {
+				return nil, "", nil, main, err
+			}
+		case mainRequired:
+			return nil, "", nil, main, missingMain(o)
+		default:
+			files, main.version = map[string]any{}, 3
+		}
+	case "crio":
+		if files, err = loadCRIO(o.ConfigFile, o.ConfigDir, o.DropIn); err != nil {
+			return nil, "", nil, main, err
+		}
+	default:
+		return nil, "", nil, main, fmt.Errorf("runtime %q: containerd or crio", o.Runtime)
+	}
+	effective, notes, err := o.runtimeView(files, oldDropIn)
+	if err != nil {
+		return nil, "", nil, main, err
+	}
+	var more []string
+	if o.Runtime == "containerd" {
+		dropIn, realRuntime, more, err = containerdDropIn(effective, main.version, classes, o.classLink)
+	} else {
+		dropIn, realRuntime, more, err = crioDropIn(effective, classes, o.classLink)
+	}
+	if err != nil {
+		return nil, "", nil, main, fmt.Errorf("%s: %w", o.ConfigFile, err)
+	}
+	return dropIn, realRuntime, append(notes, more...), main, nil
+}
+
+// Fragment is what the runtime's config needs for classes where the OS owns that config
+// (Talos' machine config, Bottlerocket's settings, EKS nodeadm, an OpenShift MachineConfig):
+// mountkeeper's drop-in as configure would write it on a node with none yet, for the operator
+// to put into the OS's config. It writes nothing; the runtime's config is read as configure
+// reads it, and may be missing.
+func Fragment(o Options, classes []string) ([]byte, []string, error) {
+	dropIn, _, notes, _, err := o.buildDropIn(classes, nil, false)
+	return dropIn, notes, err
+}
+
 // Unconfigure plans taking back what Configure did: the imports entry (the main file as it
 // was, or removed if configure created it), the drop-in, the class links and entries, the
 // wrapper, and the directories configure created, where empty. hookFiles are files an older
@@ -159,7 +203,14 @@ func Configure(o Options, classes []string, procRoot string) (Plan, error) {
 // procRoot), unless force.
 func Unconfigure(o Options, hookFiles []string, procRoot string, force bool) (Plan, error) {
 	p := Plan{Options: o, Undo: true}
-	if o.Runtime == "containerd" {
+	if o.Runtime == "containerd" && o.Templated {
+		// The rendered file is the distribution's: the template's entry is what goes.
+		changes, err := untemplateChanges(o)
+		if err != nil {
+			return p, err
+		}
+		p.Changes = append(p.Changes, changes...)
+	} else if o.Runtime == "containerd" {
 		main, ok, err := readFile(o.ConfigFile)
 		if err != nil {
 			return p, err
@@ -288,12 +339,9 @@ func ownClassFiles(o Options, keep []string) ([]Change, error) {
 }
 
 // loadContainerd merges the main file and its imports (recursively, without the drop-in) as
-// containerd does. It returns the effective config, the main file's version and its imports.
-func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (map[string]any, int64, []string, error) {
+// containerd does, each file in the version-3 form (normalizeContainerd). It returns the effective config, the main file's version and its imports.
+func loadContainerd(mainPath string, main []byte, dropIn string) (map[string]any, int64, []string, error) {
 	effective := map[string]any{}
-	if !exists {
-		return effective, 3, nil, nil
-	}
 	doc, err := parseDoc(main)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("%s: %w", mainPath, err)
@@ -317,10 +365,11 @@ func loadContainerd(mainPath string, main []byte, exists bool, dropIn string) (m
 			continue
 		}
 		loaded[f.Path] = true
-		if _, err := containerdVersion(f); err != nil {
+		v, err := containerdVersion(f)
+		if err != nil {
 			return nil, 0, nil, err
 		}
-		merge(effective, f.Doc)
+		merge(effective, normalizeContainerd(cloneDoc(f.Doc), v))
 		for _, v := range anySlice(f.Doc["imports"]) {
 			s, _ := v.(string)
 			paths, err := resolveImport(f.Path, s)

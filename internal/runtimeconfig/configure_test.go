@@ -135,7 +135,7 @@ func (n node) unconfigure(t *testing.T) Plan {
 func (n node) effective(t *testing.T) map[string]any {
 	t.Helper()
 	main, _, _ := readFile(n.o.ConfigFile)
-	eff, _, _, err := loadContainerd(n.o.ConfigFile, main, true, "")
+	eff, _, _, err := loadContainerd(n.o.ConfigFile, main, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,20 +219,6 @@ func TestConfigureContainerdCases(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	t.Run("no main file", func(t *testing.T) {
-		n := newNode(t, "containerd")
-		before := n.snapshot(t)
-		n.configure(t, "mk")
-		eff := n.effective(t)
-		h := lookup(eff, "plugins", criRuntime, "containerd", "runtimes", "mk")
-		if h["runtime_type"] != runcShim || lookup(h, "options")["BinaryName"] != n.o.classLink("mk") {
-			t.Errorf("handler %v", h)
-		}
-		n.unconfigure(t)
-		if after := n.snapshot(t); !reflect.DeepEqual(after, before) {
-			t.Errorf("after unconfigure %v, want %v", after, before)
-		}
-	})
 	t.Run("a class dropped", func(t *testing.T) {
 		n := newNode(t, "containerd")
 		n.write(t, n.o.ConfigFile, kubeadmConfig, 0o644)
@@ -282,16 +268,19 @@ func TestConfigureRefuses(t *testing.T) {
 		classes    []string
 		want       string
 	}{
-		{"version 2", "version = 2\n", []string{"mk"}, "migrate it first"},
+		{"no main file", "", []string{"mk"}, "config.toml does not exist: containerd on this node runs with another file"},
+		{"version 1", "[plugins.cri]\n", []string{"mk"}, "has version none (version 1): mountkeeper configures versions 2 to 4"},
 		{"not TOML", "version = = 3\n", []string{"mk"}, "parse"},
 		{"a default handler of another type", "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\nruntime_type = 'io.containerd.runsc.v1'\n", []string{"mk"}, `runtime_type "io.containerd.runsc.v1"`},
 		{"a class named like the default handler", "version = 3\n", []string{"runc"}, "has the name of the default runtime handler"},
-		{"an import of version 2", "version = 3\nimports = ['old.toml']\n", []string{"mk"}, "old.toml has version 2"},
+		{"an import of version 1", "version = 3\nimports = ['old.toml']\n", []string{"mk"}, "old.toml has version none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, "containerd")
-			n.write(t, n.o.ConfigFile, tc.main, 0o644)
-			n.write(t, filepath.Join(filepath.Dir(n.o.ConfigFile), "old.toml"), "version = 2\n", 0o644)
+			if tc.main != "" {
+				n.write(t, n.o.ConfigFile, tc.main, 0o644)
+			}
+			n.write(t, filepath.Join(filepath.Dir(n.o.ConfigFile), "old.toml"), "[plugins.cri]\n", 0o644)
 			before := n.snapshot(t)
 			if _, err := Configure(n.o, tc.classes, "/proc"); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Configure: %v, want %q", err, tc.want)

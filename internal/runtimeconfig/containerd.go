@@ -37,8 +37,21 @@ const (
 // runcShim is the only runtime type whose OCI runtime binary a handler can name (BinaryName).
 const runcShim = "io.containerd.runc.v2"
 
-// criRuntime is the CRI runtime plugin's table in versions 3 and 4 of containerd's config.
-const criRuntime = "io.containerd.cri.v1.runtime"
+// criRuntime is the CRI runtime plugin's table in versions 3 and 4 of containerd's config;
+// criV2 is the CRI plugin's in version 2 (containerd 1.x, and kind's and microk8s' configs on
+// containerd 2.x, which migrates each file as it loads it).
+const (
+	criRuntime = "io.containerd.cri.v1.runtime"
+	criV2      = "io.containerd.grpc.v1.cri"
+)
+
+// criTable is the CRI runtime plugin's table in a config of version.
+func criTable(version int64) string {
+	if version < 3 {
+		return criV2
+	}
+	return criRuntime
+}
 
 // containerdFile is one file of containerd's config as loaded: the main file or an import.
 type containerdFile struct {
@@ -47,8 +60,10 @@ type containerdFile struct {
 }
 
 // containerdDropIn returns mountkeeper's drop-in for the effective config (the main file and
-// its imports without the drop-in, merged as containerd merges them), for classes, whose
-// wrapper links are link(class). version is the main file's. It also returns the real runtime
+// its imports without the drop-in, merged as containerd merges them, in the version-3 form of
+// normalizeContainerd), for classes, whose wrapper links are link(class). version is the main
+// file's: the drop-in is written in it, so that a node on version 2 keeps one config version
+// (containerd 1.x reads no other). It also returns the real runtime
 // the wrappers run (the default handler's) and notes for the operator.
 func containerdDropIn(effective map[string]any, version int64, classes []string, link func(class string) string) (dropIn []byte, realRuntime string, notes []string, err error) {
 	cri := lookup(effective, "plugins", criRuntime)
@@ -91,7 +106,7 @@ func containerdDropIn(effective map[string]any, version int64, classes []string,
 		}
 		handlers[class] = h
 	}
-	plugins := map[string]any{criRuntime: map[string]any{"containerd": map[string]any{"runtimes": handlers}}}
+	plugins := map[string]any{criTable(version): map[string]any{"containerd": map[string]any{"runtimes": handlers}}}
 	if disabled, _ := lookup(effective, "plugins", "io.containerd.nri.v1.nri")["disable"].(bool); disabled {
 		plugins["io.containerd.nri.v1.nri"] = map[string]any{"disable": false}
 		notes = append(notes, "NRI is disabled in the config: the drop-in enables it (mountkeeper is an NRI plugin)")
@@ -175,12 +190,60 @@ func merge(to, from map[string]any) {
 	}
 }
 
-// containerdVersion is a containerd config file's version; versions 3 (containerd 2.0, 2.1)
-// and 4 (2.2 on) name the plugins alike.
+// containerdVersion is a containerd config file's version: 2 (containerd 1.x; 2.x migrates
+// it as it loads it), 3 (containerd 2.0, 2.1) or 4 (2.2 on), which name the plugins alike. A
+// file without one is version 1 (containerd before 1.3), which mountkeeper does not read.
 func containerdVersion(f containerdFile) (int64, error) {
 	v, ok := f.Doc["version"].(int64)
-	if !ok || v < 3 {
-		return 0, fmt.Errorf("%s has version %v: mountkeeper configures versions 3 and 4 (containerd 2.x); migrate it first (containerd config migrate)", f.Path, f.Doc["version"])
+	if !ok || v < 2 {
+		version := any("none (version 1)")
+		if ok {
+			version = v
+		}
+		return 0, fmt.Errorf("%s has version %v: mountkeeper configures versions 2 to 4 (containerd 1.7 and 2.x); migrate it first (containerd config migrate)", f.Path, version)
 	}
 	return v, nil
+}
+
+// normalizeContainerd moves, in a config document of version 2, what mountkeeper reads of the
+// CRI plugin (its containerd table: default_runtime_name, runtimes) to where versions 3 and 4
+// have it, as containerd 2.x migrates a version-2 file when it loads it (plugins/cri/runtime's
+// configMigration): keys the version-3 table already has stay; a handler's sandbox_mode is
+// its sandboxer. doc is changed in place and returned.
+func normalizeContainerd(doc map[string]any, version int64) map[string]any {
+	if version >= 3 {
+		return doc
+	}
+	old := lookup(doc, "plugins", criV2, "containerd")
+	if old == nil {
+		return doc
+	}
+	plugins := lookup(doc, "plugins")
+	dst, _ := plugins[criRuntime].(map[string]any)
+	if dst == nil {
+		dst = map[string]any{}
+		plugins[criRuntime] = dst
+	}
+	to, _ := dst["containerd"].(map[string]any)
+	if to == nil {
+		to = map[string]any{}
+		dst["containerd"] = to
+	}
+	for k, v := range old {
+		if _, ok := to[k]; !ok {
+			to[k] = cloneValue(v)
+		}
+	}
+	for _, h := range lookup(to, "runtimes") {
+		if h, ok := h.(map[string]any); ok {
+			if mode, ok := h["sandbox_mode"]; ok {
+				if _, ok := h["sandboxer"]; !ok {
+					h["sandboxer"] = mode
+					delete(h, "sandbox_mode")
+				}
+			}
+		}
+	}
+	delete(lookup(doc, "plugins", criV2), "containerd")
+	return doc
 }

@@ -33,6 +33,12 @@ type Options struct {
 	Wrapper string
 	// StateDir is mountkeeper's state dir (the guard key), from its config.
 	StateDir string
+	// Effective reads the runtime's effective config; nil: its files are read alone.
+	Effective EffectiveConfig
+	// Templated: ConfigFile is rendered from a template at each start (Distribution).
+	Templated bool
+	// UnitName is the systemd unit that restarts the runtime ("": the runtime's name).
+	UnitName string
 }
 
 // WithDefaults fills in the runtime's usual paths.
@@ -73,7 +79,12 @@ func (o Options) WithDefaults() (Options, error) {
 }
 
 // Unit is the runtime's systemd unit.
-func (o Options) Unit() string { return o.Runtime }
+func (o Options) Unit() string {
+	if o.UnitName != "" {
+		return o.UnitName
+	}
+	return o.Runtime
+}
 
 // importEntry is how containerd's main file names the drop-in: relative to the main file's
 // directory when the drop-in lies below it (containerd resolves it so), so that the entry

@@ -3,7 +3,9 @@ package runtimeconfig
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -38,4 +40,23 @@ func RestartIfNeeded(ctx context.Context, p Plan, r Restarter, restart bool) (st
 		return "", err
 	}
 	return fmt.Sprintf("restarted %s (systemctl restart %s)", p.Options.Runtime, p.Options.Unit()), nil
+}
+
+// unitDirs are where systemd finds unit files.
+var unitDirs = []string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"}
+
+// UnitFileExists says whether the node has a unit file for unit (a distribution's Units).
+func UnitFileExists(unit string) bool {
+	for _, d := range unitDirs {
+		if _, err := os.Stat(filepath.Join(d, unit+".service")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// PathExists says whether path exists on the node (a distribution's Marker).
+func PathExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -64,6 +64,8 @@ var (
 	ErrOverBudget = errors.New("over the pod's budget for subPath copies")
 	// ErrNotRegular says a copy met an entry that is not a regular file, directory or symlink.
 	ErrNotRegular = errors.New("not a regular file or directory")
+	// ErrPoolFull says a copy would pass the node's bound on copies.
+	ErrPoolFull = errors.New("the node's space for subPath copies is full")
 	// ErrChanged says the volume changed under every attempt to copy it.
 	ErrChanged = errors.New("the volume changed under each copy")
 )
@@ -75,7 +77,7 @@ func reasonOf(err error) string {
 		return ReasonUnknownVolume
 	case errors.Is(err, ErrOverBudget):
 		return ReasonOverBudget
-	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
+	case errors.Is(err, ErrPoolFull), errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
 		return ReasonPoolFull
 	case errors.Is(err, ErrNotRegular):
 		return ReasonNotRegular

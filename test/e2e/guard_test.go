@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,48 +17,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/guard"
 	"github.com/mountkeeper/mountkeeper/internal/runtimeconfig"
 	"github.com/mountkeeper/mountkeeper/test/harness"
-	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
-
-const guardConfig = `
-runtimeClasses:
-  mk-guard:
-    mounts:
-      - {source: SRC/guarded, destination: /guarded, readOnly: true}
-`
-
-// configureArgs are the flags that point `mountkeeper runtime configure|unconfigure` at the
-// node's runtime instead of /etc: its main config (and CRI-O's drop-in directory), and
-// mountkeeper's drop-in and install dir in the test's directory.
-func (n *node) configureArgs() []string {
-	n.t.Helper()
-	args := []string{"--runtime", n.rt.Name(), "--install-dir", filepath.Join(n.dir, "install")}
-	switch rt := n.rt.(type) {
-	case *harness.Containerd:
-		args = append(args, "--config-file", rt.ConfigPath(), "--drop-in", filepath.Join(n.dir, "containerd-conf.d", "99-mountkeeper.toml"))
-	case *harness.CRIO:
-		args = append(args, "--config-file", rt.ConfigPath(), "--config-dir", rt.ConfigDir())
-	}
-	return args
-}
-
-// runtimeCommand runs `mountkeeper runtime <verb>` on the node and returns its output.
-func (n *node) runtimeCommand(verb string, extra ...string) string {
-	n.t.Helper()
-	args := append([]string{"runtime", verb}, n.configureArgs()...)
-	if verb == "configure" {
-		wrapper, err := harness.BuildRuntimeWrapper(n.dir)
-		if err != nil {
-			n.t.Fatal(err)
-		}
-		args = append(args, "--config", n.config, "--runtime-binary", wrapper)
-	}
-	out, err := exec.Command(n.bin, append(args, extra...)...).CombinedOutput()
-	if err != nil {
-		n.t.Fatalf("mountkeeper %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
 
 // TestGuardWhilePluginAway: a runtime configured by `mountkeeper runtime configure` never
 // starts a container of a class without its class mounts, even while the plugin is away, and
@@ -265,15 +223,6 @@ func TestClassSpecIsRuntimeDefault(t *testing.T) {
 	}
 }
 
-// byDestination sorts a spec's mounts by destination, then type and source.
-func byDestination(mounts []any) {
-	key := func(m any) string {
-		mm := m.(map[string]any)
-		return fmt.Sprint(mm["destination"], "\x00", mm["type"], "\x00", mm["source"])
-	}
-	sort.SliceStable(mounts, func(i, j int) bool { return key(mounts[i]) < key(mounts[j]) })
-}
-
 // TestRuntimeUnconfigure: configure, run a class container, remove it, unconfigure: the
 // runtime's config files and the install dir are byte for byte (mode included) as before
 // configure, and the restarted runtime runs a container of no class.
@@ -354,18 +303,4 @@ func TestRuntimeUnconfigure(t *testing.T) {
 			}
 		})
 	}
-}
-
-// runtimeFiles is every file configure may touch: the runtime's config file(s) and directory,
-// the test's drop-in and install directories (testenv.FileTree).
-func (n *node) runtimeFiles() map[string]string {
-	n.t.Helper()
-	roots := []string{filepath.Join(n.dir, "install"), filepath.Join(n.dir, "containerd-conf.d")}
-	switch rt := n.rt.(type) {
-	case *harness.Containerd:
-		roots = append(roots, rt.ConfigPath())
-	case *harness.CRIO:
-		roots = append(roots, rt.ConfigPath(), rt.ConfigDir())
-	}
-	return testenv.FileTree(roots...)
 }

@@ -4,12 +4,8 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,15 +13,6 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
-
-// containerdLog sends containerd's output to stderr when MK_CONTAINERD_LOG is set; it is too
-// chatty for every run.
-func containerdLog() io.Writer {
-	if os.Getenv("MK_CONTAINERD_LOG") != "" {
-		return os.Stderr
-	}
-	return nil
-}
 
 // TestHarnessSmoke proves the harness end to end: a pod on an extra runtime handler, a
 // container with a host bind mount, a privileged container that mounts inside itself, a
@@ -105,49 +92,5 @@ func TestHarnessSmoke(t *testing.T) {
 	checkNothingLeft(t, dir)
 	if _, err := os.Stat(filepath.Join(host, "greeting")); err != nil {
 		t.Errorf("host file behind the bind mount: %v", err)
-	}
-}
-
-// expectOutput runs cmd in container id and checks it succeeds with stdout want.
-func expectOutput(ctx context.Context, t *testing.T, cri *harness.Client, id, want string, cmd ...string) {
-	t.Helper()
-	stdout, stderr, code, err := cri.Exec(ctx, id, cmd...)
-	if err != nil || code != 0 || stdout != want {
-		t.Fatalf("exec %q: stdout %q stderr %q exit %d err %v; want stdout %q", cmd, stdout, stderr, code, err, want)
-	}
-}
-
-// checkNothingLeft looks for traces of the instance in dir: mounts, processes that name it
-// or run in its cgroups, cgroups, and the directory itself.
-func checkNothingLeft(t *testing.T, dir string) {
-	t.Helper()
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(mountinfo), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			t.Errorf("mount left: %s", line)
-		}
-	}
-
-	name := filepath.Base(dir) // also the pods' cgroup parent
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-		cgroup, _ := os.ReadFile(filepath.Join(p, "cgroup"))
-		inCgroup := strings.Contains(string(cgroup), ":/"+name+"/") || strings.Contains(string(cgroup), ":/"+name+"\n")
-		if strings.Contains(string(cmdline), dir) || inCgroup {
-			t.Errorf("process left: %s %q", p, strings.ReplaceAll(string(cmdline), "\x00", " "))
-		}
-	}
-
-	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
-	for _, cg := range cgroups {
-		t.Errorf("cgroup left: %s", cg)
-	}
-
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("instance directory %s still there (stat: %v)", dir, err)
 	}
 }

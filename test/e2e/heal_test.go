@@ -29,10 +29,6 @@ runtimeClasses:
       - {type: TYPE, source: "SOURCE", destination: /data, propagation: None, options: [OPTS]}
 `
 
-// healBound is the recovery time the tests hold the plugin to after a FUSE daemon's death:
-// a probe every 500ms, one mount (sshfs ~0.2s, GlusterFS ~1s) and the replacement.
-const healBound = 10 * time.Second
-
 // healServer is the network filesystem server of a heal test.
 type healServer struct {
 	typ, source, opts string
@@ -241,60 +237,4 @@ func testHeal(t *testing.T, work string, srv healServer) {
 			t.Error("no failed recovery attempt logged while the server was down")
 		}
 	})
-}
-
-// healRecovered is what the plugin logs once a heal is done: the new mount is on top and the
-// dead one beneath it detached (netmount's retryLoop logs it after replaceDead returned).
-const healRecovered = "netmount: recovered:"
-
-// waitRecovered waits until the plugin has logged one recovery more than before. A container
-// reads through the new mount as soon as it is on top of the dead one (replaceDead's step 4);
-// the dead one is detached just after (step 6): the mounts at the host path are counted only
-// once the recovery is logged.
-func waitRecovered(t *testing.T, n *node, before int, what string) {
-	t.Helper()
-	if err := n.plugin.WaitLog(n.ctx, healRecovered, before+1, healBound); err != nil {
-		t.Fatalf("%s: the container reads again but the plugin logged no recovery: %v", what, err)
-	}
-}
-
-// daemonPids are the processes of the mount's cgroup scope that daemon accepts by name.
-func daemonPids(t *testing.T, scope string, daemon func(comm string) bool) []int {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(scope, "cgroup.procs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		comm, _ := os.ReadFile("/proc/" + f + "/comm")
-		if daemon(strings.TrimSpace(string(comm))) {
-			pid, _ := strconv.Atoi(f)
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// countMountsBelow counts the mounts at or below dir in this mount namespace.
-func countMountsBelow(t *testing.T, dir string) int {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			n++
-		}
-	}
-	return n
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

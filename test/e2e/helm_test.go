@@ -4,14 +4,12 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -30,16 +28,6 @@ config:
   kubeletRoot: KUBELET
   stateDir: DIR/state
 `
-
-// helmClass is one class of helmValues with a bind of DIR/src/helm/<dst> at /<dst>, each.
-func helmClass(name string, dsts ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "  - name: %s\n    mounts:\n", name)
-	for _, d := range dsts {
-		fmt.Fprintf(&b, "      - {source: DIR/src/helm/%s, destination: /%s, readOnly: true}\n", d, d)
-	}
-	return b.String()
-}
 
 // TestHelmChart installs, upgrades and uninstalls the chart with the pinned helm against the
 // node's real kube-apiserver, and runs the plugin from the chart's DaemonSet on the real
@@ -169,51 +157,4 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("helm still lists a release after the uninstall: %q", out)
 		}
 	})
-}
-
-// chartRBAC are the API paths of the agent's ServiceAccount and the ClusterRoles and binding
-// the chart renders for the node listener, release mountkeeper.
-var chartRBAC = []string{
-	"/api/v1/namespaces/" + deployNS + "/serviceaccounts/mountkeeper",
-	"/apis/rbac.authorization.k8s.io/v1/clusterroles/mountkeeper-auth-reviewer",
-	"/apis/rbac.authorization.k8s.io/v1/clusterroles/mountkeeper-metrics-reader",
-	"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/mountkeeper-auth-reviewer",
-}
-
-// checkChartObjects reads what the chart created through the API: the ConfigMap's config
-// loads and has classes, one RuntimeClass per class (handler = name), and the DaemonSet's
-// containers name localhost/mountkeeper:tag; the DaemonSet becomes n.template.
-func (n *deployNode) checkChartObjects(t *testing.T, tag string, classes []string) {
-	t.Helper()
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	if err := n.api.Do(n.ctx, "GET", "/api/v1/namespaces/"+deployNS+"/configmaps/mountkeeper-config", "", nil, &cm); err != nil {
-		t.Fatal(err)
-	}
-	config, err := configs.Parse([]byte(cm.Data["config.yaml"]))
-	if err != nil {
-		t.Fatalf("the chart's config does not load: %v\n%s", err, cm.Data["config.yaml"])
-	}
-	if got := config.ClassNames(); strings.Join(got, ",") != strings.Join(classes, ",") {
-		t.Errorf("the chart's config has classes %v, want %v", got, classes)
-	}
-	for _, c := range classes {
-		var rc struct {
-			Handler string `json:"handler"`
-		}
-		if err := n.api.Do(n.ctx, "GET", "/apis/node.k8s.io/v1/runtimeclasses/"+c, "", nil, &rc); err != nil {
-			t.Errorf("RuntimeClass %s: %v", c, err)
-		} else if rc.Handler != c {
-			t.Errorf("RuntimeClass %s has handler %q", c, rc.Handler)
-		}
-	}
-	var ds map[string]any
-	if err := n.api.Do(n.ctx, "GET", "/apis/apps/v1/namespaces/"+deployNS+"/daemonsets/mountkeeper", "", nil, &ds); err != nil {
-		t.Fatal(err)
-	}
-	n.template = dig(t, ds, "spec", "template")
-	if image := n.templateImage(); image != harness.AgentImageRepository+":"+tag {
-		t.Errorf("the DaemonSet names image %s, want tag %s", image, tag)
-	}
 }

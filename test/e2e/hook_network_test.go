@@ -14,8 +14,6 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/mountkeeper/mountkeeper/internal/netmount"
-	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -47,34 +45,11 @@ func TestHookSSHFS(t *testing.T) {
 	}
 }
 
-// sshfsClass starts an sshd whose export holds "hello" (startHelloSSHD), and writes a
-// config with class class mounting it over sshfs at /data. It returns the spec and its host
-// path.
-func (w *hookWorld) sshfsClass(class string) (netspec.Spec, string) {
-	t := w.t
-	t.Helper()
-	sshd := startHelloSSHD(t, w.dir)
-	spec := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:" + sshd.Export(), Options: sshd.ClientOptions()}
-	spec.Options = netspec.WithFUSEDefaults(spec.Type, spec.Options) // as the config adds them
-	t.Cleanup(func() {
-		if err := harness.RemoveMountScope(spec.Key()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	stateDir := filepath.Join(w.dir, "state")
-	cfg := fmt.Sprintf("stateDir: %s\nruntimeClasses:\n  %s:\n    mounts:\n      - {type: %s, source: %q, destination: /data, propagation: HostToContainer, options: [%s]}\n",
-		stateDir, class, spec.Type, spec.Source, strings.Join(spec.Options, ", "))
-	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return spec, netmount.HostPath(stateDir, spec)
-}
-
 // TestHookSSHFSConcurrentStarts starts 20 hook-mode containers of an sshfs class at once,
-// while an NRI plugin holds the state directory's lock (issue 9, item 6): each hook takes only
-// the mount's own lock while it mounts, so one mounts and the others find its mount; all get
-// the export, on one host mount. A hook that built a whole Manager waited 10 s for the state
-// directory's lock and failed.
+// while an NRI plugin holds the state directory's lock, as on a node that runs both modes:
+// each hook takes only the mount's own lock while it mounts, so one mounts and the others find
+// its mount; all get the export, on one host mount. A hook that built a whole Manager waited
+// 10 s for the state directory's lock and failed.
 func TestHookSSHFSConcurrentStarts(t *testing.T) {
 	testenv.Require(t, "fuse")
 	w := newHookWorld(t)

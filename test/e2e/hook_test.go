@@ -13,8 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/moby/sys/mountinfo"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
@@ -23,231 +23,6 @@ import (
 // The hook tests run mountkeeper as an OCI hook, installed as configs/examples shows: under
 // plain runc (runc run of a busybox bundle whose config.json carries the hook) and under
 // containerd (a runtime handler whose base_runtime_spec carries it, NRI off).
-
-const examples = "../../configs/examples"
-
-// hookWorld is one hook test's host side: a directory below /tmp with the mountkeeper-hook
-// binary, the config, a private runc state root, and a shared tmpfs for the sources.
-// Everything is removed when the test ends, failed or not.
-type hookWorld struct {
-	t      *testing.T
-	ctx    context.Context
-	dir    string
-	bin    string
-	config string
-	host   string // shared tmpfs: the sources live below it
-	runc   *harness.Runc
-}
-
-func newHookWorld(t *testing.T) *hookWorld {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	dir := harness.WorkDir(t, "mk-hook-") // cleaned up last: after the containers are gone
-	var err error
-	w := &hookWorld{t: t, ctx: ctx, dir: dir, config: filepath.Join(dir, "config.yaml"), host: filepath.Join(dir, "src", "host")}
-	if w.bin, err = harness.BuildHook(dir); err != nil {
-		t.Fatal(err)
-	}
-	if w.runc, err = harness.NewRunc(filepath.Join(dir, "runc")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.runc.Close(); err != nil {
-			t.Errorf("cleanup runc containers: %v", err)
-		}
-	})
-	if err := harness.MountTmpfs(w.host, "shared"); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-// sources makes host/<name>/{private,slave,shared} and returns host/<name>.
-func (w *hookWorld) sources(name string) string {
-	w.t.Helper()
-	base := filepath.Join(w.host, name)
-	for _, d := range []string{"private", "slave", "shared"} {
-		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
-			w.t.Fatal(err)
-		}
-	}
-	return base
-}
-
-// threeWayClass is a config class with the three propagations at /vol/<propagation>.
-func threeWayClass(name, base string) string {
-	return fmt.Sprintf(`  %s:
-    mounts:
-      - {source: %[2]s/private, destination: /vol/private, propagation: None}
-      - {source: %[2]s/slave, destination: /vol/slave, propagation: HostToContainer}
-      - {source: %[2]s/shared, destination: /vol/shared, propagation: Bidirectional}
-`, name, base)
-}
-
-func (w *hookWorld) writeConfig(classes ...string) {
-	w.t.Helper()
-	cfg := "runtimeClasses:\n" + strings.Join(classes, "")
-	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
-// pointHook points a hook entry of an install example at the test's binary, config and
-// class: the path, a --config after the stage, and the value of --runtime-class.
-func pointHook(t *testing.T, h oci.Hook, bin, config, class string) oci.Hook {
-	t.Helper()
-	i := slices.Index(h.Args, "--runtime-class")
-	if h.Path == "" || len(h.Args) < 3 || h.Args[1] != "hook" || i < 0 || i+1 >= len(h.Args) {
-		t.Fatalf("example hook %+v is not `mountkeeper hook <stage> ... --runtime-class NAME`", h)
-	}
-	args := append([]string{}, h.Args[:3]...)
-	args = append(args, "--config", config)
-	args = append(args, h.Args[3:]...)
-	args[i+3] = class // shifted by the two inserted
-	h.Path, h.Args = bin, args
-	return h
-}
-
-// runcExampleHooks returns the hooks of configs/examples/runc/config-hooks.json pointed at
-// the test's binary, config and class.
-func (w *hookWorld) runcExampleHooks(class string) *oci.Hooks {
-	w.t.Helper()
-	data, err := os.ReadFile(filepath.Join(examples, "runc", "config-hooks.json"))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	var doc struct{ Hooks oci.Hooks }
-	if err := json.Unmarshal(data, &doc); err != nil {
-		w.t.Fatalf("runc example: %v", err)
-	}
-	if len(doc.Hooks.CreateRuntime) != 1 {
-		w.t.Fatalf("runc example: want one createRuntime hook, got %+v", doc.Hooks)
-	}
-	doc.Hooks.CreateRuntime[0] = pointHook(w.t, doc.Hooks.CreateRuntime[0], w.bin, w.config, class)
-	return &doc.Hooks
-}
-
-// hooksDExample returns the hook entry of a hooks.d install example pointed at the test's
-// binary, config and class, and checks the file is the 1.0.0 schema.
-func (w *hookWorld) hooksDExample(file, class string) oci.Hook {
-	w.t.Helper()
-	data, err := os.ReadFile(filepath.Join(examples, file))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	var doc struct {
-		Version string   `json:"version"`
-		Hook    oci.Hook `json:"hook"`
-		Stages  []string `json:"stages"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil || doc.Version != "1.0.0" || len(doc.Stages) != 1 || doc.Stages[0] != doc.Hook.Args[2] {
-		w.t.Fatalf("%s: not a hooks.d 1.0.0 file with one stage matching its hook (%v): %s", file, err, data)
-	}
-	return pointHook(w.t, doc.Hook, w.bin, w.config, class)
-}
-
-// bundle makes a bundle with a busybox rootfs and the config.json of `runc spec`, changed to
-// run `sleep 3600` without a terminal, with CAP_SYS_ADMIN for the probes, then by edit.
-func (w *hookWorld) bundle(name string, edit func(*oci.Spec)) string {
-	w.t.Helper()
-	b := filepath.Join(w.dir, "bundles", name)
-	if err := harness.BusyboxRootfs(filepath.Join(b, "rootfs")); err != nil {
-		w.t.Fatal(err)
-	}
-	spec, err := w.runc.Spec(w.ctx)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	spec.Process.Terminal = false
-	spec.Process.Args = []string{"sleep", "3600"}
-	c := spec.Process.Capabilities
-	c.Bounding, c.Effective, c.Permitted = append(c.Bounding, "CAP_SYS_ADMIN"), append(c.Effective, "CAP_SYS_ADMIN"), append(c.Permitted, "CAP_SYS_ADMIN")
-	if edit != nil {
-		edit(spec)
-	}
-	if err := harness.WriteSpec(b, spec); err != nil {
-		w.t.Fatal(err)
-	}
-	return b
-}
-
-// run starts the bundle's container; it is deleted when the test ends.
-func (w *hookWorld) run(id, bundle string) error {
-	w.t.Cleanup(func() {
-		if err := w.runc.Delete(id); err != nil {
-			w.t.Errorf("cleanup: %v", err)
-		}
-	})
-	return w.runc.Run(w.ctx, id, bundle)
-}
-
-func (w *hookWorld) exec(id string) harness.Execer { return w.runc.Execer(id) }
-
-// hostMounts returns the host's mountinfo lines whose mount point lies below dir.
-func hostMounts(t *testing.T, dir string) []string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mountsBelow(string(data), dir)
-}
-
-func mountsBelow(mountinfo, dir string) []string {
-	var out []string
-	for _, line := range strings.Split(mountinfo, "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-// checkThreeWay checks the class mounts /vol/{private,slave,shared} of a running container,
-// bound from base/{private,slave,shared} on the host: first their relation to the host's
-// peer group in the container's mountinfo, then for real with probe mounts on both sides
-// (the same three-way test as TestPropagation).
-func checkThreeWay(t *testing.T, ctx context.Context, exec harness.Execer, base string) {
-	t.Helper()
-	group := peerGroup(t, base)
-	out, _, code, err := exec(ctx, "cat", "/proc/self/mountinfo")
-	if err != nil || code != 0 {
-		t.Fatalf("read the container's mountinfo: exit %d, %v", code, err)
-	}
-	want := map[string]struct{ peer, slave bool }{
-		"/vol/private": {false, false},
-		"/vol/slave":   {false, true},
-		"/vol/shared":  {true, false},
-	}
-	for dst, w := range want {
-		line := mountinfoLine(out, dst)
-		if line == "" {
-			t.Errorf("%s is not mounted in the container; mountinfo:\n%s", dst, out)
-			continue
-		}
-		fields, _, _ := strings.Cut(line, " - ")
-		peer := slices.Contains(strings.Fields(fields), "shared:"+group)
-		slave := slices.Contains(strings.Fields(fields), "master:"+group)
-		if peer != w.peer || slave != w.slave {
-			t.Errorf("%s: peer of host group %s = %v, slave of it = %v; want %v, %v\n%s", dst, group, peer, slave, w.peer, w.slave, line)
-		}
-	}
-	seenWant := map[string]harness.Seen{
-		"private": {HostToContainer: false, ContainerToHost: false},
-		"slave":   {HostToContainer: true, ContainerToHost: false},
-		"shared":  {HostToContainer: true, ContainerToHost: true},
-	}
-	for _, d := range []string{"private", "slave", "shared"} {
-		got, err := harness.ProbePropagationWith(ctx, exec, filepath.Join(base, d), "/vol/"+d)
-		if err != nil {
-			t.Fatalf("probe /vol/%s: %v", d, err)
-		}
-		if got != seenWant[d] {
-			t.Errorf("/vol/%s: saw %+v, want %+v", d, got, seenWant[d])
-		}
-	}
-}
 
 // TestHookRuncPropagation runs busybox containers under plain runc with the hook from the
 // runc install example, for each rootfsPropagation a config.json may carry: the class mounts
@@ -275,7 +50,7 @@ func TestHookRuncPropagation(t *testing.T) {
 			}
 			checkThreeWay(t, w.ctx, w.exec(id), filepath.Join(w.host, name))
 			if leaked := hostMounts(t, filepath.Join(bundle, "rootfs")); len(leaked) > 0 {
-				t.Errorf("class mounts leaked into the host's namespace:\n%s", strings.Join(leaked, "\n"))
+				t.Errorf("class mounts leaked into the host's namespace:\n%s", mountLines(leaked))
 			}
 		})
 	}
@@ -334,13 +109,6 @@ func TestHookRuncPropagation(t *testing.T) {
 			t.Errorf("container without the hook has class mounts:\n%s", out)
 		}
 	})
-}
-
-func variantName(v string) string {
-	if v == "" {
-		return "unset"
-	}
-	return v
 }
 
 // TestHookBadInput feeds the hook what a broken runtime setup would: each case exits
@@ -412,15 +180,6 @@ func TestHookBadInput(t *testing.T) {
 			}
 		})
 	}
-}
-
-func readMountinfo(t *testing.T, pid string) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/" + pid + "/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
 }
 
 // wrapperScript runs the hook given as arguments on the OCI state it reads, then saves the
@@ -496,12 +255,12 @@ func TestHookRuncRefusesEscapes(t *testing.T) {
 			if rerr != nil {
 				t.Fatalf("the wrapper saved no mountinfo: %v", rerr)
 			}
-			if len(mountsBelow(string(ctr), rootfs)) == 0 {
+			if len(mountsBelow(t, string(ctr), rootfs)) == 0 {
 				t.Fatalf("the wrapper saved no mounts of the container:\n%s", ctr)
 			}
-			left := append(mountsBelow(string(ctr), rootfs+"/vol"), mountsBelow(string(ctr), rootfs+"/data")...)
+			left := append(mountsBelow(t, string(ctr), rootfs+"/vol"), mountsBelow(t, string(ctr), rootfs+"/data")...)
 			if len(left) > 0 {
-				t.Errorf("class mounts left in the container after the failure:\n%s", strings.Join(left, "\n"))
+				t.Errorf("class mounts left in the container after the failure:\n%s", mountLines(left))
 			}
 			for _, p := range []string{rootfs + "/vol", src + "/private/nested", "/etc/mk-hook-e2e", outside + "/mk-hook-e2e"} {
 				if _, err := os.Lstat(p); err == nil {
@@ -592,7 +351,7 @@ func TestHookContainerd(t *testing.T) {
 			t.Errorf("default-handler container has class mounts:\n%s", out)
 		}
 	})
-	if leaked := hostMounts(t, c.Dir()); slices.ContainsFunc(leaked, func(l string) bool { return strings.Contains(l, "/vol/") }) {
-		t.Errorf("class mounts in the host's namespace:\n%s", strings.Join(leaked, "\n"))
+	if leaked := hostMounts(t, c.Dir()); slices.ContainsFunc(leaked, func(m *mountinfo.Info) bool { return strings.Contains(mountLine(m), "/vol/") }) {
+		t.Errorf("class mounts in the host's namespace:\n%s", mountLines(leaked))
 	}
 }

@@ -22,10 +22,11 @@ runtimeClasses:
       - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: HostToContainer, options: [SSHOPTS]}
 `
 
-// TestNetworkHungServer (issue 19): the runtime creates every container of the node under one
-// lock while the plugin answers, so a plugin that waits for a network mount holds every
-// container of the node. With the sshfs server of a class stopped by SIGSTOP (TCP connects,
-// nothing answers, as with a hung NFS server) before its first pod:
+// TestNetworkHungServer: a hung network server must not stall the containers of other pods.
+// The runtime creates every container of the node under one lock while the plugin answers, so
+// a plugin that waits for a network mount holds every container of the node. With the sshfs
+// server of a class stopped by SIGSTOP (TCP connects, nothing answers, as with a hung NFS
+// server) before its first pod:
 //   - 6 class pods and 4 default-runtime pods created at the same moment: the default batch
 //     takes less than 3x its own baseline (the same batch alone, measured first in this run);
 //   - the class containers are refused with "not ready", the server's address and what to

@@ -3,10 +3,8 @@
 package e2e
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,241 +13,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
-	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
-
-// kubeNode is a test's real Kubernetes node: a private containerd with NRI, etcd,
-// kube-apiserver and kubelet on it, and the mountkeeper plugin (restartable with another
-// config).
-type kubeNode struct {
-	t      testing.TB
-	ctx    context.Context
-	dir    string // host side: sources, hostPath volumes, plugin config
-	bin    string
-	ctrd   *harness.Containerd
-	kube   *harness.KubeNode
-	api    *harness.KubeClient
-	plugin *harness.Plugin
-	scopes *scopeEnder // network mount scopes that end with the test
-	// pluginLog receives the plugin's log; nil: the test's log.
-	pluginLog io.Writer
-}
-
-// kubeClassConfig is the plugin config of the kube tests: one class whose handler the
-// harness containerd declares, and the kubelet root of the node. KUBELET, SRC and REPAIR are
-// replaced.
-const kubeClassConfig = `
-kubeletRoot: KUBELET
-stateDir: SRC/state
-subPathRepair: REPAIR
-runtimeClasses:
-  mk-kube:
-    mounts:
-      - {source: SRC/class, destination: /class, propagation: None, readOnly: true}
-`
-
-// newKubeNode starts containerd (handler mk-kube, NRI on) and a KubeNode on it. The plugin is
-// not started: see startPlugin. Everything is torn down when the test ends, passed or not.
-func newKubeNode(t testing.TB, ctx context.Context, opts harness.KubeOptions) *kubeNode {
-	t.Helper()
-	return newKubeNodeWith(t, ctx, opts, []string{"mk-kube"})
-}
-
-// newKubeNodeWith is newKubeNode with these containerd runtime handlers, each with a
-// RuntimeClass of the same name.
-func newKubeNodeWith(t testing.TB, ctx context.Context, opts harness.KubeOptions, handlers []string) *kubeNode {
-	t.Helper()
-	return newKubeNodeCtrd(t, ctx, opts, handlers, harness.Options{})
-}
-
-// newKubeNodeCtrd is newKubeNodeWith with more containerd options (Handlers and NRI are set).
-func newKubeNodeCtrd(t testing.TB, ctx context.Context, opts harness.KubeOptions, handlers []string, copts harness.Options) *kubeNode {
-	t.Helper()
-	testenv.Require(t, "root")
-	if why := harness.KubeMissing(opts); why != "" {
-		testenv.Skip(t, "no Kubernetes node: %s", why)
-	}
-	n := prepareKubeNode(t, ctx)
-	copts.Handlers, copts.NRI = handlers, true
-	n.startKube(copts, opts, handlers)
-	return n
-}
-
-// prepareKubeNode makes a kubeNode's work directory, with the mountkeeper binary and the
-// class mount's source (src/class/marker); nothing runs yet.
-func prepareKubeNode(t testing.TB, ctx context.Context) *kubeNode {
-	t.Helper()
-	n := &kubeNode{t: t, ctx: ctx, dir: harness.WorkDir(t, "mk-e2e-")}
-	// Before containerd and kubelet start: the scopes end once they (and a plugin pod) are
-	// gone, and before the work directory is removed.
-	n.scopes = newScopeEnder(t)
-	var err error
-	if n.bin, err = harness.BuildMountkeeper(n.dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(n.dir, "src", "class"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(n.dir, "src", "class", "marker"), []byte("from-class\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// startKube starts containerd with copts and a KubeNode on it with opts, both torn down when
-// the test ends (their logs shown if it failed), and a RuntimeClass of the same name for each
-// of handlers.
-func (n *kubeNode) startKube(copts harness.Options, opts harness.KubeOptions, handlers []string) {
-	t, ctx := n.t, n.ctx
-	t.Helper()
-	var err error
-	n.ctrd, err = harness.Start(ctx, copts)
-	t.Cleanup(func() {
-		if t.Failed() && n.ctrd != nil {
-			if log, err := os.ReadFile(n.ctrd.LogPath()); err == nil {
-				t.Logf("containerd log (last 4 KiB):\n%s", lastBytes(log, 4096))
-			}
-		}
-		if err := n.ctrd.Close(); err != nil {
-			t.Errorf("cleanup containerd: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("start containerd: %v", err)
-	}
-	n.kube, err = harness.StartKubeNode(ctx, n.ctrd, opts)
-	t.Cleanup(func() {
-		if t.Failed() && n.kube != nil {
-			if log, err := os.ReadFile(n.kube.LogPath("kubelet")); err == nil {
-				t.Logf("kubelet log (last 6 KiB):\n%s", lastBytes(log, 6144))
-			}
-		}
-		if err := n.kube.Close(); err != nil {
-			t.Errorf("cleanup Kubernetes node: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("start Kubernetes node: %v", err)
-	}
-	n.api = n.kube.API()
-	for _, h := range handlers {
-		if err := n.api.CreateRuntimeClass(ctx, h, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// startPlugin (re)starts mountkeeper with kubeClassConfig and subPathRepair as given.
-func (n *kubeNode) startPlugin(repair bool) {
-	n.t.Helper()
-	n.startPluginWith(strings.ReplaceAll(kubeClassConfig, "REPAIR", strconv.FormatBool(repair)))
-}
-
-// writeConfig writes the plugin config template (KUBELET and SRC replaced, as in
-// kubeClassConfig) and returns its path.
-func (n *kubeNode) writeConfig(template string) string {
-	n.t.Helper()
-	config := filepath.Join(n.dir, "config.yaml")
-	text := strings.NewReplacer("KUBELET", n.kube.RootDir(), "SRC", filepath.Join(n.dir, "src")).Replace(template)
-	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
-		n.t.Fatal(err)
-	}
-	return config
-}
-
-// startPluginWith (re)starts mountkeeper with the config template (see writeConfig).
-func (n *kubeNode) startPluginWith(template string) {
-	n.t.Helper()
-	if n.plugin != nil {
-		n.plugin.Stop()
-	}
-	config := n.writeConfig(template)
-	var log io.Writer = testWriter{n.t, "mountkeeper"}
-	if n.pluginLog != nil {
-		log = n.pluginLog
-	}
-	var err error
-	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: config,
-		Socket: n.ctrd.NRISocket(), Log: log})
-	if err != nil {
-		n.t.Fatalf("start mountkeeper: %v", err)
-	}
-	n.t.Cleanup(n.plugin.Stop)
-}
-
-// podSpec is a busybox pod on the node: host network, no scheduler, no pulls, no token.
-type podSpec struct {
-	name, runtimeClass, script string
-	restartPolicy              string // default Always
-	annotations                map[string]string
-	volumes, mounts            []any
-	grace                      int
-}
-
-func (n *kubeNode) podManifest(p podSpec) map[string]any {
-	spec := map[string]any{
-		"nodeName":                      n.kube.NodeName(),
-		"hostNetwork":                   true,
-		"automountServiceAccountToken":  false,
-		"terminationGracePeriodSeconds": p.grace,
-		"restartPolicy":                 cmp.Or(p.restartPolicy, "Always"),
-		"containers": []any{map[string]any{
-			"name":            "c",
-			"image":           harness.BusyboxImage,
-			"imagePullPolicy": "Never",
-			"command":         []string{"sh", "-c", p.script},
-			"volumeMounts":    p.mounts,
-		}},
-		"volumes": p.volumes,
-	}
-	if p.runtimeClass != "" {
-		spec["runtimeClassName"] = p.runtimeClass
-	}
-	metadata := map[string]any{"name": p.name}
-	if p.annotations != nil {
-		metadata["annotations"] = p.annotations
-	}
-	return map[string]any{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": metadata,
-		"spec":     spec,
-	}
-}
-
-// runningContainer creates a pod and waits until its container runs; it returns the CRI
-// container ID.
-func (n *kubeNode) runningContainer(p podSpec) string {
-	n.t.Helper()
-	return n.runningContainerWith(p, nil)
-}
-
-// runningContainerWith is runningContainer with edit, if not nil, applied to the pod's spec.
-func (n *kubeNode) runningContainerWith(p podSpec, edit func(spec map[string]any)) string {
-	n.t.Helper()
-	m := n.podManifest(p)
-	if edit != nil {
-		edit(m["spec"].(map[string]any))
-	}
-	if _, err := n.api.CreatePod(n.ctx, "default", m); err != nil {
-		n.t.Fatalf("create pod %s: %v", p.name, err)
-	}
-	pod, err := n.api.WaitPod(n.ctx, "default", p.name, 90*time.Second, func(pod *harness.Pod) error {
-		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.State.Running != nil {
-				return nil
-			}
-			if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
-				return fmt.Errorf("container waiting: %s: %s", w.Reason, w.Message)
-			}
-		}
-		return fmt.Errorf("phase %s, no running container", pod.Status.Phase)
-	})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	id := pod.Status.ContainerStatuses[0].ContainerID
-	return strings.TrimPrefix(id, "containerd://")
-}
 
 // TestKubeNode starts a real kubelet on the harness containerd and checks that a pod of a
 // RuntimeClass whose handler has a mountkeeper class gets the class mount, and a pod without
@@ -275,7 +39,8 @@ func TestKubeNode(t *testing.T) {
 // raceSecondsEnv shortens (or lengthens) each half of TestKubeletSubPathRace.
 const raceSecondsEnv = "MOUNTKEEPER_SUBPATH_RACE_SECONDS"
 
-// TestKubeletSubPathRace is the load test of issue 16: kubernetes #127602 on a real kubelet.
+// TestKubeletSubPathRace: a configMap update must not fail a container's start by racing
+// kubelet's subPath bind (kubernetes #127602). The load test on a real kubelet:
 // Several pods mount one key of one configMap with subPath; each container appends what it
 // read to a hostPath file and exits after half a second, and kubelet restarts it with its
 // crash-loop back-off capped at 1s, while the configMap is patched every second. A configMap
@@ -329,16 +94,6 @@ const (
 	// average every pod started and restarted once.
 	raceRuns = racePods * 2
 )
-
-// raceResult counts one half of TestKubeletSubPathRace.
-type raceResult struct {
-	enoent     int    // starts that failed in runc with ENOENT on a volume-subpaths bind
-	runs       int    // runs that started and appended a line
-	readENOENT int    // runs that started but could not read the file
-	firstError string // the first ENOENT start error
-}
-
-func (r raceResult) starts() int { return r.enoent + r.runs }
 
 // subPathRace runs one half of TestKubeletSubPathRace with pods and a configMap named after
 // phase, and removes them afterwards.
@@ -466,33 +221,4 @@ func (n *kubeNode) subPathRace(phase string, duration time.Duration) raceResult 
 	t.Logf("%s: %d ENOENT start failures in containerd's log (%d distinct seen in pod status), %d runs, %d runs that could not read the file",
 		phase, r.enoent, len(seen), r.runs, r.readENOENT)
 	return r
-}
-
-// isSubPathENOENT reports whether a start error is runc failing to mount a kubelet subPath
-// bind that no longer exists.
-func isSubPathENOENT(msg string) bool {
-	return strings.Contains(msg, "volume-subpaths") && strings.Contains(msg, "no such file or directory")
-}
-
-func fileSize(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return st.Size()
-}
-
-// harnessPoll calls try every 200ms until it succeeds, ctx ends or timeout passes.
-func harnessPoll(ctx context.Context, timeout time.Duration, try func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := try()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

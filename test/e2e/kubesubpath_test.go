@@ -13,12 +13,13 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-// TestKubeHostPathSubPath is issue 23 on the real node: a pod that mounts a hostPath with
-// subPath, a file and a directory, runs with the plugin attached (subPathRepair on, the
-// default), once in a runtime class of the plugin and once in no class, exactly as kubelet
-// alone runs it; a configMap key beside them still gets its private copy. Before the fix both
-// pods were refused: "stale subPath mount .../volume-subpaths/host/c/0 ... not repaired:
-// cannot find the volume's directory".
+// TestKubeHostPathSubPath: with the plugin attached, a hostPath subPath must start as it does
+// with kubelet alone. On the real node a pod that mounts a hostPath with subPath, a file and a
+// directory, runs with the plugin attached (subPathRepair on, the default), once in a runtime
+// class of the plugin and once in no class, exactly as kubelet alone runs it; a configMap key
+// beside them still gets its private copy. Before the fix both pods were refused: "stale
+// subPath mount .../volume-subpaths/host/c/0 ... not repaired: cannot find the volume's
+// directory".
 func TestKubeHostPathSubPath(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

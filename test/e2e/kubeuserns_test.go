@@ -4,21 +4,17 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
-
-// cniBinDir is where Debian's containernetworking-plugins installs the CNI plugins.
-const cniBinDir = "/usr/lib/cni"
 
 // kubeUsernsConfig: one class whose mount is a tmpfs, as the hostPath volume beside it.
 const kubeUsernsConfig = `
@@ -30,78 +26,8 @@ runtimeClasses:
       - {source: SRC/class, destination: /class, propagation: None}
 `
 
-// podNetwork writes into dir a CNI conflist for a bridge of the test's own (no gateway, no
-// masquerading, host-local addresses of a link-local /24 kept in dir) plus loopback, and
-// removes the bridge and any link still attached to it when the test ends. It returns the
-// conf dir.
-func podNetwork(t *testing.T, dir string) string {
-	t.Helper()
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
-			testenv.Skip(t, "CNI plugin %s: %v (apt-get install containernetworking-plugins, or run test/tools/install.sh)", p, err)
-		}
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		testenv.Skip(t, "ip: %v (apt-get install iproute2)", err)
-	}
-	bridge := fmt.Sprintf("mkuns%d", os.Getpid()%1000000)
-	conf := filepath.Join(dir, "net.d")
-	if err := os.MkdirAll(conf, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	list := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       "mk-userns",
-		"plugins": []any{
-			map[string]any{
-				"type": "bridge", "bridge": bridge, "isGateway": false, "ipMasq": false,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"ranges":  []any{[]any{map[string]any{"subnet": "169.254.77.0/24"}}},
-					"dataDir": filepath.Join(dir, "ipam"),
-				},
-			},
-			map[string]any{"type": "loopback"},
-		},
-	}
-	data, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(conf, "10-mk-userns.conflist"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// libcni keeps its result cache in /var/lib/cni: remove what this test created, if empty.
-	var cacheDirs []string
-	for _, d := range []string{"/var/lib/cni", "/var/lib/cni/results"} {
-		if _, err := os.Stat(d); os.IsNotExist(err) {
-			cacheDirs = append([]string{d}, cacheDirs...)
-		}
-	}
-	t.Cleanup(func() {
-		for _, d := range cacheDirs {
-			_ = os.Remove(d)
-		}
-		// Normally containerd's CNI DEL has removed the pods' veths with their namespaces.
-		out, _ := exec.Command("ip", "-o", "link", "show", "master", bridge).Output()
-		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if f := strings.Fields(l); len(f) > 1 {
-				name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-				if o, err := exec.Command("ip", "link", "delete", name).CombinedOutput(); err != nil {
-					t.Errorf("cleanup: delete link %s: %v: %s", name, err, o)
-				}
-			}
-		}
-		if exec.Command("ip", "link", "show", bridge).Run() == nil {
-			if o, err := exec.Command("ip", "link", "delete", bridge).CombinedOutput(); err != nil {
-				t.Errorf("cleanup: delete bridge %s: %v: %s", bridge, err, o)
-			}
-		}
-	})
-	return conf
-}
-
-// TestKubeUserNamespace (issue 17) on the real kubelet: a hostUsers: false pod of RuntimeClass
+// TestKubeUserNamespace: a user-namespaced pod can use its class mount as root, as it can its
+// kubelet volumes. On the real kubelet: a hostUsers: false pod of RuntimeClass
 // mk-kube, with the class mount (a tmpfs holding a 0600 and a 0644 file of host root) beside a
 // hostPath volume of the same kind. Inside, both show owners 0:0, root reads the 0600 file on
 // both, and a write lands as host 0:0 on both: the class mount behaves as kubelet's own
@@ -151,14 +77,14 @@ func TestKubeUserNamespace(t *testing.T) {
 		}
 		return out + stderr, code
 	}
-	mountinfo := func(id, dst string) string {
+	mountOf := func(id, dst string) *mountinfo.Info {
 		t.Helper()
 		out, _ := sh(id, "cat /proc/self/mountinfo")
-		if l := mountinfoLine(out, dst); l != "" {
-			return l
+		if m := mountIn(t, out, dst); m != nil {
+			return m
 		}
 		t.Fatalf("no mount at %s in the container:\n%s", dst, out)
-		return ""
+		return nil
 	}
 
 	t.Run("hostUsers false: class mount and hostPath both idmapped", func(t *testing.T) {
@@ -177,7 +103,7 @@ func TestKubeUserNamespace(t *testing.T) {
 			t.Errorf("the pod has no address of the test's CNI network on eth0: %q", out)
 		}
 		for _, dst := range []string{"/hp", "/class"} {
-			l := mountinfo(id, dst)
+			m := mountOf(id, dst)
 			stat, _ := sh(id, "stat -c %u:%g "+dst+" "+dst+"/secret "+dst+"/public")
 			read, readCode := sh(id, "cat "+dst+"/secret")
 			_, writeCode := sh(id, "echo written > "+dst+"/new")
@@ -186,9 +112,9 @@ func TestKubeUserNamespace(t *testing.T) {
 				written = hostOwner(t, filepath.Join(sources[dst], "new"))
 			}
 			t.Logf("%-6s idmapped=%v owners(dir,0600,0644)=%s read 0600: exit %d; write lands as host %s",
-				dst, strings.Contains(l, "idmapped"), strings.Join(strings.Fields(stat), ","), readCode, written)
-			if !strings.Contains(l, "idmapped") {
-				t.Errorf("%s is not idmapped: %s", dst, l)
+				dst, strings.Contains(m.Options, "idmapped"), strings.Join(strings.Fields(stat), ","), readCode, written)
+			if !strings.Contains(m.Options, "idmapped") {
+				t.Errorf("%s is not idmapped: %s", dst, mountLine(m))
 			}
 			if stat != "0:0\n0:0\n0:0\n" {
 				t.Errorf("%s: owners seen %q, want 0:0 for the directory and both files", dst, stat)
@@ -210,8 +136,8 @@ func TestKubeUserNamespace(t *testing.T) {
 			t.Errorf("the plain pod has a user namespace: uid_map %q", out)
 		}
 		for _, dst := range []string{"/hp", "/class"} {
-			if l := mountinfo(id, dst); strings.Contains(l, "idmapped") {
-				t.Errorf("%s idmapped without a user namespace: %s", dst, l)
+			if m := mountOf(id, dst); strings.Contains(m.Options, "idmapped") {
+				t.Errorf("%s idmapped without a user namespace: %s", dst, mountLine(m))
 			}
 			if out, code := sh(id, "stat -c %u:%g "+dst+"/secret; cat "+dst+"/secret"); code != 0 || out != "0:0\nsecret of host root\n" {
 				t.Errorf("%s: got %q (exit %d)", dst, out, code)

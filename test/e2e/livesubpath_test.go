@@ -3,27 +3,23 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-// TestLiveSubPathRuntime runs live subPath updates (issue 25) through a real runtime and runc:
-// a container of a class with subPathUpdates: live mounts a configMap key and a configMap
-// directory with subPath; after each of 5 atomic-writer updates (old timestamp directory
-// removed) it reads the new content of both; a process that opened the key before the updates
-// still reads the first; the container holds its bind and one layer at the path; removing the
-// container removes its copies. The real-kubelet test and the latency benchmark are
-// test/e2e's kubelet tests (issue 25, the other half).
+// TestLiveSubPathRuntime runs live subPath updates (a subPath follows its configMap's updates,
+// which kubelet alone never does) through a real runtime and runc: a container of a class with
+// subPathUpdates: live mounts a configMap key and a configMap directory with subPath; after
+// each of 5 atomic-writer updates (old timestamp directory removed) it reads the new content
+// of both; a process that opened the key before the updates still reads the first; the
+// container holds its bind and one layer at the path; removing the container removes its
+// copies. The real-kubelet test and the latency benchmark are test/e2e's kubelet tests.
 func TestLiveSubPathRuntime(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, kind harness.RuntimeKind) { testLiveSubPath(t, kind, false) })
 }
@@ -52,19 +48,20 @@ func testLiveSubPath(t *testing.T, kind harness.RuntimeKind, userns bool) {
 }
 
 // TestLiveSubPathAgentRestart shows on containerd and CRI-O (runc, NRI over the socket) that
-// an agent restart picks the live subPaths up again (issue 25, "Bounded"): the container of
-// TestLiveSubPathRuntime follows one update; the agent stops; kubelet's atomic writer swaps
-// ..data once more (old timestamp directory removed) and the container keeps the content it
-// has, nobody following; the agent starts again on the same state dir and, at its NRI
-// Synchronize, the container reads the missed content through both the key and the
-// directory, with no container restart; the next update is applied too. The container holds
-// its bind and one layer at each path; the versions replaced, the first agent's and the new
-// one's, are removed (the one left is numbered after the missed one); removing the container
-// leaves no copy and no mount below the copies. It logs the time from the new agent's
-// connection to the container's first read of the missed content (the closing note's numbers).
-// The same runs in a user-namespaced pod on containerd: the new agent idmaps the versions it
-// puts with the container's user namespace, which it learns from the runtime's Synchronize
-// (the container's pid), as the first agent learnt it at PostStartContainer.
+// an agent restart picks the live subPaths up again (an update missed while the agent was away
+// is applied when it is back, not lost): the container of TestLiveSubPathRuntime follows one
+// update; the agent stops; kubelet's atomic writer swaps ..data once more (old timestamp
+// directory removed) and the container keeps the content it has, nobody following; the agent
+// starts again on the same state dir and, at its NRI Synchronize, the container reads the
+// missed content through both the key and the directory, with no container restart; the next
+// update is applied too. The container holds its bind and one layer at each path; the versions
+// replaced, the first agent's and the new one's, are removed (the one left is numbered after
+// the missed one); removing the container leaves no copy and no mount below the copies. It
+// logs the time from the new agent's connection to the container's first read of the missed
+// content (the closing note's numbers). The same runs in a user-namespaced pod on containerd:
+// the new agent idmaps the versions it puts with the container's user namespace, which it
+// learns from the runtime's Synchronize (the container's pid), as the first agent learnt it at
+// PostStartContainer.
 func TestLiveSubPathAgentRestart(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, kind harness.RuntimeKind) { testLiveSubPathAgentRestart(t, kind, false) })
 	t.Run("containerd-userns", func(t *testing.T) { testLiveSubPathAgentRestart(t, harness.KindContainerd, true) })
@@ -119,221 +116,4 @@ func testLiveSubPathAgentRestart(t *testing.T, kind harness.RuntimeKind, userns 
 		t.Errorf("versions of the copies left in %s: %v, want %v", s.copiesDir(), left, want)
 	}
 	s.remove()
-}
-
-// liveRead is what the container reads of its live subPaths: the key, the directory's file,
-// and the key's mode and owner.
-const liveRead = "cat /etc/app.conf; echo -n ' '; cat /etc/conf.d/a.ini; echo -n ' '; stat -c '%a %u:%g' /etc/app.conf | tr -d '\\n'"
-
-// liveWant is liveRead's output at version v.
-func liveWant(v int) string { return fmt.Sprintf("app-v%d a-v%d 640 0:2000", v, v) }
-
-// liveSubPath is a running container of a subPathUpdates: live class with a configMap key
-// (/etc/app.conf, a file subPath) and a configMap directory (/etc/conf.d, a directory subPath)
-// of a kubelet-like volume, at version 1.
-type liveSubPath struct {
-	t      *testing.T
-	n      *node
-	pod    harness.KubeletPod
-	cfgDir string
-	id     string
-}
-
-// startLiveSubPath starts a node of kind with a live default class, writes version 1 and
-// runs the container (in a user-namespaced pod with userns), which must read it.
-func startLiveSubPath(t *testing.T, kind harness.RuntimeKind, userns bool) *liveSubPath {
-	t.Helper()
-	n := newNode(t, kind, nil, subPathConfig+"runtimeClasses:\n  default: {subPathUpdates: live}\n")
-	if userns {
-		if err := n.ctrd.AllowUserNamespaces(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pod := harness.KubeletPod{Root: filepath.Join(n.src(), "kubelet"), UID: "7c1e55a0-uid"}
-	s := &liveSubPath{t: t, n: n, pod: pod, cfgDir: pod.VolumeDir("kubernetes.io~configmap", "cfg")}
-	s.write(1)
-	var mounts []harness.Mount
-	for i, m := range []struct{ subPath, ctrPath string }{{"app.conf", "/etc/app.conf"}, {"conf.d", "/etc/conf.d"}} {
-		target, err := pod.BindSubPath(s.cfgDir, "cfg", "app", i, m.subPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mounts = append(mounts, harness.Mount{HostPath: target, ContainerPath: m.ctrPath, ReadOnly: true})
-	}
-	cri := n.rt.CRI()
-	podID, err := cri.RunPod(n.ctx, harness.PodOptions{Name: "web", UID: pod.UID, UserNamespace: userns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.id, err = cri.CreateContainer(n.ctx, podID, harness.ContainerOptions{Name: "app", Mounts: mounts, UserNamespace: userns}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cri.StartContainer(n.ctx, s.id); err != nil {
-		t.Fatal(err)
-	}
-	if out, _ := n.sh(s.id, liveRead); out != liveWant(1) {
-		t.Fatalf("container reads %q at start, want %q", out, liveWant(1))
-	}
-	return s
-}
-
-// write is kubelet's atomic writer at version v with the key 0640 and owned by 0:2000 (a
-// secret for an fsGroup) before ..data is swapped: new ..<ts> directory, ..data_tmp renamed
-// over ..data, the old directory removed.
-func (s *liveSubPath) write(v int) {
-	t := s.t
-	t.Helper()
-	ts := fmt.Sprintf("..2026_11_26_00_00_%02d.000000000", v)
-	files := map[string]string{"app.conf": fmt.Sprintf("app-v%d", v), "conf.d/a.ini": fmt.Sprintf("a-v%d", v)}
-	for name, content := range files {
-		p := filepath.Join(s.cfgDir, ts, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key := filepath.Join(s.cfgDir, ts, "app.conf")
-	if err := os.Chmod(key, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(key, 0, 2000); err != nil {
-		t.Fatal(err)
-	}
-	old, _ := os.Readlink(filepath.Join(s.cfgDir, "..data"))
-	if err := os.Symlink(ts, filepath.Join(s.cfgDir, "..data_tmp")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(filepath.Join(s.cfgDir, "..data_tmp"), filepath.Join(s.cfgDir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	for _, top := range []string{"app.conf", "conf.d"} {
-		_ = os.Symlink(filepath.Join("..data", top), filepath.Join(s.cfgDir, top))
-	}
-	if old != "" {
-		if err := os.RemoveAll(filepath.Join(s.cfgDir, old)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// waitRead waits (10 s at most) until the container reads version v of both paths.
-func (s *liveSubPath) waitRead(v int) {
-	s.t.Helper()
-	want := liveWant(v)
-	out, _ := s.n.sh(s.id, liveRead)
-	for deadline := time.Now().Add(10 * time.Second); out != want && time.Now().Before(deadline); out, _ = s.n.sh(s.id, liveRead) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if out != want {
-		s.t.Fatalf("after update %d the container reads %q, want %q; plugin log:\n%s", v, out, want, s.n.plugin.Log())
-	}
-}
-
-// checkLayers checks that the container holds 2 mounts at each live path: its bind and one
-// layer.
-func (s *liveSubPath) checkLayers() {
-	s.t.Helper()
-	for _, p := range []string{"/etc/app.conf", "/etc/conf.d"} {
-		if out, _ := s.n.sh(s.id, "grep -c ' "+p+" ' /proc/self/mountinfo"); strings.TrimSpace(out) != "2" {
-			s.t.Errorf("%s mounts at %s in the container, want 2 (its bind and one layer)", out, p)
-		}
-	}
-}
-
-// copiesDir is where the container's copies of volume cfg are.
-func (s *liveSubPath) copiesDir() string {
-	return filepath.Join(s.n.src(), "state", "subpath", s.pod.UID, s.id, "cfg")
-}
-
-// versionsLeft lists the versions (<copy>.v<n>) in the container's copies of the volume.
-func (s *liveSubPath) versionsLeft() []string {
-	entries, err := os.ReadDir(s.copiesDir())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		if strings.Contains(e.Name(), ".v") {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
-// remove stops and removes the container, whose copies and their mounts must go with it.
-func (s *liveSubPath) remove() {
-	s.t.Helper()
-	cri := s.n.rt.CRI()
-	if err := cri.StopContainer(s.n.ctx, s.id); err != nil {
-		s.t.Fatal(err)
-	}
-	if err := cri.RemoveContainer(s.n.ctx, s.id); err != nil {
-		s.t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(s.n.src(), "state", "subpath", s.pod.UID, s.id)); !os.IsNotExist(err) {
-		s.t.Errorf("the container's copies outlive it: %v", err)
-	}
-	if left := hostMounts(s.t, filepath.Join(s.n.src(), "state", "subpath", s.pod.UID)); len(left) > 0 {
-		s.t.Errorf("mounts left below the pod's copies after the container went:\n%s", strings.Join(left, "\n"))
-	}
-}
-
-// containerPid is the host pid of a running container's process.
-func containerPid(t *testing.T, n *node, id string) int {
-	t.Helper()
-	pid, err := n.rt.CRI().ContainerPid(n.ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
-
-// watchVersion reads the live paths through root (/proc/PID/root: the container's mount
-// namespace) every 2 ms until both show version v, and returns when they first did; the zero
-// time when they did not by deadline.
-func watchVersion(root string, v int, deadline time.Time) time.Time {
-	want := [][]byte{[]byte(fmt.Sprintf("app-v%d", v)), []byte(fmt.Sprintf("a-v%d", v))}
-	for {
-		key, _ := os.ReadFile(filepath.Join(root, "etc/app.conf"))
-		dir, _ := os.ReadFile(filepath.Join(root, "etc/conf.d/a.ini"))
-		if bytes.Equal(key, want[0]) && bytes.Equal(dir, want[1]) {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// logTimes notes when a process first logs each of some strings.
-type logTimes struct {
-	mu    sync.Mutex
-	first map[string]time.Time
-	want  []string
-}
-
-func newLogTimes(want ...string) *logTimes {
-	return &logTimes{first: map[string]time.Time{}, want: want}
-}
-
-func (l *logTimes) Write(p []byte) (int, error) {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, w := range l.want {
-		if _, ok := l.first[w]; !ok && bytes.Contains(p, []byte(w)) {
-			l.first[w] = now
-		}
-	}
-	return len(p), nil
-}
-
-// at is when s was first logged (the zero time: not yet).
-func (l *logTimes) at(s string) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.first[s]
 }

@@ -5,11 +5,8 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,10 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestMetricsAuthorization runs the agent with --metrics-listen against a real kube-apiserver
@@ -164,7 +160,7 @@ func TestMetricsAuthorization(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	eventually(t, 20*time.Second, "the metrics listener answers", func() bool { code, _ := scrape("/metrics", ""); return code != 0 })
+	testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the metrics listener answers", func() bool { code, _ := scrape("/metrics", ""); return code != 0 })
 
 	for _, c := range []struct {
 		name, path, token string
@@ -221,65 +217,5 @@ func TestMetricsAuthorization(t *testing.T) {
 		t.Errorf("API server hung, a token allowed a moment ago: HTTP %d, want 200 from the cache: %s", code, firstLine(body))
 	}
 	resume()
-	eventually(t, 60*time.Second, "a new token is reviewed once the API server is back", func() bool { code, _ := scrape("/metrics", lateToken); return code == 403 })
-}
-
-// readYAML reads every document of a manifest file.
-func readYAML(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var objs []map[string]any
-	dec := yaml.NewDecoder(f)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if obj != nil {
-			objs = append(objs, obj)
-		}
-	}
-}
-
-// apiClient trusts the test API server's CA and sends no client certificate.
-func apiClient(t *testing.T, k *harness.KubeNode) *http.Client {
-	t.Helper()
-	ca, err := os.ReadFile(k.CAFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		t.Fatalf("no certificate in %s", k.CAFile())
-	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-}
-
-func freeTCPPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
+	testsupport.Eventually(t, 60*time.Second, 100*time.Millisecond, "a new token is reviewed once the API server is back", func() bool { code, _ := scrape("/metrics", lateToken); return code == 403 })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 const networkConfig = `
@@ -88,7 +89,7 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 		}
 		// Kill returned once the cgroup was empty: the plugin is dead, and Exited says so once
 		// the harness has reaped it, which a loaded machine may delay past a fixed 200 ms.
-		eventually(t, 10*time.Second, "the plugin's exit after cgroup.kill of its cgroup", n.plugin.Exited)
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the plugin's exit after cgroup.kill of its cgroup", n.plugin.Exited)
 		time.Sleep(2 * time.Second)
 		ok, fails := countReads(t, n, a1)
 		if fails > 0 || ok < before+5 {
@@ -157,21 +158,4 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 			t.Errorf("%d sshfs mounts left 15s after the last container was removed (grace 2s)", got)
 		}
 	})
-}
-
-// countReads returns how many reads the reader container logged as ok and as failed.
-func countReads(t *testing.T, n *node, id string) (ok, fails int) {
-	t.Helper()
-	out, _ := n.sh(id, "cat /tmp/reads")
-	return strings.Count(out, "ok"), strings.Count(out, "FAIL")
-}
-
-// fuseMountsAt counts the mounts at path in this mount namespace.
-func fuseMountsAt(t *testing.T, path string) int {
-	t.Helper()
-	n, err := harness.MountsAt(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

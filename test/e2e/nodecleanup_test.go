@@ -11,9 +11,11 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
-// TestNodeCleanup (issue 24 item 5, the node's half), on real containerd + runc with sshd over
+// TestNodeCleanup: the node's half of an uninstall releases what the agent held and never a
+// mount a running container still reads. On real containerd + runc with sshd over
 // loopback: a container reads an sshfs class mount; the agent is stopped (as an uninstall
 // does first) and `mountkeeper node cleanup` runs: it keeps the mount, names the container
 // that holds it (its cgroup carries the container's ID) and exits non-zero, while the reader
@@ -67,7 +69,7 @@ func TestNodeCleanup(t *testing.T) {
 		if got := fuseMountsBelow(t, mountsDir); len(got) != 0 {
 			t.Errorf("mounts left: %v", got)
 		}
-		eventually(t, 5*time.Second, "the FUSE daemon gone", func() bool { return !alive(daemon) })
+		testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the FUSE daemon gone", func() bool { return !alive(daemon) })
 		if mountScopeExists(t, filepath.Base(held[0].point)) {
 			t.Error("the mount's scope is left")
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestOperations runs the plugin as an operator does on a fleet: its config in a ConfigMap-style
@@ -53,7 +54,7 @@ func TestOperations(t *testing.T) {
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		eventually(t, 20*time.Second, what, ok)
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, what, ok)
 	}
 	classes := func() string { return fmt.Sprint(plugin.status().Classes) }
 	reloads := func() string {

@@ -4,10 +4,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,84 +112,3 @@ func TestPodman(t *testing.T) {
 		})
 	}
 }
-
-// writeHooksD writes the example file into dir, its hook pointed at bin, config and class.
-func writeHooksD(t *testing.T, file, dir, bin, config, class string) {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(examples, file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	w := &hookWorld{t: t, bin: bin, config: config}
-	h := w.hooksDExample(file, class)
-	doc["hook"] = h
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, filepath.Base(file)), out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// podman runs podman with the test's private storage.
-type podman struct {
-	t      *testing.T
-	ctx    context.Context
-	global []string
-}
-
-func (p *podman) run(args ...string) (string, error) {
-	cmd := exec.CommandContext(p.ctx, "podman", append(append([]string{}, p.global...), args...)...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func (p *podman) execer(name string) harness.Execer {
-	return func(ctx context.Context, cmd ...string) (string, string, int, error) {
-		c := exec.CommandContext(ctx, "podman", append(append(append([]string{}, p.global...), "exec", name), cmd...)...)
-		var stdout, stderr strings.Builder
-		c.Stdout, c.Stderr = &stdout, &stderr
-		err := c.Run()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return stdout.String(), stderr.String(), ee.ExitCode(), nil
-		}
-		if err != nil {
-			return "", "", -1, err
-		}
-		return stdout.String(), stderr.String(), 0, nil
-	}
-}
-
-// removeCgroupParent removes what podman left of the cgroup parent in every hierarchy.
-func removeCgroupParent(t *testing.T, parent string) {
-	t.Helper()
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", parent))
-	if d := filepath.Join("/sys/fs/cgroup", parent); exists(d) {
-		dirs = append(dirs, d)
-	}
-	for _, d := range dirs {
-		// Children first (podman's libpod-* and conmon groups), deepest first.
-		var all []string
-		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
-				all = append(all, p)
-			}
-			return nil
-		})
-		for i := len(all) - 1; i >= 0; i-- {
-			if err := os.Remove(all[i]); err != nil && !os.IsNotExist(err) {
-				t.Errorf("cleanup cgroup %s: %v", all[i], err)
-			}
-		}
-	}
-}
-
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
@@ -118,40 +117,8 @@ func testPropagation(t *testing.T, kind harness.RuntimeKind) {
 		if err != nil {
 			t.Fatalf("create container after restart: %v", err)
 		}
-		if out, _ := n.sh(again, "cat /proc/self/mountinfo"); mountinfoLine(out, "/vol/shared") == "" {
+		if out, _ := n.sh(again, "cat /proc/self/mountinfo"); mountIn(t, out, "/vol/shared") == nil {
 			t.Errorf("container created after the restart lacks /vol/shared:\n%s", out)
 		}
 	})
-}
-
-// peerGroup returns the peer group number of the shared host mount holding path.
-func peerGroup(t *testing.T, path string) string {
-	t.Helper()
-	m, err := mounttable.OfPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := m.Point
-	fields, _, _ := strings.Cut(mountinfoLine(string(mi), dir), " - ")
-	for _, f := range strings.Fields(fields) {
-		if g, ok := strings.CutPrefix(f, "shared:"); ok {
-			return g
-		}
-	}
-	t.Fatalf("host mount %s is not shared: %q", dir, fields)
-	return ""
-}
-
-// mountinfoLine returns the mountinfo line whose mount point is dst, or "".
-func mountinfoLine(mountinfo, dst string) string {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dst {
-			return line
-		}
-	}
-	return ""
 }

@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/nri"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 const reloadConfig = `
@@ -82,7 +81,7 @@ func TestNetworkReload(t *testing.T) {
 	}
 
 	var r1 string
-	eventually(t, 20*time.Second, "a container of mk-reload (the plugin registered)", func() bool {
+	testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "a container of mk-reload (the plugin registered)", func() bool {
 		id, err := n.runContainer("mk-reload", "r1")
 		r1 = id
 		return err == nil
@@ -97,10 +96,10 @@ func TestNetworkReload(t *testing.T) {
 	plugin.update(config("2s", "2s", "500ms", "eager"))
 
 	t.Run("a class made eager is mounted with no pod", func(t *testing.T) {
-		eventually(t, 20*time.Second, "mk-eager's mount", func() bool { return mounts()[spec("mk-eager")].State == "mounted" })
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "mk-eager's mount", func() bool { return mounts()[spec("mk-eager")].State == "mounted" })
 	})
 	t.Run("a mount attempt is bounded by the new mountTimeout", func(t *testing.T) {
-		eventually(t, 20*time.Second, "mk-hung's first attempt to fail", func() bool { return mounts()[spec("mk-hung")].LastError != "" })
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "mk-hung's first attempt to fail", func() bool { return mounts()[spec("mk-hung")].LastError != "" })
 		if got := mounts()[spec("mk-hung")].LastError; !strings.Contains(got, "did not finish within 2s") {
 			t.Errorf("mk-hung's last error: %q, want the new mountTimeout's", got)
 		}
@@ -115,11 +114,11 @@ func TestNetworkReload(t *testing.T) {
 			t.Fatalf("sshfs daemons of mk-reload: %v, want one", pids)
 		}
 		syscall.Kill(pids[0], syscall.SIGKILL)
-		eventually(t, healBound, "the container to read again", func() bool { return reads(r1) })
+		testsupport.Eventually(t, healBound, 100*time.Millisecond, "the container to read again", func() bool { return reads(r1) })
 		// The container reads as soon as the new mount is on top of the dead one; the heal
 		// detaches the dead one, then counts the recovery and says mounted: wait for that
 		// (mounted alone is also the state before the probe found the death).
-		eventually(t, healBound, "mk-reload mounted again", func() bool {
+		testsupport.Eventually(t, healBound, 100*time.Millisecond, "mk-reload mounted again", func() bool {
 			m := mounts()[spec("mk-reload")]
 			return m.State == "mounted" && m.Recoveries >= 1
 		})
@@ -133,42 +132,9 @@ func TestNetworkReload(t *testing.T) {
 		if err := cri.RemoveContainer(n.ctx, r1); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 15*time.Second, "mk-reload's mount to go", func() bool { return fuseMountsAt(t, hostPath) == 0 })
+		testsupport.Eventually(t, 15*time.Second, 100*time.Millisecond, "mk-reload's mount to go", func() bool { return fuseMountsAt(t, hostPath) == 0 })
 	})
 	if !strings.Contains(plugin.Log(), "config reloaded") {
 		t.Error("the plugin did not log the reload")
 	}
-}
-
-// silentServer accepts TCP connections on loopback and never answers: a server that hangs.
-type silentServer struct{ port int }
-
-func startSilentServer(t *testing.T) silentServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return silentServer{port: l.Addr().(*net.TCPAddr).Port}
 }

@@ -14,10 +14,6 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
-const subPathConfig = `
-kubeletRoot: SRC/kubelet
-`
-
 // subPathMount is one subPath volume mount of the test container, as kubelet sets it up.
 type subPathMount struct {
 	plugin, volume, subPath, ctrPath string
@@ -155,7 +151,7 @@ func testSubPathRepair(t *testing.T, kind harness.RuntimeKind) {
 		}
 	})
 
-	// Never worse than kubelet (issue 23): the bind is not repaired from outside the volume; it
+	// Never worse than kubelet: the bind is not repaired from outside the volume; it
 	// is left stale, the container is created as kubelet alone would create it, and runc fails
 	// it at start with its own ENOENT, as it does without mountkeeper.
 	t.Run("a stale emptyDir subPath that became a symlink out of the volume is not followed", func(t *testing.T) {
@@ -331,9 +327,9 @@ func testSubPathWindow(t *testing.T, kind harness.RuntimeKind) {
 			// container's directory on the copies' tmpfs, not the file in the volume.
 			mi, _ := n.sh(id, "cat /proc/self/mountinfo")
 			for _, dst := range []string{"/etc/app.conf", "/etc/conf.d", "/var/run/token"} {
-				line := mountinfoLine(mi, dst)
-				if f := strings.Fields(line); len(f) < 4 || !strings.HasPrefix(f[3], "/"+pod.UID+"/"+id+"/") || !strings.Contains(line, " mountkeeper-subpath ") {
-					t.Errorf("%s is not mounted from the private copy in %s:\n%s", dst, copies, line)
+				m := mountIn(t, mi, dst)
+				if m == nil || !strings.HasPrefix(m.Root, "/"+pod.UID+"/"+id+"/") || m.Source != "mountkeeper-subpath" {
+					t.Errorf("%s is not mounted from the private copy in %s:\n%s", dst, copies, mountLine(m))
 				}
 			}
 			if err := cri.StopContainer(n.ctx, id); err != nil {

@@ -7,16 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestSystemdBoot checks the harness's systemd: it boots as PID 1 of its own namespaces
@@ -100,59 +102,17 @@ func TestSystemdBoot(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("directory %s left: %v", dir, err)
 		}
-		mi, err := os.ReadFile("/proc/self/mountinfo")
+		left, err := testsupport.Mounts(0, func(m *mountinfo.Info) (skip, stop bool) {
+			l := mountLine(m)
+			return !strings.Contains(l, dir) && !strings.Contains(l, "mk-systemd-"), false
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(mi), dir) || strings.Contains(string(mi), "mk-systemd-") {
-			t.Errorf("mounts left on the host:\n%s", mi)
+		if len(left) > 0 {
+			t.Errorf("mounts left on the host:\n%s", mountLines(left))
 		}
 	})
-}
-
-// nsOf returns the namespace of kind ns of a process ("mnt:[4026531841]").
-func nsOf(t *testing.T, pid int, ns string) string {
-	t.Helper()
-	l, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// processesIn returns the processes in PID namespace pidNS or mount namespace mntNS, and
-// those holding a file descriptor on either namespace.
-func processesIn(t *testing.T, pidNS, mntNS string) []string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		p := filepath.Join("/proc", e.Name())
-		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-		stat, _ := os.ReadFile(filepath.Join(p, "stat"))
-		desc := strconv.Itoa(pid) + " (" + strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")) + ") " + string(stat)
-		pn, _ := os.Readlink(filepath.Join(p, "ns", "pid"))
-		mn, _ := os.Readlink(filepath.Join(p, "ns", "mnt"))
-		if pn == pidNS || mn == mntNS {
-			out = append(out, desc)
-			continue
-		}
-		fds, _ := os.ReadDir(filepath.Join(p, "fd"))
-		for _, fd := range fds {
-			if l, _ := os.Readlink(filepath.Join(p, "fd", fd.Name())); l == pidNS || l == mntNS {
-				out = append(out, desc+" holds "+l)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // systemdConfig is the plugin's config in the systemd scenario. The class mount's
@@ -190,18 +150,19 @@ ExecStart=/bin/sh -c 'mount -t fuse.sshfs -o SSHOPTS root@127.0.0.1:EXPORT /tmp/
 Restart=no
 `
 
-// TestSystemdRestart is issue 4's restart scenario under a real systemd booted as PID 1 of
-// namespaces of its own (harness.StartSystemd): the plugin runs as a systemd service
-// (mountkeeper.service) connected to a containerd on the host through its NRI socket, which
-// is bound into the namespaces; sshd serves over loopback (the network namespace is shared).
-// A pod of an sshfs class makes the plugin mount the export in a transient scope unit
-// (mountkeeper-mount-<key>-<n>.scope), not in the service's cgroup; `systemctl restart
-// mountkeeper` kills the service's whole cgroup, yet the FUSE daemon keeps its PID and its
-// scope, a reader working in the mount every 100 ms sees no failed read, and the restarted
-// plugin adopts the mount instead of mounting again (its journal says so), rebuilds its users
-// from the runtime (the mount outlives the grace period while the container runs), serves a
-// new container from the same mount, and unmounts once the last container is gone (not before
-// the grace period), after which the FUSE daemon exits and systemd collects the scope.
+// TestSystemdRestart: restarting the agent's service must not take its network mounts with it.
+// It runs under a real systemd booted as PID 1 of namespaces of its own
+// (harness.StartSystemd): the plugin runs as a systemd service (mountkeeper.service) connected
+// to a containerd on the host through its NRI socket, which is bound into the namespaces; sshd
+// serves over loopback (the network namespace is shared). A pod of an sshfs class makes the
+// plugin mount the export in a transient scope unit (mountkeeper-mount-<key>-<n>.scope), not
+// in the service's cgroup; `systemctl restart mountkeeper` kills the service's whole cgroup,
+// yet the FUSE daemon keeps its PID and its scope, a reader working in the mount every 100 ms
+// sees no failed read, and the restarted plugin adopts the mount instead of mounting again
+// (its journal says so), rebuilds its users from the runtime (the mount outlives the grace
+// period while the container runs), serves a new container from the same mount, and unmounts
+// once the last container is gone (not before the grace period), after which the FUSE daemon
+// exits and systemd collects the scope.
 //
 // The mount is made in systemd's mount namespace, so the containers that the host's
 // containerd creates see an empty directory at /data, not the export: which containers see
@@ -286,7 +247,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemctl", "start", "mk-naive")
 		t.Cleanup(func() { sd.Run(context.Background(), "systemctl", "stop", "mk-naive") })
 		var daemon int
-		eventually(t, 20*time.Second, "the control service mounts sshfs", func() bool {
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the control service mounts sshfs", func() bool {
 			daemon = s.fuseDaemon("/tmp/naive")
 			return daemon != 0
 		})
@@ -357,7 +318,7 @@ func TestSystemdRestart(t *testing.T) {
 		s.run("systemd-run", "--unit=mk-reader", "--quiet", "--working-directory="+hostPath, "--", "/bin/sh", "-c",
 			"while true; do if cat hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done")
 		defer s.run("systemctl", "stop", "mk-reader")
-		eventually(t, 10*time.Second, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the reader reads", func() bool { ok, _ := s.reads(); return ok >= 2 })
 		before, _ := s.reads()
 		oldMain, oldInvocation := s.mainPID(), s.invocation()
 		restarted := time.Now()
@@ -412,8 +373,8 @@ func TestSystemdRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if line := mountinfoLine(out, "/data"); len(strings.Fields(line)) < 4 || strings.Fields(line)[3] != hostPath {
-			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, line)
+		if m := mountIn(t, out, "/data"); m == nil || m.Root != hostPath {
+			t.Errorf("container c2's /data is not a bind of %s: %q", hostPath, mountLine(m))
 		}
 		for _, id := range []string{c1, c2} {
 			cri.StopContainer(ctx, id)
@@ -422,228 +383,14 @@ func TestSystemdRestart(t *testing.T) {
 			}
 		}
 		removed := time.Now()
-		eventually(t, 20*time.Second, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
+		testsupport.Eventually(t, 20*time.Second, 100*time.Millisecond, "the mount is unmounted after the grace period", func() bool { return s.fuseMounts(hostPath) == 0 })
 		took := time.Since(removed)
 		t.Logf("unmounted %s after the last container was removed (grace 3s)", took.Round(time.Millisecond))
 		if took < 3*time.Second {
 			t.Errorf("unmounted %s after the last container was removed, within the 3s grace period", took)
 		}
-		eventually(t, 10*time.Second, "the FUSE daemon exits and systemd collects its scope", func() bool {
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the FUSE daemon exits and systemd collects its scope", func() bool {
 			return !sdAlive(daemon) && !strings.Contains(s.run("systemctl", "list-units", "--all", "--type=scope", "--plain", "--no-legend", "--no-pager"), scope)
 		})
 	})
-}
-
-// sdScenario runs the checks of TestSystemdRestart in systemd's namespaces.
-type sdScenario struct {
-	t   *testing.T
-	ctx context.Context
-	sd  *harness.Systemd
-}
-
-// with returns s reporting to t (a subtest).
-func (s *sdScenario) with(t *testing.T) *sdScenario {
-	c := *s
-	c.t = t
-	return &c
-}
-
-// run runs argv in systemd's namespaces; it fails the test if argv fails.
-func (s *sdScenario) run(argv ...string) string {
-	s.t.Helper()
-	out, err := s.sd.Run(s.ctx, argv...)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return out
-}
-
-// read reads a file through the mount in systemd's namespace, within 10s.
-func (s *sdScenario) read(path string) string {
-	s.t.Helper()
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	out, err := s.sd.Run(ctx, "cat", path)
-	if err != nil {
-		s.t.Errorf("read %s: %v", path, err)
-	}
-	return out
-}
-
-// reads counts the reads of the mk-reader service that succeeded and failed.
-func (s *sdScenario) reads() (ok, fails int) {
-	s.t.Helper()
-	out, err := s.sd.Run(s.ctx, "cat", "/tmp/reads")
-	if err != nil {
-		return 0, 0
-	}
-	return strings.Count(out, "ok\n"), strings.Count(out, "FAIL\n")
-}
-
-// fuseMounts counts the fuse.sshfs mounts at path in systemd's mount namespace.
-func (s *sdScenario) fuseMounts(path string) int {
-	s.t.Helper()
-	n := 0
-	for _, line := range strings.Split(s.run("cat", "/proc/1/mountinfo"), "\n") {
-		pre, post, _ := strings.Cut(line, " - ")
-		if f := strings.Fields(pre); len(f) > 4 && f[4] == path && strings.HasPrefix(post, "fuse.sshfs ") {
-			n++
-		}
-	}
-	return n
-}
-
-// fuseDaemon returns the host PID of the FUSE daemon serving path in systemd's namespaces
-// (sshfs, run as mount.fuse.sshfs by mount(8)), or 0 if there is none. It fails the test if
-// several serve it.
-func (s *sdScenario) fuseDaemon(path string) int {
-	s.t.Helper()
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !sdAlive(pid) || s.cgroupOf(pid) == "" {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		argv := strings.Split(string(cmdline), "\x00")
-		if prog := filepath.Base(argv[0]); (prog == "sshfs" || prog == "mount.fuse.sshfs") && slices.Contains(argv, path) {
-			pids = append(pids, pid)
-		}
-	}
-	switch len(pids) {
-	case 0:
-		return 0
-	case 1:
-		return pids[0]
-	}
-	s.t.Fatalf("several FUSE daemons serve %s: %v", path, pids)
-	return 0
-}
-
-// cgroupOf returns the cgroup of a host PID as systemd sees it ("/system.slice/x.service"),
-// or "" if the process is not in systemd's cgroup.
-func (s *sdScenario) cgroupOf(pid int) string {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return ""
-	}
-	root := "/" + filepath.Base(s.sd.Cgroup())
-	for _, line := range strings.Split(string(data), "\n") {
-		if cg, ok := strings.CutPrefix(line, "0::"); ok {
-			if rest, ok := strings.CutPrefix(cg, root); ok && (rest == "" || rest[0] == '/') {
-				return rest
-			}
-		}
-	}
-	return ""
-}
-
-// cgroupProcs lists the host PIDs in a cgroup of systemd's ("/system.slice/x.service").
-func (s *sdScenario) cgroupProcs(cg string) []int {
-	s.t.Helper()
-	data, err := os.ReadFile(filepath.Join(s.sd.Cgroup(), cg, "cgroup.procs"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// mainPID returns the host PID of mountkeeper.service's main process (the plugin).
-func (s *sdScenario) mainPID() int {
-	s.t.Helper()
-	// systemd names it by its PID in systemd's PID namespace: the last NSpid field.
-	inner := strings.TrimSpace(s.run("systemctl", "show", "--property=MainPID", "--value", "mountkeeper"))
-	for _, pid := range s.cgroupProcs("/system.slice/mountkeeper.service") {
-		status, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-		for _, line := range strings.Split(string(status), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" && f[len(f)-1] == inner {
-				return pid
-			}
-		}
-	}
-	s.t.Fatalf("mountkeeper.service has no main process (MainPID=%s)", inner)
-	return 0
-}
-
-// invocation returns mountkeeper.service's invocation ID: it changes with every start.
-func (s *sdScenario) invocation() string {
-	s.t.Helper()
-	return strings.TrimSpace(s.run("systemctl", "show", "--property=InvocationID", "--value", "mountkeeper"))
-}
-
-// journal returns what one invocation of mountkeeper.service logged.
-func (s *sdScenario) journal(invocation string) string {
-	s.t.Helper()
-	return s.run("journalctl", "--no-pager", "-o", "cat", "_SYSTEMD_INVOCATION_ID="+invocation)
-}
-
-// awaitJournal waits until an invocation of mountkeeper.service logged substr and returns
-// true; it reports an error and returns false if that does not happen within timeout or the
-// service stops first.
-func (s *sdScenario) awaitJournal(invocation, substr string, timeout time.Duration) bool {
-	s.t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
-		log := s.journal(invocation)
-		if strings.Contains(log, substr) {
-			return true
-		}
-		if state, _ := s.sd.Run(s.ctx, "systemctl", "is-active", "mountkeeper"); strings.TrimSpace(state) != "active" {
-			s.t.Errorf("mountkeeper.service is %s and did not log %q:\n%s", strings.TrimSpace(state), substr, log)
-			return false
-		}
-		if time.Now().After(deadline) {
-			s.t.Errorf("mountkeeper.service did not log %q within %s:\n%s", substr, timeout, log)
-			return false
-		}
-	}
-}
-
-// createContainer creates and starts a container in pod, retrying as kubelet does while the
-// plugin says the network mount is not ready.
-func (s *sdScenario) createContainer(cri *harness.Client, pod, name string) string {
-	s.t.Helper()
-	start := time.Now()
-	for {
-		id, err := cri.CreateContainer(s.ctx, pod, harness.ContainerOptions{Name: name})
-		if err == nil {
-			if err := cri.StartContainer(s.ctx, id); err != nil {
-				s.t.Fatal(err)
-			}
-			s.t.Logf("container %s created in %s", name, time.Since(start).Round(time.Millisecond))
-			return id
-		}
-		if !strings.Contains(err.Error(), "not ready") || time.Since(start) > 30*time.Second {
-			s.t.Fatalf("create container %s: %v", name, err)
-		}
-		s.t.Logf("create container %s: %v (retrying)", name, err)
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-func sdAlive(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] != 'Z'
-}
-
-func sdComm(pid int) string {
-	b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
-	return strings.TrimSpace(string(b))
-}
-
-func sdWriteFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +16,15 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// TestUninstall (issue 24 item 5) on real containerd + runc with sshd over loopback: the node
-// is snapshotted, `runtime configure` runs, the runtime restarts and the plugin starts; a
-// class pod reads an sshfs class mount and a class pod's container gets a private copy of a
-// configMap subPath. While they run, `runtime unconfigure` refuses (the runtime could not
-// stop them without the wrapper) and `node cleanup` refuses naming both containers. Once
-// the pods are removed and the plugin stopped, `runtime unconfigure` and `node cleanup` run:
-// the node is as in the snapshot (uninstallSnapshot). On containerd and on CRI-O.
+// TestUninstall: an uninstall leaves the node as it was before the install, and refuses while
+// a container still needs what it would remove. On real containerd + runc with sshd over
+// loopback: the node is snapshotted, `runtime configure` runs, the runtime restarts and the
+// plugin starts; a class pod reads an sshfs class mount and a class pod's container gets a
+// private copy of a configMap subPath. While they run, `runtime unconfigure` refuses (the
+// runtime could not stop them without the wrapper) and `node cleanup` refuses naming both
+// containers. Once the pods are removed and the plugin stopped, `runtime unconfigure` and
+// `node cleanup` run: the node is as in the snapshot (uninstallSnapshot). On containerd and on
+// CRI-O.
 func TestUninstall(t *testing.T) { forEachRuntime(t, uninstall) }
 
 func uninstall(t *testing.T, kind harness.RuntimeKind) {
@@ -146,141 +145,4 @@ func uninstall(t *testing.T, kind harness.RuntimeKind) {
 	if after := waitSnapshot(snap, before, 5*time.Second); !reflect.DeepEqual(after, before) {
 		t.Errorf("after the uninstall the node differs from before configure: %s", before.diff(after))
 	}
-}
-
-// waitSnapshot takes snapshots until one equals want or within has passed, and returns the
-// last: what an uninstall leaves may take a moment to go (a FUSE daemon after its unmount, a
-// pod's processes).
-func waitSnapshot(snap func() uninstallSnapshot, want uninstallSnapshot, within time.Duration) uninstallSnapshot {
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
-		if got := snap(); reflect.DeepEqual(got, want) || time.Now().After(deadline) {
-			return got
-		}
-	}
-}
-
-// nodeCleanup runs `mountkeeper node cleanup` on the node's config.
-func (n *node) nodeCleanup() (string, error) {
-	out, err := exec.Command(n.bin, "node", "cleanup", "--config", n.config).CombinedOutput()
-	n.t.Logf("mountkeeper node cleanup: %v\n%s", err, out)
-	return string(out), err
-}
-
-// uninstallSnapshot is what an install of mountkeeper changes on the node and an uninstall
-// must return: every file configure may touch (runtimeFiles: the runtime's config, the drop-in
-// dir, the install dir; byte for byte with mode and owner), whether the state dir exists, the
-// mounts below the test's directories, the network mounts' scopes, and the processes that
-// name the test's directories.
-type uninstallSnapshot struct {
-	Files    map[string]string
-	StateDir bool
-	Mounts   []string // mount ID, root, mount point, type, source
-	Cgroups  []string // below the cgroup2 root
-	Procs    []string // pid and command line
-}
-
-// uninstallSnapshot takes the node's snapshot; keys are the network mounts' keys, whose
-// scopes it looks for, and dirs more directories than the node's own to look below.
-func (n *node) uninstallSnapshot(keys []string, dirs ...string) uninstallSnapshot {
-	n.t.Helper()
-	dirs = append([]string{n.dir}, dirs...)
-	below := func(s string) bool {
-		return slices.ContainsFunc(dirs, func(d string) bool { return s == d || strings.HasPrefix(s, d+"/") })
-	}
-	mentions := func(s string) bool {
-		return slices.ContainsFunc(dirs, func(d string) bool { return strings.Contains(s, d) })
-	}
-	var s uninstallSnapshot
-	s.Files = n.runtimeFiles()
-	_, err := os.Stat(filepath.Join(n.src(), "state"))
-	s.StateDir = err == nil
-	mi, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if sep < 5 || sep+2 >= len(f) {
-			continue
-		}
-		if below(f[4]) || f[sep+1] == "fuse.sshfs" && mentions(line) {
-			s.Mounts = append(s.Mounts, strings.Join([]string{f[0], f[3], f[4], f[sep+1], f[sep+2]}, " "))
-		}
-	}
-	s.Cgroups = scopeCgroups(n.t, keys)
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if cmd := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " "); mentions(cmd) {
-			s.Procs = append(s.Procs, e.Name()+" "+cmd)
-		}
-	}
-	return s
-}
-
-// scopeCgroups are the scopes mountkeeper makes for its network mounts of keys (and on a
-// hybrid host a group in each cgroup v1 hierarchy): those of this test's mounts, since other
-// tests' mounts may come and go in the same slice meanwhile.
-func scopeCgroups(t testing.TB, keys []string) []string {
-	t.Helper()
-	root, err := harness.Cgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	_ = filepath.WalkDir(filepath.Join(root, "mountkeeper.slice"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(p, k) }) {
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out
-}
-
-// shownContent is a snapshot's file as a diff shows it: quoted, or for a long one (a binary
-// configure installs) its length and digest instead of megabytes of log.
-func shownContent(v string) string {
-	if len(v) <= 4096 {
-		return fmt.Sprintf("%q", v)
-	}
-	return fmt.Sprintf("(%d bytes, sha256 %x)", len(v), sha256.Sum256([]byte(v)))
-}
-
-// diff says how b differs from a.
-func (a uninstallSnapshot) diff(b uninstallSnapshot) string {
-	var out []string
-	for p, v := range b.Files {
-		if w, ok := a.Files[p]; !ok {
-			out = append(out, fmt.Sprintf("file added: %s %s", p, shownContent(v)))
-		} else if w != v {
-			out = append(out, fmt.Sprintf("file changed: %s %s, was %s", p, shownContent(v), shownContent(w)))
-		}
-	}
-	for p := range a.Files {
-		if _, ok := b.Files[p]; !ok {
-			out = append(out, "file removed: "+p)
-		}
-	}
-	if a.StateDir != b.StateDir {
-		out = append(out, fmt.Sprintf("state dir exists: %v, was %v", b.StateDir, a.StateDir))
-	}
-	for _, l := range [][3]any{{"mount", a.Mounts, b.Mounts}, {"cgroup", a.Cgroups, b.Cgroups}, {"process", a.Procs, b.Procs}} {
-		was, now := l[1].([]string), l[2].([]string)
-		for _, x := range now {
-			if !slices.Contains(was, x) {
-				out = append(out, fmt.Sprintf("%s added: %s", l[0], x))
-			}
-		}
-		for _, x := range was {
-			if !slices.Contains(now, x) {
-				out = append(out, fmt.Sprintf("%s gone: %s", l[0], x))
-			}
-		}
-	}
-	slices.Sort(out)
-	return "\n  " + strings.Join(out, "\n  ")
 }

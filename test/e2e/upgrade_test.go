@@ -5,7 +5,6 @@ package e2e
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,37 +12,13 @@ import (
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
-const upgradeConfig = `
-unmountGrace: 2s
-createBudget: 1500ms
-runtimeClasses:
-  CLASS:
-    mounts:
-      - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: HostToContainer, options: [OPTS]}
-`
-
-// upgradeCase is one way the agent holding a network mount under running readers is replaced
-// by the current agent while they read.
-type upgradeCase struct {
-	name string
-	// before is the agent that mounts for the readers ("" is the current one); the current
-	// agent replaces it.
-	before string
-	// The class of the config before and after the replacement ("" after: the config has no
-	// network mount any more), and an option the mount gains after it.
-	classBefore, classAfter string
-	optionAfter             string
-	// shared says whether a container created after the replacement gets the readers' host
-	// mount (the config asks for the same mount) or a mount of its own (the config now asks
-	// for other options: sharing would give it what the config no longer says).
-	shared bool
-}
-
-// TestNetworkUpgrade (issue 24 item 4), on real containerd + runc with sshd over loopback: two
-// containers read an sshfs class mount every 100 ms; the agent holding it is replaced by the
-// current one. Replacing the previous release's agent (built from this repository's history,
+// TestNetworkUpgrade: replacing the agent must not interrupt the containers reading its
+// network mounts. On real containerd + runc with sshd over loopback: two containers read an
+// sshfs class mount every 100 ms; the agent holding it is replaced by the current one.
+// Replacing the previous release's agent (built from this repository's history,
 // harness.PreviousRelease), whose mount has another key (the FUSE default options came after
 // it), and replacing the current agent after its config changed while it was stopped (the
 // class renamed; the mount's options changed): no read fails, the same host mount (mount ID)
@@ -142,9 +117,9 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 		t.Run("the adopted mount is probed and healed", func(t *testing.T) {
 			before, _ := countReads(t, n, r1)
 			syscall.Kill(oldDaemon, syscall.SIGKILL)
-			eventually(t, 5*time.Second, "the adopted daemon dead", func() bool { return !alive(oldDaemon) })
+			testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the adopted daemon dead", func() bool { return !alive(oldDaemon) })
 			start := time.Now()
-			eventually(t, healBound, "a reader reads through a healed mount", func() bool {
+			testsupport.Eventually(t, healBound, 100*time.Millisecond, "a reader reads through a healed mount", func() bool {
 				out, code := n.sh(r1, "cat /data/hello")
 				return code == 0 && out == helloSSHFS
 			})
@@ -172,7 +147,7 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 	remove(r1, r2)
 	if !c.shared && r3 != "" {
 		t.Run("the readers' mount goes once they are gone; the new one stays", func(t *testing.T) {
-			eventually(t, 15*time.Second, "the readers' mount unmounted", func() bool {
+			testsupport.Eventually(t, 15*time.Second, 100*time.Millisecond, "the readers' mount unmounted", func() bool {
 				_, ok := mountAt(t, mountsDir, old.point)
 				return !ok
 			})
@@ -185,12 +160,12 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 		remove(r3)
 	}
 	t.Run("nothing is left once every container is gone", func(t *testing.T) {
-		eventually(t, 15*time.Second, "every mount below the state dir unmounted", func() bool {
+		testsupport.Eventually(t, 15*time.Second, 100*time.Millisecond, "every mount below the state dir unmounted", func() bool {
 			return len(fuseMountsBelow(t, mountsDir)) == 0
 		})
-		eventually(t, 5*time.Second, "the first agent's daemon gone", func() bool { return !alive(oldDaemon) })
+		testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the first agent's daemon gone", func() bool { return !alive(oldDaemon) })
 
-		eventually(t, 5*time.Second, "the mount scopes removed", func() bool {
+		testsupport.Eventually(t, 5*time.Second, 100*time.Millisecond, "the mount scopes removed", func() bool {
 			for _, key := range n.scopes.keys {
 				if mountScopeExists(t, key) {
 					return false
@@ -205,102 +180,4 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 			t.Errorf("state files left: %v", ents)
 		}
 	})
-}
-
-// newContainerMount checks that a container created after the replacement reads the export
-// through the readers' host mount (old) when the config still asks for it, else through a
-// mount of its own.
-func newContainerMount(t *testing.T, n *node, c upgradeCase, r3, mountsDir string, old hostMount) {
-	if out, code := n.sh(r3, "cat /data/hello"); code != 0 || out != helloSSHFS {
-		t.Errorf("new container reads %q (exit %d)", out, code)
-	}
-	dev := strings.Fields(n.mountinfoOf(r3, "/data"))[2]
-	mounts := fuseMountsBelow(t, mountsDir)
-	t.Logf("new container's /data: device %s; host mounts below the state dir: %v", dev, mounts)
-	if c.shared && (dev != old.dev || len(mounts) != 1) {
-		t.Errorf("new container's /data is device %s, %d host mounts; want the readers' %s and one mount", dev, len(mounts), old.dev)
-	}
-	if !c.shared && (dev == old.dev || len(mounts) != 2) {
-		t.Errorf("new container's /data is device %s, %d host mounts; want a mount of the new options (not %s) beside the readers'", dev, len(mounts), old.dev)
-	}
-}
-
-// startPluginBinary starts bin as the node's plugin (`mountkeeper nri` of that build).
-func (n *node) startPluginBinary(bin string) {
-	n.t.Helper()
-	current := n.bin
-	n.bin = bin
-	n.startPlugin()
-	n.bin = current
-}
-
-// hostMount is one line of this mount namespace's mountinfo.
-type hostMount struct{ id, dev, point, fstype string }
-
-// fuseMountsBelow returns the FUSE mounts directly below dir.
-func fuseMountsBelow(t *testing.T, dir string) []hostMount {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []hostMount
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		sep := 0
-		for i, v := range f {
-			if v == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep == 0 || sep+1 >= len(f) {
-			continue
-		}
-		m := hostMount{id: f[0], dev: f[2], point: f[4], fstype: f[sep+1]}
-		if filepath.Dir(m.point) == dir && strings.HasPrefix(m.fstype, "fuse") {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func mountAt(t *testing.T, dir, point string) (hostMount, bool) {
-	for _, m := range fuseMountsBelow(t, dir) {
-		if m.point == point {
-			return m, true
-		}
-	}
-	return hostMount{}, false
-}
-
-// daemonOf is the pid of the FUSE daemon serving the mount at point: the process whose
-// command line names it.
-func daemonOf(t *testing.T, point string) int {
-	t.Helper()
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		for _, arg := range strings.Split(string(cmdline), "\x00") {
-			if arg == point {
-				return pid
-			}
-		}
-	}
-	t.Fatalf("no process serves the mount at %s", point)
-	return 0
-}
-
-// mountScopeExists says whether the cgroup scope of the mount of key is still there.
-func mountScopeExists(t *testing.T, key string) bool {
-	root, err := harness.Cgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = os.Stat(filepath.Join(root, "mountkeeper.slice", "mount-"+key))
-	return err == nil
 }

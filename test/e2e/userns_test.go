@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
@@ -16,7 +15,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// Issue 17: pods whose processes are not host root. A user-namespaced pod is asked for as
+// Pods whose processes are not host root get class mounts they can use as root, as kubelet's
+// own volumes are idmapped for them. A user-namespaced pod is asked for as
 // kubelet does for hostUsers: false (harness.UsernsHostID: container 0 is host 200000).
 
 const usernsConfig = `
@@ -37,62 +37,6 @@ runtimeClasses:
     mounts:
       - {type: fuse.sshfs, source: "root@127.0.0.1:EXPORT", destination: /data, propagation: HostToContainer, options: [SSHOPTS], allowWithoutIdmap: true}
 `
-
-// fillSource writes into dir, as host root: secret (0600, "secret of host root") and
-// public (0644).
-func fillSource(t *testing.T, dir string) {
-	t.Helper()
-	for name, mode := range map[string]os.FileMode{"secret": 0o600, "public": 0o644} {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(name+" of host root\n"), mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// hostOwner is the host uid:gid of path.
-func hostOwner(t *testing.T, path string) string {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
-}
-
-// runUserns runs a container of handler in a new pod, with a user namespace when userns, as
-// uid runAs when not nil.
-func (n *node) runUserns(handler, name string, userns bool, runAs *int64) (string, error) {
-	n.t.Helper()
-	cri := n.rt.CRI()
-	pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: name + "-pod", RuntimeHandler: handler, UserNamespace: userns})
-	if err != nil {
-		n.t.Fatalf("run pod %s (user namespace %v): %v", name, userns, err)
-	}
-	id, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, UserNamespace: userns, RunAsUser: runAs})
-	if err != nil {
-		return "", err
-	}
-	n.byHandler[handler] = append(n.byHandler[handler], id)
-	if err := cri.StartContainer(n.ctx, id); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
-// mountinfoOf returns the container's mountinfo line for mount point dst.
-func (n *node) mountinfoOf(id, dst string) string {
-	n.t.Helper()
-	out, _ := n.sh(id, "cat /proc/self/mountinfo")
-	if l := mountinfoLine(out, dst); l != "" {
-		return l
-	}
-	n.t.Fatalf("no mount at %s in the container:\n%s", dst, out)
-	return ""
-}
 
 // TestUserNamespace: containerd 2.4.2 + runc 1.5.2 over NRI. In a user-namespaced pod the
 // class bind mounts (rprivate and rslave) are idmapped: owners 0:0 inside, root reads a 0600
@@ -135,8 +79,8 @@ func TestUserNamespace(t *testing.T) {
 			t.Fatalf("the container has no user namespace mapping 0 to 200000: uid_map %q", out)
 		}
 		for _, v := range []struct{ dst, host string }{{"/vol/priv", priv}, {"/vol/slave", slave}} {
-			if l := n.mountinfoOf(uns, v.dst); !strings.Contains(l, "idmapped") {
-				t.Errorf("%s is not idmapped: %s", v.dst, l)
+			if m := n.mountinfoOf(uns, v.dst); !strings.Contains(m.Options, "idmapped") {
+				t.Errorf("%s is not idmapped: %s", v.dst, mountLine(m))
 			}
 			if out, code := n.sh(uns, "stat -c %u:%g "+v.dst+" "+v.dst+"/secret"); code != 0 || out != "0:0\n0:0\n" {
 				t.Errorf("%s: owners seen %q (exit %d), want 0:0 for the directory and the file", v.dst, out, code)
@@ -163,8 +107,8 @@ func TestUserNamespace(t *testing.T) {
 		if !strings.HasPrefix(out, "65534:65534\n65534:65534\npublic of host root\n") || code == 0 {
 			t.Errorf("the propagated mount: got %q (exit %d), want owners 65534, the 0644 file readable, the 0600 one refused", out, code)
 		}
-		if l := n.mountinfoOf(uns, "/vol/slave/late"); strings.Contains(l, "idmapped") {
-			t.Errorf("the propagated mount is idmapped: %s", l)
+		if m := n.mountinfoOf(uns, "/vol/slave/late"); strings.Contains(m.Options, "idmapped") {
+			t.Errorf("the propagated mount is idmapped: %s", mountLine(m))
 		}
 	})
 
@@ -173,8 +117,8 @@ func TestUserNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l := n.mountinfoOf(plain, "/vol/priv"); strings.Contains(l, "idmapped") {
-			t.Errorf("idmapped without a user namespace: %s", l)
+		if m := n.mountinfoOf(plain, "/vol/priv"); strings.Contains(m.Options, "idmapped") {
+			t.Errorf("idmapped without a user namespace: %s", mountLine(m))
 		}
 		if out, code := n.sh(plain, "stat -c %u:%g /vol/priv/secret; cat /vol/priv/secret"); code != 0 || out != "0:0\nsecret of host root\n" {
 			t.Errorf("got %q (exit %d)", out, code)

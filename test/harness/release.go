@@ -10,7 +10,7 @@ import (
 )
 
 // PreviousRelease is the commit of the agent released before the current one: the agent an
-// operator upgrades from (issue 24).
+// operator upgrades from.
 const PreviousRelease = "a155699"
 
 var commitName = regexp.MustCompile(`^[0-9a-f]{7,40}$`)

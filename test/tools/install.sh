@@ -3,7 +3,8 @@
 # containerd, runc, kubelet, kube-apiserver, CRI-O, pinns and promtool built from pinned versions
 # into a cache directory, so a second run is fast. `install.sh demo` installs only what
 # `make demo` uses (containerd, runc, sshd, sshfs, FUSE, busybox for its image) and stops after
-# runc.
+# runc. `install.sh kernels` installs only what the kernel matrix (test/vm) uses: QEMU,
+# virtiofsd, busybox and the Debian kernels below.
 # Prints the cache's bin directory on its last line.
 set -euo pipefail
 
@@ -15,16 +16,28 @@ CRIO_VERSION=v1.34.0
 # github.com/prometheus/prometheus's module version (Prometheus 3): promtool checks and unit-tests
 # deploy/prometheusrule.yaml (internal/metrics TestShippedRules).
 PROMETHEUS_MODULE_VERSION=v0.316.0
+# The linter `make vet` runs (.golangci.yml).
+GOLANGCI_LINT_VERSION=v2.15.0
 CACHE=${MOUNTKEEPER_CACHE:-/var/cache/mountkeeper-test}
 BIN=$CACHE/bin
 # The demo's Debian packages: gcc, libc6-dev, libseccomp-dev and pkg-config build runc (cgo,
 # seccomp); busybox-static is the demo container's image; sshd serves the sshfs class.
 ONLY_DEMO=false
 [ "${1:-}" = demo ] && ONLY_DEMO=true
+ONLY_KERNELS=false
+[ "${1:-}" = kernels ] && ONLY_KERNELS=true
 demo_apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux)
+# The kernel matrix boots Debian's cloud kernels under QEMU (TCG) with the host's userland over
+# virtiofs: busybox-static builds the guest's initramfs, kmod runs depmod here and modprobe in
+# the guest, xz-utils unpacks the modules the initramfs loads. virtiofsd is its own package from
+# trixie on; bookworm's is /usr/lib/qemu/virtiofsd in qemu-system-common.
+kernel_apt_packages=(qemu-system-x86 busybox-static kmod xz-utils util-linux)
+apt-cache show virtiofsd >/dev/null 2>&1 && kernel_apt_packages+=(virtiofsd)
 
 apt_packages=(gcc libc6-dev make libseccomp-dev pkg-config busybox-static sshfs openssh-server fuse3 util-linux iproute2 systemd etcd-server conmon podman glusterfs-server glusterfs-client containernetworking-plugins)
+apt_packages+=("${kernel_apt_packages[@]}")
 $ONLY_DEMO && apt_packages=("${demo_apt_packages[@]}")
+$ONLY_KERNELS && apt_packages=("${kernel_apt_packages[@]}")
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,6 +51,67 @@ fi
 
 mkdir -p "$BIN"
 stamp_ok() { [ -f "$BIN/.$1" ] && [ "$(cat "$BIN/.$1")" = "$2" ]; }
+
+# Debian's kernels for the kernel matrix (test/vm), one per release operators run: name,
+# package, version. Unpacked, not installed, into $CACHE/kernels/NAME (boot/vmlinuz-*,
+# usr/lib/modules/*, depmod run). The archive keeps a release's current and previous kernel
+# ABI: when a pin is gone, pick the newest from `apt-cache search cloud-amd64-unsigned` with
+# the lists below.
+KERNELS=(
+	"5.10 linux-image-5.10.0-32-cloud-amd64-unsigned 5.10.223-1 bullseye"
+	"6.1 linux-image-6.1.0-50-cloud-amd64-unsigned 6.1.176-1 bookworm"
+	"6.12 linux-image-6.12.117+deb13-cloud-amd64-unsigned 6.12.117-1 trixie"
+)
+install_kernels() {
+	local kdir=$CACHE/kernels apt_dir entry name pkg version suite root deb release
+	local -a todo=() apt_opts
+	for entry in "${KERNELS[@]}"; do
+		read -r name pkg version suite <<<"$entry"
+		stamp_ok "kernel-$name" "$pkg=$version" || todo+=("$entry")
+	done
+	[ ${#todo[@]} -gt 0 ] || return 0
+	# apt's own state for these suites, in the cache: the host's sources and lists stay as
+	# they are (an update with another sources list would drop the host's lists).
+	apt_dir=$kdir/apt
+	mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
+	: >"$apt_dir/status"
+	for entry in "${todo[@]}"; do
+		read -r name pkg version suite <<<"$entry"
+		echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main"
+	done | sort -u >"$apt_dir/sources.list"
+	apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+		-o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "Dir::State::status=$apt_dir/status"
+		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false -o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false -o APT::Sandbox::User=root)
+	echo "install.sh: fetching Debian kernels into $kdir (about 30 s cold):" >&2
+	printf '  %s\n' "${todo[@]}" >&2
+	apt-get -qq "${apt_opts[@]}" update >&2
+	for entry in "${todo[@]}"; do
+		read -r name pkg version suite <<<"$entry"
+		root=$kdir/$name
+		rm -rf "$root" "$apt_dir/debs"/*
+		(cd "$apt_dir/debs" && apt-get -qq "${apt_opts[@]}" download "$pkg=$version" >&2)
+		deb=$(echo "$apt_dir/debs"/*.deb)
+		[ -f "$deb" ] || { echo "install.sh: apt-get download $pkg=$version gave no package" >&2; exit 1; }
+		dpkg-deb -x "$deb" "$root"
+		rm -f "$deb"
+		# bullseye's and bookworm's packages put modules under lib/, trixie's under usr/lib/.
+		if [ -d "$root/lib/modules" ]; then
+			mkdir -p "$root/usr/lib"
+			mv "$root/lib/modules" "$root/usr/lib/modules"
+			rmdir "$root/lib" 2>/dev/null || true
+		fi
+		release=$(basename "$(echo "$root"/usr/lib/modules/*)")
+		[ -f "$root/boot/vmlinuz-$release" ] || { echo "install.sh: $pkg has no boot/vmlinuz-$release" >&2; exit 1; }
+		depmod -b "$root/usr" "$release"
+		echo "$pkg=$version" >"$BIN/.kernel-$name"
+	done
+	rm -rf "$apt_dir"
+}
+if $ONLY_KERNELS; then
+	install_kernels
+	echo "$BIN"
+	exit 0
+fi
 
 if ! stamp_ok containerd "$CONTAINERD_VERSION"; then
 	echo "install.sh: building containerd $CONTAINERD_VERSION into $BIN (a few minutes)" >&2
@@ -55,6 +129,12 @@ fi
 if $ONLY_DEMO; then
 	echo "$BIN"
 	exit 0
+fi
+install_kernels
+if ! stamp_ok golangci-lint "$GOLANGCI_LINT_VERSION"; then
+	echo "install.sh: building golangci-lint $GOLANGCI_LINT_VERSION into $BIN (about 3 minutes cold)" >&2
+	CGO_ENABLED=0 GOBIN=$BIN go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION >&2
+	echo "$GOLANGCI_LINT_VERSION" >"$BIN/.golangci-lint"
 fi
 # kube_wrapper DIR: a wrapper module in DIR (in the cache, never in the repository) that
 # requires k8s.io/kubernetes. That module cannot be `go install`ed: its go.mod replaces the

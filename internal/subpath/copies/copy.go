@@ -59,7 +59,8 @@ type Copy struct {
 type Usage struct{ Bytes, Entries int64 }
 
 // Copies makes and removes the copies of containers below Dir:
-// Dir/<pod UID>/<container ID>/<volume>/<index>.
+// Dir/<pod UID>/<container ID>/<volume>/<index>, where Dir/<pod UID> is the pod's own tmpfs
+// (tmpfs.go).
 type Copies struct {
 	Dir    string
 	Budget Budget
@@ -73,6 +74,14 @@ type Copies struct {
 	pods map[string]*Usage
 	// ctrs is the pod and charge of each container copied since this Copies was made.
 	ctrs map[string]ctrCopies
+	// tmpfs is a descriptor of each pod's tmpfs root, extra what it held beyond the pod's
+	// charge when last measured (pages of copies removed or replaced but still open),
+	// detached the descriptors of pods' tmpfs mounts detached while something still held
+	// them, and detachedUse what those held when last measured.
+	tmpfs       map[string]*os.File
+	extra       map[string]Usage
+	detached    []*os.File
+	detachedUse Usage
 }
 
 type ctrCopies struct {
@@ -80,10 +89,10 @@ type ctrCopies struct {
 	Usage
 }
 
-// prepare makes Dir a tmpfs on first use, so that a node without subPaths never gets one.
-func (c *Copies) prepare() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// prepareLocked makes Dir a tmpfs on first use, so that a node without subPaths never gets
+// one, and counts the pods' copies already there (a restart, a reload): the node's bound
+// counts every pod. Callers hold c.mu.
+func (c *Copies) prepareLocked() error {
 	if c.prepared {
 		return nil
 	}
@@ -91,13 +100,116 @@ func (c *Copies) prepare() error {
 		return err
 	}
 	c.prepared = true
+	pods, _ := os.ReadDir(c.Dir)
+	for _, p := range pods {
+		c.podUsage(p.Name())
+		if root, err := tmpfsRoot(filepath.Join(c.Dir, p.Name())); err == nil && root {
+			if fd, err := openTmpfs(filepath.Join(c.Dir, p.Name())); err == nil {
+				c.tmpfs[p.Name()] = fd
+			}
+		}
+	}
 	return nil
+}
+
+// preparePodLocked makes the pod's directory its tmpfs on its first copy (mountPodTmpfs),
+// sized to its budget, and measures what every pod's tmpfs holds beyond its charge (measure).
+// Callers hold c.mu.
+func (c *Copies) preparePodLocked(pod string) error {
+	if err := c.prepareLocked(); err != nil {
+		return err
+	}
+	if _, ok := c.tmpfs[pod]; !ok {
+		fd, err := mountPodTmpfs(filepath.Join(c.Dir, pod), c.Budget.PodBytes, PodInodes(c.Budget.PodEntries))
+		if err != nil {
+			return err
+		}
+		c.tmpfs[pod] = fd
+	}
+	c.measureLocked()
+	return nil
+}
+
+// measureLocked reads what each pod's tmpfs holds beyond the pod's charge, and what the
+// detached ones still hold (forgetting those that hold nothing any more). Once per copy,
+// not per entry: a copy's own entries are charged before they are written. Callers hold c.mu.
+func (c *Copies) measureLocked() {
+	clear(c.extra)
+	for pod, fd := range c.tmpfs {
+		use, err := tmpfsUse(fd)
+		if u := c.podUsage(pod); err == nil && use.Bytes > u.Bytes {
+			c.extra[pod] = Usage{Bytes: use.Bytes - u.Bytes}
+		}
+	}
+	c.detachedUse = Usage{}
+	kept := c.detached[:0]
+	for _, fd := range c.detached {
+		use, err := tmpfsUse(fd)
+		if err != nil || use.Bytes == 0 && use.Entries <= 1 { // the root alone: nothing held
+			fd.Close()
+			continue
+		}
+		c.detachedUse.Bytes += use.Bytes
+		c.detachedUse.Entries += use.Entries
+		kept = append(kept, fd)
+	}
+	c.detached = kept
+}
+
+// nodeUsageLocked is what the node's copies take: every pod's charge, what pods' tmpfs
+// mounts hold beyond it, and what detached ones still hold. Callers hold c.mu.
+func (c *Copies) nodeUsageLocked() Usage {
+	n := c.detachedUse
+	for pod, u := range c.pods {
+		n.Bytes += u.Bytes + c.extra[pod].Bytes
+		n.Entries += u.Entries
+	}
+	return n
+}
+
+// removePodIfEmptyLocked detaches the pod's tmpfs and removes its directory once it holds no
+// container's copies. What a process still holds of it stays, bounded by the pod's size, until
+// it lets go, and counts against the node until then (measureLocked). Callers hold c.mu.
+func (c *Copies) removePodIfEmptyLocked(pod string) error {
+	dir := filepath.Join(c.Dir, pod)
+	if names, err := os.ReadDir(dir); err != nil || len(names) > 0 {
+		return nil
+	}
+	fd, ok := c.tmpfs[pod]
+	delete(c.tmpfs, pod)
+	delete(c.extra, pod)
+	if root, err := tmpfsRoot(dir); err == nil && root {
+		if !ok {
+			fd, _ = openTmpfs(dir)
+		}
+	} else if ok {
+		fd.Close() // not the pod's tmpfs any more: detached by someone else
+		fd = nil
+	}
+	if fd != nil {
+		c.detached = append(c.detached, fd)
+	}
+	err := detachPodTmpfs(dir)
+	c.measureLocked()
+	return err
 }
 
 // New returns the copier for dir, which becomes a tmpfs of budget's node size on first use
 // (PrepareCopyDir), of the subPaths below r's kubelet root dir.
 func New(r *subpath.Repairer, dir string, budget Budget) *Copies {
-	return &Copies{Dir: dir, Budget: budget, r: r, tree: system{}, pods: map[string]*Usage{}, ctrs: map[string]ctrCopies{}}
+	return &Copies{Dir: dir, Budget: budget, r: r, tree: system{}, pods: map[string]*Usage{}, ctrs: map[string]ctrCopies{},
+		tmpfs: map[string]*os.File{}, extra: map[string]Usage{}}
+}
+
+// PodTmpfs is the root of the pod's tmpfs that holds the copy (or version) at path below Dir:
+// Dir/<pod UID>.
+func (c *Copies) PodTmpfs(path string) string {
+	rel, err := filepath.Rel(c.Dir, path)
+	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+		return c.Dir
+	}
+	pod, _, _ := strings.Cut(rel, "/")
+	return filepath.Join(c.Dir, pod)
 }
 
 // KubeletRoot is the kubelet root dir of the subPaths it copies.
@@ -177,6 +289,8 @@ func (c *Copies) CopyTo(ctx context.Context, id string, t subpath.Target, dst st
 			return cp, true, nil
 		case errors.Is(err, subpath.ErrOverBudget):
 			return Copy{}, true, &subpath.Error{Target: t, Reason: fmt.Sprintf("%s cannot be copied within the pod's budget (subPathCopies.podBytes %d, podEntries %d)", what, c.Budget.PodBytes, c.Budget.PodEntries), Err: err}
+		case errors.Is(err, subpath.ErrPoolFull):
+			return Copy{}, true, &subpath.Error{Target: t, Reason: fmt.Sprintf("%s cannot be copied within the node's bound on copies (subPathCopies.nodeBytes %d, nodeEntries %d)", what, c.Budget.NodeBytes, c.Budget.NodeEntries), Err: err}
 		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, subpath.ErrChanged):
 			return Copy{}, true, &subpath.Error{Target: t, Reason: "cannot copy " + what, Err: err}
 		}
@@ -194,11 +308,13 @@ func (c *Copies) copyLocated(ctx context.Context, id string, l *subpath.Located,
 	if err := ctx.Err(); err != nil {
 		return Usage{}, fmt.Errorf("copy given up: %w", err)
 	}
-	if err := c.prepare(); err != nil {
-		return Usage{}, fmt.Errorf("no directory for private copies: %w", err)
-	}
 	c.mu.Lock()
-	err := os.MkdirAll(filepath.Dir(dst), 0o700)
+	err := c.preparePodLocked(t.PodUID)
+	if err != nil {
+		err = fmt.Errorf("no directory for private copies: %w", err)
+	} else {
+		err = os.MkdirAll(filepath.Dir(dst), 0o700)
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return Usage{}, err
@@ -214,8 +330,12 @@ func (c *Copies) copyLocated(ctx context.Context, id string, l *subpath.Located,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			err = c.podFullLocked(t.PodUID, err)
+		}
 		c.removeEmpty(filepath.Dir(dst), filepath.Join(c.Dir, t.PodUID))
 		c.uncharge(t.PodUID, ch.used)
+		_ = c.removePodIfEmptyLocked(t.PodUID)
 		return Usage{}, err
 	}
 	cc := c.ctrs[id]
@@ -224,6 +344,22 @@ func (c *Copies) copyLocated(ctx context.Context, id string, l *subpath.Located,
 	cc.Entries += ch.used.Entries
 	c.ctrs[id] = cc
 	return ch.used, nil
+}
+
+// podFullLocked is the error of a copy that met a full pod tmpfs (ENOSPC): over the pod's
+// budget, saying what holds it. Callers hold c.mu.
+func (c *Copies) podFullLocked(pod string, err error) error {
+	fd, ok := c.tmpfs[pod]
+	if !ok {
+		return err
+	}
+	use, serr := tmpfsUse(fd)
+	if serr != nil {
+		return err
+	}
+	u := c.podUsage(pod)
+	return fmt.Errorf("%w: the pod's copy tmpfs is full (%d bytes in %d inodes, of which %d bytes are charged: the rest are copies removed or replaced but still held open): %w",
+		subpath.ErrOverBudget, use.Bytes, use.Entries, u.Bytes, err)
 }
 
 // readData is what the ..data link of the volume directory dir names now ("" if none).
@@ -250,10 +386,11 @@ func (c *Copies) Release(id, pod string, used Usage) {
 }
 
 // removeCopyDir removes a container's copy directory; a live copy's mounts (Follower) are
-// detached first, which a plain removal meets as EBUSY.
+// detached first, which a plain removal meets as EBUSY (a mount point), EROFS (an entry below
+// a read-only layer) or ENOTEMPTY (the directory above it), whichever it meets first.
 func removeCopyDir(dir string) error {
 	err := os.RemoveAll(dir)
-	if errors.Is(err, unix.EBUSY) {
+	if err != nil {
 		if err = DetachBelow(dir); err == nil {
 			err = os.RemoveAll(dir)
 		}
@@ -317,8 +454,12 @@ func (ch *charger) charge(cost int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	u := c.podUsage(ch.pod)
-	if u.Bytes+cost > c.Budget.PodBytes || u.Entries+1 > c.Budget.PodEntries {
-		return fmt.Errorf("%w: %d bytes in %d entries charged already", subpath.ErrOverBudget, u.Bytes, u.Entries)
+	held := c.extra[ch.pod].Bytes
+	if u.Bytes+held+cost > c.Budget.PodBytes || u.Entries+1 > c.Budget.PodEntries {
+		return fmt.Errorf("%w: %d bytes in %d entries charged already, %d bytes more held open by copies removed or replaced", subpath.ErrOverBudget, u.Bytes, u.Entries, held)
+	}
+	if n := c.nodeUsageLocked(); n.Bytes+cost > c.Budget.NodeBytes || n.Entries+1 > c.Budget.NodeEntries {
+		return fmt.Errorf("%w: %d bytes in %d entries taken already", subpath.ErrPoolFull, n.Bytes, n.Entries)
 	}
 	u.Bytes += cost
 	u.Entries++
@@ -354,6 +495,15 @@ func (c *Copies) podUsage(pod string) *Usage {
 	return u
 }
 
+// recountLocked counts pod's charge again from Dir (its copies removed without their charge
+// known), so that the node's bound keeps counting what is left. Callers hold c.mu.
+func (c *Copies) recountLocked(pod string) {
+	delete(c.pods, pod)
+	if u := c.podUsage(pod); u.Bytes == 0 && u.Entries == 0 {
+		delete(c.pods, pod)
+	}
+}
+
 // uncharge returns used to pod's budget. Callers hold c.mu.
 func (c *Copies) uncharge(pod string, used Usage) {
 	u := c.pods[pod]
@@ -379,17 +529,16 @@ func (c *Copies) Remove(id string) error {
 		delete(c.ctrs, id)
 		err := removeCopyDir(filepath.Join(c.Dir, cc.pod, id))
 		c.uncharge(cc.pod, cc.Usage)
-		c.removeEmpty(filepath.Join(c.Dir, cc.pod), filepath.Join(c.Dir, cc.pod))
-		return err
+		return errors.Join(err, c.removePodIfEmptyLocked(cc.pod))
 	}
 	// Copied before this Copies was made (a restart, a reload): find its pod.
 	dirs, _ := filepath.Glob(filepath.Join(c.Dir, "*", id))
 	var errs []error
 	for _, d := range dirs {
 		errs = append(errs, removeCopyDir(d))
-		pod := filepath.Dir(d)
-		delete(c.pods, filepath.Base(pod)) // counted again from Dir on next use
-		c.removeEmpty(pod, pod)
+		pod := filepath.Base(filepath.Dir(d))
+		c.recountLocked(pod)
+		errs = append(errs, c.removePodIfEmptyLocked(pod))
 	}
 	return errors.Join(errs...)
 }
@@ -446,8 +595,8 @@ func (c *Copies) Sweep(keep map[string]bool) ([]string, error) {
 			delete(c.ctrs, e.Name())
 			removed = append(removed, e.Name())
 		}
-		delete(c.pods, p.Name()) // counted again from Dir on next use
-		c.removeEmpty(podDir, podDir)
+		c.recountLocked(p.Name())
+		errs = append(errs, c.removePodIfEmptyLocked(p.Name()))
 	}
 	return removed, errors.Join(errs...)
 }

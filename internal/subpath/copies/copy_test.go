@@ -33,6 +33,7 @@ func TestCopiesInNamespace(t *testing.T) {
 	t.Run("budget counted again by a new Copies", testBudgetAfterReload)
 	t.Run("a copy given up leaves nothing", testGivenUp)
 	t.Run("FIFOs are never opened", testFIFO)
+	t.Run("copies pinned after their removal count against the pod's tmpfs", testPinnedCopies)
 }
 
 // bigBudget lets every test copy what it makes unless it tests the budget.
@@ -75,7 +76,7 @@ func reasons(fs []subpath.Fallback) []string {
 	return rs
 }
 
-// testLayoutDecides is issue 23's first finding at the level of the package: with kubelet's
+// testLayoutDecides is the layout rule at the level of the package: with kubelet's
 // real layout, a hostPath subPath (a file and a directory; kubelet keeps no directory for
 // the volume) and a CSI PVC subPath (its directory is named after the PV:
 // volumes/kubernetes.io~csi/pvc-.../mount) are neither copied nor an error; before the fix
@@ -260,7 +261,7 @@ func (h *cancellingTree) CopyTree(ctx context.Context, dir *subpath.Node, rel st
 	})
 }
 
-// testGivenUp is issue 23's second finding: a copy whose caller gives up (its bound passed)
+// testGivenUp is the given-up rule: a copy whose caller gives up (its bound passed)
 // stops at the next entry and removes what it wrote, and returns its charge; before the fix
 // it went on writing into the copy directory until the whole volume was copied.
 func testGivenUp(t *testing.T) {
@@ -290,7 +291,7 @@ func testGivenUp(t *testing.T) {
 	}
 }
 
-// testFIFO is issue 23's third finding: a FIFO at a subPath, or below a subPath directory, is
+// testFIFO is the FIFO rule: a FIFO at a subPath, or below a subPath directory, is
 // never opened (before the fix open blocked forever): the subPath keeps kubelet's bind.
 func testFIFO(t *testing.T) {
 	k := subpathtest.NewKubelet(t)
@@ -326,5 +327,125 @@ func testFIFO(t *testing.T) {
 	}
 	if n := entriesBelow(t, c.Dir); n != 0 {
 		t.Errorf("%d entries left below %s, want 0", n, c.Dir)
+	}
+}
+
+// pinInFlight opens path and sends the descriptor over a unix socket pair, closing its own:
+// the file is then held by a message in flight, in no process's fd table, so no scan of
+// /proc finds it. The pair is closed when the test ends (or by the returned func).
+func pinInFlight(t *testing.T, path string) func() {
+	t.Helper()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	subpathtest.Must(t, err)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	subpathtest.Must(t, err)
+	subpathtest.Must(t, unix.Sendmsg(pair[0], []byte{0}, unix.UnixRights(fd), nil, 0))
+	unix.Close(fd)
+	done := false
+	release := func() {
+		if !done {
+			done = true
+			unix.Close(pair[0])
+			unix.Close(pair[1])
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// tmpfsBytes is what the filesystem at dir holds in data pages (statfs), and whether dir is
+// the root of a filesystem of its own (not the node's copy tmpfs, nodeDir).
+func tmpfsBytes(t *testing.T, dir, nodeDir string) (int64, bool) {
+	t.Helper()
+	var sfs, node unix.Statfs_t
+	subpathtest.Must(t, unix.Statfs(dir, &sfs))
+	subpathtest.Must(t, unix.Statfs(nodeDir, &node))
+	return int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, sfs.Fsid != node.Fsid
+}
+
+// testPinnedCopies: a container of the attacker pod pins each copy it gets (its descriptor
+// passed over a unix socket: held by no process's fd table) and restarts 8 times while a
+// sidecar keeps the pod alive. The charge is returned at each removal, but the pages stay:
+// they are on the pod's own tmpfs, sized to its budget, so what the pod holds, pinned and
+// live, never passes its budget, the copies that no longer fit fall back (over_budget, the
+// container keeping kubelet's bind), and another pod's copies are unaffected. Once the pod's
+// last container goes its tmpfs is detached; what is still pinned counts against the node
+// until it is let go.
+func testPinnedCopies(t *testing.T) {
+	k := subpathtest.NewKubelet(t)
+	b := Budget{PodBytes: 4 << 20, PodEntries: 100, NodeBytes: 7 << 20, NodeEntries: 1000}
+	c := newCopies(t, k, b)
+	k.UID = "uid-attacker"
+	cm := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	k.WriteAtomic(cm, map[string]subpathtest.Entry{"big": subpathtest.File(strings.Repeat("x", 1<<20)), "small": subpathtest.File("s")})
+	sidecar := subpathtest.Bind(k, subpath.ParseTarget, cm, "cfg", "sidecar", 0, "small")
+	big := subpathtest.Bind(k, subpath.ParseTarget, cm, "cfg", "app", 0, "big")
+	if copies, _, fb := c.CopySources(context.Background(), "sidecar", []string{sidecar.Path}); len(copies) != 1 || len(fb) != 0 {
+		t.Fatalf("sidecar: copies %d, fallbacks %v", len(copies), fb)
+	}
+	podDir := filepath.Join(c.Dir, "uid-attacker")
+	var copied, fellBack int
+	var releases []func()
+	for i := range 8 {
+		id := fmt.Sprintf("app-%d", i)
+		copies, _, fb := c.CopySources(context.Background(), id, []string{big.Path})
+		switch {
+		case len(copies) == 1:
+			copied++
+			releases = append(releases, pinInFlight(t, copies[0].Path))
+		case len(fb) == 1 && fb[0].Reason == subpath.ReasonOverBudget:
+			fellBack++
+			if !strings.Contains(fb[0].Error(), "held open") {
+				t.Errorf("restart %d: fallback %q does not say the pod's copies are held open", i, fb[0].Error())
+			}
+		default:
+			t.Fatalf("restart %d: copies %d, fallbacks %v; want a copy or an over_budget fallback", i, len(copies), fb)
+		}
+		subpathtest.Must(t, c.Remove(id)) // the container restarts: its copy is unlinked, still pinned
+		// Only the attacker's copies are on the copy tmpfs yet: before the fix (one tmpfs
+		// for the node) statfs shows what the pod holds as well.
+		used, own := tmpfsBytes(t, podDir, c.Dir)
+		if used > b.PodBytes {
+			t.Errorf("restart %d: the attacker pod holds %d bytes, pinned and live, past its podBytes %d", i, used, b.PodBytes)
+		}
+		if !own && i == 0 {
+			t.Errorf("the attacker pod's copies are not on a tmpfs of its own")
+		}
+	}
+	if fellBack == 0 || copied > 3 {
+		t.Errorf("8 restarts pinning 1 MiB each: %d copied, %d fell back; want 3 copies (the sidecar's page and three pinned MiB fill the pod's 4 MiB), then fallbacks", copied, fellBack)
+	}
+
+	t.Logf("8 restarts pinning 1 MiB each: %d copied, %d fell back", copied, fellBack)
+	k.UID = "uid-victim"
+	vcm := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	k.WriteAtomic(vcm, map[string]subpathtest.Entry{"big": subpathtest.File(strings.Repeat("v", 1<<20))})
+	victim := subpathtest.Bind(k, subpath.ParseTarget, vcm, "cfg", "app", 0, "big")
+	if copies, _, fb := c.CopySources(context.Background(), "victim", []string{victim.Path}); len(copies) != 1 || len(fb) != 0 {
+		t.Errorf("victim pod: copies %d, fallbacks %v; want its copy, whatever the attacker pins", len(copies), fb)
+	}
+
+	// The pod's last container goes: its tmpfs is detached and its directory removed; what
+	// is still pinned (3 MiB) counts against the node (7 MiB, the victim's copy 1 MiB) until
+	// it is let go: a 4 MiB copy of a third pod does not fit, then it does.
+	subpathtest.Must(t, c.Remove("sidecar"))
+	if _, err := os.Stat(podDir); !os.IsNotExist(err) {
+		t.Errorf("the attacker pod's tmpfs directory is still there after its last container went: %v", err)
+	}
+	if ms, _ := mountsBelow(podDir); len(ms) != 0 {
+		t.Errorf("mounts left at the attacker pod's directory: %v", ms)
+	}
+	k.UID = "uid-third"
+	tcm := k.Volume(subpathtest.ConfigMap, "cfg", false)
+	k.WriteAtomic(tcm, map[string]subpathtest.Entry{"big": subpathtest.File(strings.Repeat("t", 4<<20))})
+	third := subpathtest.Bind(k, subpath.ParseTarget, tcm, "cfg", "app", 0, "big")
+	if copies, _, fb := c.CopySources(context.Background(), "third", []string{third.Path}); len(copies) != 0 || !slices.Equal(reasons(fb), []string{subpath.ReasonPoolFull}) {
+		t.Errorf("a third pod's 4 MiB copy while 3 MiB of a detached pod tmpfs are pinned: copies %d, fallbacks %v; want pool_full", len(copies), fb)
+	}
+	for _, release := range releases {
+		release()
+	}
+	if copies, _, fb := c.CopySources(context.Background(), "third", []string{third.Path}); len(copies) != 1 || len(fb) != 0 {
+		t.Errorf("a third pod's 4 MiB copy once the pinned copies are let go: copies %d, fallbacks %v; want its copy", len(copies), fb)
 	}
 }

@@ -21,7 +21,9 @@
 // is only repaired if it went stale.
 //
 // Copies are bounded: per pod in bytes and entries (Budget; every entry costs at least a
-// page, so empty files are not free), per node by the tmpfs (size and nr_inodes), and in time
+// page, so empty files are not free) where the pages are, on the pod's own tmpfs sized to its
+// budget (tmpfs.go: a copy removed while still held open keeps its pages there), per node by
+// charging (every pod's charge and what pods' tmpfs hold beyond it), and in time
 // (the caller's context, checked before every entry). A copy that cannot be made within them
 // is given up: the copying stops, what it wrote is removed and its charge returned, and the
 // subPath keeps kubelet's bind (a Fallback): one pod over its budget cannot take another

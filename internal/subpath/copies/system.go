@@ -222,35 +222,3 @@ func keepAttrs(in int, name string, out int, st unix.Stat_t) error {
 	}
 	return nil
 }
-
-// PrepareCopyDir makes dir a tmpfs of its own (size bytes and inodes entries at most, root
-// only), or resizes the one it is already, so that copies of secrets never reach a disk and
-// the node pool is bounded in bytes and in inodes (tmpfs size= does not bound inodes). The
-// tmpfs is shared, so that a copy bound into a container with rslave propagation passes the
-// runtime's check.
-func PrepareCopyDir(dir string, size, inodes int64) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(dir, &sfs); err != nil {
-		return &fs.PathError{Op: "statfs", Path: dir, Err: err}
-	}
-	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, 0, &stx); err != nil {
-		return &fs.PathError{Op: "statx", Path: dir, Err: err}
-	}
-	opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d", size, inodes)
-	if sfs.Type != unix.TMPFS_MAGIC || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		// Exec stays allowed: a configMap may hold scripts the container runs.
-		if err := unix.Mount("mountkeeper-subpath", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return fmt.Errorf("mount a tmpfs on %s for subPath copies: %w", dir, err)
-		}
-	} else if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("resize the tmpfs of subPath copies on %s to %s: %w", dir, opts, err)
-	}
-	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
-		return fmt.Errorf("make %s shared: %w", dir, err)
-	}
-	return os.Chmod(dir, 0o700)
-}

@@ -3,8 +3,8 @@
 //
 // A live copy follows its volume: when kubelet's atomic writer renames ..data over to new
 // content, the Follower makes a new versioned copy of what the subPath names now, with the
-// same safe resolution and budget as the first copy, and puts it as a mount layer on the
-// copy's path, which propagates into the container (layers.go). One inotify instance watches
+// same safe resolution and budget as the first copy, and puts it as a read-only mount layer on
+// the copy's path, which propagates into the container (layers.go). One inotify instance watches
 // every volume directory with live copies; a kicked volume is queued, and one of at most
 // updateWorkers goroutines (started on demand, ended when the queue is empty) applies its
 // updates, one pass at a time per volume and coalesced: a volume kicked several times while

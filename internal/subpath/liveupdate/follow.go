@@ -54,22 +54,23 @@ type Follower struct {
 	saveAsked atomic.Int64 // saves asked for and not begun: a save that begins serves them all
 	scanMu    sync.Mutex   // one scan at a time (retired.go)
 
-	mu       sync.Mutex
-	closed   bool                  // Close saved what its workers applied: nothing is saved after
-	paths    map[string]*livePath  // by copy path
-	pending  map[string]*livePath  // by copy path: recorded, loaded (Load), not followed yet
-	epoch    uint64                // Mark's count: a path followed since has since > a Mark before
-	vols     map[string]*volWorker // by volume directory
-	queue    []string              // volumes kicked, waiting for a worker
-	busy     int                   // workers running (updateWorkers at most)
-	workers  sync.WaitGroup        // the workers running, for Close
-	retired  []*retiredCopy        // old versions, until nobody holds them
-	scanSoon chan struct{}         // capacity 1: a retired version asks the scanner for a scan
-	scanner  chan struct{}         // closed to stop the scanner goroutine; nil while none runs
-	scanned  chan struct{}         // closed when it ended
-	counts   map[string]int64      // updates by result
-	pids     map[string]uint32     // a started container's process, for its user namespace
-	userns   map[string]int        // user namespace descriptors of containers, opened on need
+	mu        sync.Mutex
+	closed    bool                  // Close saved what its workers applied: nothing is saved after
+	paths     map[string]*livePath  // by copy path
+	pending   map[string]*livePath  // by copy path: recorded, loaded (Load), not followed yet
+	epoch     uint64                // Mark's count: a path followed since has since > a Mark before
+	vols      map[string]*volWorker // by volume directory
+	queue     []string              // volumes kicked, waiting for a worker
+	busy      int                   // workers running (updateWorkers at most)
+	workers   sync.WaitGroup        // the workers running, for Close
+	retired   []*retiredCopy        // old versions, until nobody holds them
+	scanner   chan struct{}         // closed to stop the scanner goroutine; nil while none runs
+	scanned   chan struct{}         // closed when it ended
+	scanKick  chan struct{}         // capacity 1: asks the scanner for a scan now
+	scanStart time.Time             // when the scan under way began; zero while none runs
+	counts    map[string]int64      // updates by result
+	pids      map[string]uint32     // a started container's process, for its user namespace
+	userns    map[string]int        // user namespace descriptors of containers, opened on need
 	// scanInterval is how often the retired copies are looked for in /proc while any exist.
 	scanInterval time.Duration
 }
@@ -117,7 +118,7 @@ func NewFollower(c *copies.Copies, statePath string, onUpdate func(Update)) *Fol
 		copies: c, ops: systemLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
 		paths: map[string]*livePath{}, pending: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
 		pids: map[string]uint32{}, userns: map[string]int{},
-		scanInterval: 2 * time.Second, scanSoon: make(chan struct{}, 1),
+		scanInterval: 2 * time.Second,
 	}
 	if f.onUpdate == nil {
 		f.onUpdate = func(Update) {}
@@ -545,6 +546,9 @@ type LiveStatus struct {
 	RetiredCopies int              `json:"retiredCopies"`
 	RetiredBytes  int64            `json:"retiredBytes"`
 	Updates       map[string]int64 `json:"updates,omitempty"`
+	// ScanningFor is how long the scan for held versions has run, once past scanStalled
+	// (e.g. waiting on the kernel for a process's maps); empty otherwise.
+	ScanningFor string `json:"scanningFor,omitempty"`
 }
 
 // Status reports the live copies, the old versions still held open and the updates so far.
@@ -554,6 +558,11 @@ func (f *Follower) Status() LiveStatus {
 	st := LiveStatus{Paths: len(f.paths), RetiredCopies: len(f.retired), Updates: map[string]int64{}}
 	for _, r := range f.retired {
 		st.RetiredBytes += r.used.Bytes
+	}
+	if !f.scanStart.IsZero() {
+		if d := time.Since(f.scanStart); d >= scanStalled {
+			st.ScanningFor = d.Round(time.Second).String()
+		}
 	}
 	for k, v := range f.counts {
 		st.Updates[k] = v

@@ -21,6 +21,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestFollowerInNamespace runs live subPath updates with real mounts: a reader in a mount
@@ -244,15 +245,9 @@ func readFull(f *os.File, b []byte) (int, error) {
 
 // mountsHere counts the mounts at path in the calling thread's mount namespace.
 func mountsHere(t *testing.T, path string) int {
-	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	ms, err := testsupport.MountsAt(path)
 	subpathtest.Must(t, err)
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			n++
-		}
-	}
-	return n
+	return len(ms)
 }
 
 // tmpfsUsed is what the copy tmpfs holds, in bytes.

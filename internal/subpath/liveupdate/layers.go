@@ -3,7 +3,6 @@ package liveupdate
 import (
 	"fmt"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
@@ -31,9 +30,19 @@ import (
 // keep their file. There is never a moment without a mount on the path, so never ENOENT, and
 // nothing is unmounted from under a busy path (MNT_DETACH), so never EBUSY.
 //
-// The base and the layers are cloned private before they are attached (privateClone). Attached
-// below the shared base, a layer becomes shared in a group of its own whose slaves are its
-// copies in the containers.
+// The base and the layers are cloned private and read-only before they are attached
+// (privateClone). Attached below the shared base, a layer becomes shared in a group of its own
+// whose slaves are its copies in the containers.
+//
+// Read-only from the moment they exist: the volumes copied (configMap, secret, downwardAPI,
+// projected) are read-only in a container, and a mount that reaches the container by
+// propagation is a copy of the host's with the host mount's flags, not the container's bind's:
+// runc's "ro" remount of its bind does not reach the layers that come later. So the clone is
+// made read-only in the same mount_setattr that makes it private (and idmaps it), before it
+// is attached anywhere; the base, each layer, and every copy of them in a container are read-only
+// with no moment when one is not. What the agent itself writes never goes through them: a
+// new version is written beside the path (P.v<N>, on the copy tmpfs), an old one is removed
+// there, and a base is emptied through a clone of the tmpfs without its mounts (rawTree).
 //
 // The update must not begin before the container's runtime bound P: the bind takes the mount
 // on top at P, and a container that bound a layer would be a slave of that layer's group,
@@ -41,10 +50,10 @@ import (
 
 // layerOps are the mount side effects of live copies.
 type layerOps interface {
-	// makeBase makes path a bind of itself, shared in a peer group of its own.
+	// makeBase makes path a read-only bind of itself, shared in a peer group of its own.
 	makeBase(path string) error
-	// putLayer attaches a clone of version at base (whose own root, within the copy tmpfs, is
-	// baseRoot): on top of the base if it has no layer yet, else beneath the top layer,
+	// putLayer attaches a read-only clone of version at base (whose own root, within the copy
+	// tmpfs, is baseRoot): on top of the base if it has no layer yet, else beneath the top layer,
 	// which is then detached. With userns >= 0 (a user namespace descriptor) the clone is
 	// idmapped with it first.
 	putLayer(base, baseRoot, version string, userns int) error
@@ -69,16 +78,29 @@ func setPropagation(tree *subpath.Node, propagation uint64) error {
 	return nil
 }
 
-// privateClone opens path and makes a detached private bind of it (open_tree, then
-// mount_setattr): a clone of the shared copy tmpfs is its peer otherwise, and the tmpfs'
-// events would propagate into it (a layer on a base of the tmpfs' group would propagate back
-// onto the tmpfs at P). The caller closes both.
-func privateClone(path string) (n, tree *subpath.Node, err error) {
+// cloneAttr is what a detached clone of a copy is given before it is attached: private,
+// read-only, and idmapped with userns when userns >= 0 (a user namespace descriptor).
+func cloneAttr(userns int) *unix.MountAttr {
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY, Propagation: unix.MS_PRIVATE}
+	if userns >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns)
+	}
+	return attr
+}
+
+// privateClone opens path and makes a detached bind of it (open_tree), private and read-only
+// (and idmapped with userns >= 0) in one mount_setattr: a clone of the shared copy tmpfs is its
+// peer otherwise, and the tmpfs' events would propagate into it (a layer on a base of the
+// tmpfs' group would propagate back onto the tmpfs at P); and it is writable otherwise. The
+// caller closes both.
+func privateClone(path string, userns int) (n, tree *subpath.Node, err error) {
 	if n, err = openPath(path); err != nil {
 		return nil, nil, err
 	}
 	if tree, err = (subpath.System{}).Clone(n); err == nil {
-		if err = setPropagation(tree, unix.MS_PRIVATE); err != nil {
+		if err = unix.MountSetattr(tree.FD(), "", unix.AT_EMPTY_PATH, cloneAttr(userns)); err != nil {
+			err = fmt.Errorf("make the clone of %s private and read-only (idmapped: %t): %w", tree.Name, userns >= 0, err)
 			tree.Close()
 		}
 	}
@@ -90,7 +112,7 @@ func privateClone(path string) (n, tree *subpath.Node, err error) {
 }
 
 func (systemLayers) makeBase(path string) error {
-	n, tree, err := privateClone(path)
+	n, tree, err := privateClone(path, -1)
 	if err != nil {
 		return err
 	}
@@ -107,19 +129,14 @@ func (systemLayers) makeBase(path string) error {
 }
 
 func (systemLayers) putLayer(base, baseRoot, version string, userns int) error {
-	v, tree, err := privateClone(version)
+	// The container's bind of the base is idmapped by the runtime; a mount that reaches it by
+	// propagation is a copy of ours, with our mapping: the same one.
+	v, tree, err := privateClone(version, userns)
 	if err != nil {
 		return err
 	}
 	defer v.Close()
 	defer tree.Close()
-	if userns >= 0 {
-		// The container's bind of the base is idmapped by the runtime; a mount that reaches
-		// it by propagation is a copy of ours, with our mapping: the same one.
-		if err := unix.MountSetattr(tree.FD(), "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}); err != nil {
-			return fmt.Errorf("idmap %s with the container's user namespace: %w", tree.Name, err)
-		}
-	}
 	top, err := openPath(base)
 	if err != nil {
 		return err
@@ -144,9 +161,3 @@ func (systemLayers) putLayer(base, baseRoot, version string, userns int) error {
 
 // detachBelow is copies.DetachBelow.
 func (systemLayers) detachBelow(dir string) error { return copies.DetachBelow(dir) }
-
-// mountsAt counts the mounts stacked at path in this mount namespace.
-func mountsAt(path string) (int, error) {
-	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != path, false })
-	return len(ms), err
-}

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,10 +19,17 @@ import (
 // it lets go; nothing tells the agent when.
 // So a retired version stays charged to its pod (a tenant holding old versions open cannot
 // make the node keep more than the pod's budget) and shown in status until a scan of /proc
-// (fd, map_files, cwd, root of every process) finds none of its inodes held. The scan runs
-// after each update and then every scanInterval, only while retired versions exist. A version
-// is unlinked only once nobody holds it (retireGrace after it was replaced at the earliest):
-// a process that holds a directory of it open finds every entry there.
+// (descriptors, mappings, cwd and root of every process, procheld.go) finds none of its
+// inodes held. A version is unlinked only once nobody holds it (retireGrace after it was
+// replaced at the earliest): a process that holds a directory of it open finds every entry
+// there.
+//
+// The scan runs on the scanner goroutine alone, only while retired versions exist: kicked
+// after each update and then every scanInterval. Never on an update's goroutine nor under
+// any lock a request or a save takes: the scan reads no file's attributes, but some procfs
+// reads can still wait (procheld.go), and a scan that waits must hold up nothing but the
+// freeing of old versions, which then stay charged. One scan runs at a time; a kick while it
+// runs is kept for the next one, so a waiting scan leaves no goroutine behind it.
 //
 // The first copy, the base, is the root of the mount the container bound: it cannot be
 // unlinked while the container lives. Once shadowed by a layer and held by nobody, its content
@@ -39,8 +45,8 @@ type retiredCopy struct {
 	// measure says used is not known (a version an earlier agent left): it is what the
 	// version holds, counted as the copier charges.
 	measure bool
-	inodes  map[uint64]bool
-	at      time.Time // when it was replaced
+	inodes  map[uint64]bool // its inodes; true for a directory's
+	at      time.Time       // when it was replaced
 }
 
 // retireGrace is how long a replaced version stays at least: an open() whose path walk
@@ -48,11 +54,10 @@ type retiredCopy struct {
 // directory entries still there.
 const retireGrace = 200 * time.Millisecond
 
-// retire records old, just replaced, with its inodes. The scanner looks for the retired
-// versions retireGrace later (a version is kept that long anyway): those nobody holds are
-// unlinked (a directory's entries must stay while a process holds the directory open, to be
-// opened relative to it). One scan of /proc serves every version retired meanwhile: many
-// volumes updated at once are not applied one scan after another.
+// retire records old, just replaced, with its inodes, and kicks the scanner: the versions
+// nobody holds are unlinked (a directory's entries must stay while a process holds the
+// directory open, to be opened relative to it). It does not wait for the scan: its caller
+// holds the path's lock.
 func (f *Follower) retire(old retiredCopy) {
 	var held copies.Usage
 	old.inodes, held = f.measure(old.path)
@@ -63,40 +68,39 @@ func (f *Follower) retire(old retiredCopy) {
 	f.mu.Lock()
 	f.retired = append(f.retired, &old)
 	f.startScannerLocked()
-	f.mu.Unlock()
 	select {
-	case f.scanSoon <- struct{}{}:
-	default: // a scan is asked for already
+	case f.scanKick <- struct{}{}:
+	default: // a kick is pending: that scan sees old
 	}
+	f.mu.Unlock()
 }
 
-// rawTree is a clone of the copy tmpfs' root without the mounts on it (open_tree without
-// AT_RECURSIVE): below it, a live copy's path is its base's own content.
-func (f *Follower) rawTree() (int, error) {
-	return unix.OpenTree(unix.AT_FDCWD, f.copier().Dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-}
-
-func (f *Follower) rel(path string) string {
-	rel, err := filepath.Rel(f.copier().Dir, path)
+// rawTree is a clone of the root of the pod's tmpfs that holds path, without the mounts on it
+// (open_tree without AT_RECURSIVE), and path relative to it: below it, a live copy's path is
+// its base's own content.
+func (f *Follower) rawTree(path string) (int, string, error) {
+	root := f.copier().PodTmpfs(path)
+	rel, err := filepath.Rel(root, path)
 	if err != nil {
-		return path
+		return -1, "", err
 	}
-	return rel
+	fd, err := unix.OpenTree(unix.AT_FDCWD, root, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	return fd, rel, err
 }
 
 // measure lists the inodes of the copy at path (for a live copy's path, its base's own
 // content) and what they hold, counted as the copier charges them.
 func (f *Follower) measure(path string) (map[uint64]bool, copies.Usage) {
-	raw, err := f.rawTree()
+	raw, rel, err := f.rawTree(path)
 	if err != nil {
 		return nil, copies.Usage{}
 	}
 	defer unix.Close(raw)
-	return inodesBelow(raw, f.rel(path))
+	return inodesBelow(raw, rel)
 }
 
-// inodesBelow lists the inode numbers of rel below dirfd and everything below it, and what
-// they hold as the copier charges them (entryCost per entry).
+// inodesBelow lists the inode numbers of rel below dirfd and everything below it (true for a
+// directory), and what they hold as the copier charges them (entryCost per entry).
 func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 	inodes := map[uint64]bool{}
 	var used copies.Usage
@@ -106,7 +110,7 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 			return
 		}
-		inodes[st.Ino] = true
+		inodes[st.Ino] = st.Mode&unix.S_IFMT == unix.S_IFDIR
 		size := int64(0)
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			size = st.Size
@@ -132,32 +136,51 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 }
 
 // scan frees the retired versions no process holds any more. One scan runs at a time (the
-// scanner's, an update's, a caller's): a scan that returns has seen every version freed that
-// it found free. A version stays retired, counted in status, until it is freed.
+// scanner's, or a test's): a scan that returns has seen every version freed that it found
+// free. A version stays retired, counted in status, until it is freed. It takes f.mu only
+// to copy and update the list, never while it reads /proc.
 func (f *Follower) scan() {
 	f.scanMu.Lock()
 	defer f.scanMu.Unlock()
+	c := f.copier() // not under f.mu: copier takes it
 	f.mu.Lock()
 	if len(f.retired) == 0 {
 		f.mu.Unlock()
 		return
 	}
-	want := map[uint64]bool{}
+	// Each pod's copies are on its own tmpfs: inode numbers are per device.
+	want := map[string]map[uint64]bool{}
+	dirs := map[string]bool{}
 	for _, r := range f.retired {
-		for ino := range r.inodes {
-			want[ino] = true
+		root := c.PodTmpfs(r.path)
+		if want[root] == nil {
+			want[root] = map[uint64]bool{}
+		}
+		for ino, dir := range r.inodes {
+			want[root][ino] = true
+			dirs[root] = dirs[root] || dir
 		}
 	}
+	f.scanStart = time.Now()
 	f.mu.Unlock()
-	var st unix.Stat_t
-	if err := unix.Stat(f.copier().Dir, &st); err != nil {
-		return
+	defer func() {
+		f.mu.Lock()
+		f.scanStart = time.Time{}
+		f.mu.Unlock()
+	}()
+	held := map[string]heldSet{}
+	for root, inodes := range want {
+		var st unix.Stat_t
+		if err := unix.Stat(root, &st); err != nil {
+			// The pod's tmpfs is gone, and with it what was retired there: nothing to hold.
+			continue
+		}
+		held[root] = findHeld(st.Dev, inodes, dirs[root])
 	}
-	held := heldInodes(st.Dev, want)
 	f.mu.Lock()
 	var free []*retiredCopy
 	for _, r := range f.retired {
-		if !holds(r, held) && time.Since(r.at) >= retireGrace {
+		if !held[c.PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
@@ -178,23 +201,16 @@ func (f *Follower) scan() {
 	f.mu.Unlock()
 }
 
-func holds(r *retiredCopy, held map[uint64]bool) bool {
-	for ino := range r.inodes {
-		if held[ino] {
-			return true
-		}
-	}
-	return false
-}
+// findHeld is heldInodes; a test replaces it to make a scan wait as one on a hung mount would.
+var findHeld = heldInodes
 
 // emptyBase empties the content of a base nobody holds: it is shadowed by a layer for good.
 func (f *Follower) emptyBase(r *retiredCopy) {
-	raw, err := f.rawTree()
+	raw, rel, err := f.rawTree(r.path)
 	if err != nil {
 		return
 	}
 	defer unix.Close(raw)
-	rel := f.rel(r.path)
 	var st unix.Stat_t
 	if unix.Fstatat(raw, rel, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
 		return
@@ -214,11 +230,21 @@ func (f *Follower) emptyBase(r *retiredCopy) {
 	removeEntriesAt(fd, 0)
 }
 
+// testHookDirRead, when set, is called by removeEntriesAt while it reads a directory: a test
+// forks a process there to see which descriptors it would inherit.
+var testHookDirRead func()
+
 // removeEntriesAt removes everything in the directory open at dirfd.
 func removeEntriesAt(dirfd, depth int) {
-	dup, err := unix.Dup(dirfd)
+	// Reading the names takes a descriptor of its own (os.File closes it). Close-on-exec like
+	// every other descriptor of the agent's: it is a directory inside a clone of the whole copy
+	// tmpfs (every pod's secrets), and a mount helper forked meanwhile must not inherit it.
+	dup, err := unix.FcntlInt(uintptr(dirfd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return
+	}
+	if testHookDirRead != nil {
+		testHookDirRead()
 	}
 	d := os.NewFile(uintptr(dup), "dir")
 	names, _ := d.Readdirnames(-1)
@@ -240,40 +266,6 @@ func removeEntriesAt(dirfd, depth int) {
 	}
 }
 
-// heldInodes are the inodes among want, on device dev, that some process holds: an open file
-// descriptor, a mapped file, its working directory or root.
-func heldInodes(dev uint64, want map[uint64]bool) map[uint64]bool {
-	held := map[uint64]bool{}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return held
-	}
-	check := func(p string) {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil && st.Dev == dev && want[st.Ino] {
-			held[st.Ino] = true
-		}
-	}
-	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		dir := "/proc/" + p.Name()
-		check(dir + "/cwd")
-		check(dir + "/root")
-		for _, sub := range []string{"/fd", "/map_files"} {
-			entries, err := os.ReadDir(dir + sub)
-			if err != nil {
-				continue // gone, or no access
-			}
-			for _, e := range entries {
-				check(dir + sub + "/" + e.Name())
-			}
-		}
-	}
-	return held
-}
-
 // dropRetiredLocked forgets container id's retired versions (the container goes: its processes
 // with it). Callers hold f.mu.
 func (f *Follower) dropRetiredLocked(id string) {
@@ -288,22 +280,23 @@ func (f *Follower) dropRetiredLocked(id string) {
 	f.stopScannerIfIdleLocked()
 }
 
-// stopScannerIfIdleLocked ends the scanner once no retired version is left. Callers hold f.mu.
+// stopScannerIfIdleLocked ends the scanner once no retired version is left (a scan under way
+// finishes first). Callers hold f.mu.
 func (f *Follower) stopScannerIfIdleLocked() {
 	if len(f.retired) == 0 && f.scanner != nil {
 		close(f.scanner)
-		f.scanner, f.scanned = nil, nil
+		f.scanner, f.scanned, f.scanKick = nil, nil, nil
 	}
 }
 
-// startScannerLocked starts the goroutine that scans while retired versions exist. Callers
-// hold f.mu.
+// startScannerLocked starts the goroutine that scans while retired versions exist: at each
+// kick (retire) and every scanInterval. Callers hold f.mu.
 func (f *Follower) startScannerLocked() {
 	if f.scanner != nil || f.ctx.Err() != nil {
 		return
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	f.scanner, f.scanned = stop, done
+	stop, done, kick := make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
+	f.scanner, f.scanned, f.scanKick = stop, done, kick
 	go func() {
 		defer close(done)
 		t := time.NewTicker(f.scanInterval)
@@ -313,25 +306,32 @@ func (f *Follower) startScannerLocked() {
 			case <-stop:
 				return
 			case <-t.C:
-			case <-f.scanSoon: // a version was retired: free it once retireGrace is over
-				select {
-				case <-stop:
-					return
-				case <-time.After(retireGrace):
-				}
+			case <-kick:
 			}
 			f.scan()
 		}
 	}()
 }
 
+// scanStalled is how long a scan may run before status reports it (scanningFor): one that
+// waits on the kernel holds up only the freeing of old versions.
+const scanStalled = 10 * time.Second
+
+// stopScanner ends the scanner and waits for it, at most scanCloseWait: a scan waiting in
+// the kernel (procheld.go) must not keep the agent from closing; its goroutine ends when the
+// read returns.
 func (f *Follower) stopScanner() {
 	f.mu.Lock()
 	stop, done := f.scanner, f.scanned
-	f.scanner, f.scanned = nil, nil
+	f.scanner, f.scanned, f.scanKick = nil, nil, nil
 	f.mu.Unlock()
 	if stop != nil {
 		close(stop)
-		<-done
+		select {
+		case <-done:
+		case <-time.After(scanCloseWait):
+		}
 	}
 }
+
+const scanCloseWait = 5 * time.Second

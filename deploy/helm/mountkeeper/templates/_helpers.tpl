@@ -52,3 +52,32 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 {{- .Values.metrics.nodeListener.tls.secretName -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The flags that say which containerd files `runtime configure` and `unconfigure` handle:
+     the distribution's (detected on each node with auto), or the paths given. */}}
+{{- define "mountkeeper.containerdFlags" -}}
+- --distribution={{ .Values.distribution }}
+{{- with .Values.containerd.configFile }}
+- --config-file={{ . }}
+{{- end }}
+{{- with .Values.containerd.dropIn }}
+- --drop-in={{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* A checksum of what `runtime configure` writes on a node: the class handlers (the classes
+     other than default), the state dir their entries name, the runtime, its files and the
+     install dir. On the pod template it makes helm upgrade roll the pods when one of them
+     changes (a class added, renamed or removed), so the init container configures the
+     runtime again, with the same image; a change that reloads live (a class's mounts, the
+     other config keys) leaves it, and the pods, alone. */}}
+{{- define "mountkeeper.runtimeConfigChecksum" -}}
+{{- $classes := list -}}
+{{- range .Values.runtimeClasses -}}
+{{- if ne .name "default" -}}
+{{- $classes = append $classes .name -}}
+{{- end -}}
+{{- end -}}
+{{- $inputs := dict "classes" (sortAlpha $classes) "stateDir" .Values.config.stateDir "runtime" .Values.runtime "distribution" .Values.distribution "containerd" .Values.containerd "crio" .Values.crio "installDir" .Values.installDir -}}
+{{- toJson $inputs | sha256sum -}}
+{{- end -}}

@@ -7,16 +7,21 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/mountkeeper/mountkeeper/configs"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // node is one test's world: a private CRI runtime (containerd or CRI-O) with NRI, host volume
@@ -69,10 +74,6 @@ func (s *scopeEnder) add(t *testing.T, config []byte) *configs.Config {
 	}
 	return cfg
 }
-
-// sshfsNeeds are what a test of an sshfs class needs: FUSE, the client, and the server that
-// harness.StartSSHD runs.
-var sshfsNeeds = []string{"fuse", "sshfs", "/usr/sbin/sshd"}
 
 // forEachRuntime runs f as a subtest per runtime (named after it): the NRI scenarios hold on
 // containerd and CRI-O alike. A runtime whose binaries are missing skips (fails under
@@ -237,50 +238,87 @@ func (n *node) sh(id, script string) (string, int) {
 	return out, code
 }
 
-// testWriter sends a process's output to the test log, prefixed.
-type testWriter struct {
-	t      testing.TB
-	prefix string
+// startPluginBinary starts bin as the node's plugin (`mountkeeper nri` of that build).
+func (n *node) startPluginBinary(bin string) {
+	n.t.Helper()
+	current := n.bin
+	n.bin = bin
+	n.startPlugin()
+	n.bin = current
 }
 
-func (w testWriter) Write(p []byte) (int, error) {
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		w.t.Logf("%s: %s", w.prefix, line)
+// mountinfoOf returns the container's mount at mount point dst.
+func (n *node) mountinfoOf(id, dst string) *mountinfo.Info {
+	n.t.Helper()
+	out, _ := n.sh(id, "cat /proc/self/mountinfo")
+	if m := mountIn(n.t, out, dst); m != nil {
+		return m
 	}
-	return len(p), nil
+	n.t.Fatalf("no mount at %s in the container:\n%s", dst, out)
+	return nil
 }
 
-// eventually polls cond every 100ms until it holds, failing the test after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// containerPid is the host pid of a running container's process.
+func containerPid(t *testing.T, n *node, id string) int {
 	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-	}
-}
-
-func lastBytes(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
-// helloSSHFS is what startHelloSSHD puts in its export's file "hello".
-const helloSSHFS = "hello from sshfs\n"
-
-// startHelloSSHD starts an sshd below dir, stopped when the test ends, whose export holds the
-// file "hello" (helloSSHFS) for containers to read through sshfs.
-func startHelloSSHD(t *testing.T, dir string) *harness.SSHD {
-	t.Helper()
-	sshd, err := harness.StartSSHD(dir)
+	pid, err := n.rt.CRI().ContainerPid(n.ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(sshd.Stop)
-	if err := os.WriteFile(filepath.Join(sshd.Export(), "hello"), []byte(helloSSHFS), 0o644); err != nil {
+	return pid
+}
+
+// containerdLog sends containerd's output to stderr when MK_CONTAINERD_LOG is set; it is too
+// chatty for every run.
+func containerdLog() io.Writer {
+	if os.Getenv("MK_CONTAINERD_LOG") != "" {
+		return os.Stderr
+	}
+	return nil
+}
+
+// expectOutput runs cmd in container id and checks it succeeds with stdout want.
+func expectOutput(ctx context.Context, t *testing.T, cri *harness.Client, id, want string, cmd ...string) {
+	t.Helper()
+	stdout, stderr, code, err := cri.Exec(ctx, id, cmd...)
+	if err != nil || code != 0 || stdout != want {
+		t.Fatalf("exec %q: stdout %q stderr %q exit %d err %v; want stdout %q", cmd, stdout, stderr, code, err, want)
+	}
+}
+
+// checkNothingLeft looks for traces of the instance in dir: mounts, processes that name it
+// or run in its cgroups, cgroups, and the directory itself.
+func checkNothingLeft(t *testing.T, dir string) {
+	t.Helper()
+	left, err := testsupport.Mounts(0, testsupport.AtOrBelow(dir))
+	if err != nil {
 		t.Fatal(err)
 	}
-	return sshd
+	for _, m := range left {
+		t.Errorf("mount left: %s", mountLine(m))
+	}
+
+	name := filepath.Base(dir) // also the pods' cgroup parent
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		cgroup, _ := os.ReadFile(filepath.Join(p, "cgroup"))
+		inCgroup := strings.Contains(string(cgroup), ":/"+name+"/") || strings.Contains(string(cgroup), ":/"+name+"\n")
+		if strings.Contains(string(cmdline), dir) || inCgroup {
+			t.Errorf("process left: %s %q", p, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
+	for _, cg := range cgroups {
+		t.Errorf("cgroup left: %s", cg)
+	}
+
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("instance directory %s still there (stat: %v)", dir, err)
+	}
 }
+
+const subPathConfig = `
+kubeletRoot: SRC/kubelet
+`
