@@ -116,34 +116,6 @@ func (p *Plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	return nil, nil
 }
 
-// syncLive follows again, after a (re)connection, the live copies of the running containers
-// recorded by this or an earlier agent (an update missed meanwhile is applied at once) and
-// stops following those of containers that are gone or stopped.
-func (p *Plugin) syncLive(ctrs []*api.Container) {
-	f := p.liveFollower()
-	if f == nil {
-		return
-	}
-	running := map[string]bool{}
-	for _, ctr := range ctrs {
-		switch ctr.GetState() {
-		case api.ContainerState_CONTAINER_RUNNING:
-			running[ctr.GetId()] = true
-			f.SetPid(ctr.GetId(), ctr.GetPid())
-		case api.ContainerState_CONTAINER_CREATED:
-			running[ctr.GetId()] = false // followed once PostStartContainer arms it
-		}
-	}
-	f.Keep(running)
-	n, err := f.Resume(running)
-	if err != nil {
-		p.log.Warnf("live subPath copies: %v", err)
-	}
-	if n > 0 {
-		p.log.Infof("following %d live subPath copies again", n)
-	}
-}
-
 // liveStatus is what status and metrics show of the live copies.
 func (p *Plugin) liveStatus() *liveupdate.LiveStatus {
 	f := p.liveFollower()

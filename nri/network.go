@@ -171,8 +171,9 @@ func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // remount. Only then do the mounts nobody uses begin their grace period.
 func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.requests.end(reqSynchronize, p.requests.begin(reqSynchronize))
-	p.sweepCopies(ctrs)
-	p.syncLive(ctrs)
+	p.syncMu.Lock() // a Synchronize the runtime cut may still be here
+	defer p.syncMu.Unlock()
+	p.syncNow(ctrs) // the subPath copies: the rest after answering (reconcile.go)
 	net := p.mounter()
 	if net == nil {
 		return nil, nil
@@ -209,23 +210,4 @@ func mountSources(ctr *api.Container) []string {
 		out = append(out, m.GetSource())
 	}
 	return out
-}
-
-// sweepCopies removes the subPath copies of containers removed while the plugin was away.
-func (p *Plugin) sweepCopies(ctrs []*api.Container) {
-	c := p.subPathCopies()
-	if c == nil {
-		return
-	}
-	keep := make(map[string]bool, len(ctrs))
-	for _, ctr := range ctrs {
-		keep[ctr.GetId()] = true
-	}
-	removed, err := c.Sweep(keep)
-	if err != nil {
-		p.log.Warnf("remove the subPath copies of removed containers: %v", err)
-	}
-	if len(removed) > 0 {
-		p.log.Infof("removed the subPath copies of %d containers that no longer exist", len(removed))
-	}
 }

@@ -61,6 +61,9 @@ type Plugin struct {
 	follower *liveupdate.Follower // makes live copies follow their volume (live.go); nil with copies
 	live     *metrics.LiveSubPaths
 
+	syncMu    sync.Mutex  // one Synchronize at a time
+	reconcile *reconciler // what Synchronize leaves for after its answer (reconcile.go)
+
 	metrics    *metrics.Metrics          // nil counts nothing
 	fallbacks  *metrics.SubPathFallbacks // nil counts nothing
 	configFrom string
@@ -102,6 +105,7 @@ func newHostChecker(in hostmount.Inspector) specmod.Host { return hostmount.NewC
 // operator and must win over a config the runtime passes at registration.
 func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.Logger) *Plugin {
 	p := &Plugin{cfg: cfg, pinned: pinned, host: host, log: log, subPaths: subpath.NewRepairer(cfg.KubeletRoot)}
+	p.reconcile = newReconciler(p.reconcileJob)
 	p.rebuildLocked()
 	return p
 }

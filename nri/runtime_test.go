@@ -23,7 +23,15 @@ type testRuntime struct {
 	*adaptation.Adaptation
 	socket string
 	synced chan struct{} // one value per plugin that finished Synchronize
+	// took has, per Synchronize of a plugin, how long the plugin took to answer it.
+	took chan time.Duration
+	// syncFailed counts the Synchronizes the plugin did not answer in time or at all (the
+	// runtime then closes the connection: the plugin is dropped until it connects again).
+	syncFailed atomic.Int32
 }
+
+// nodeSnapshot is what a runtime hands a plugin at Synchronize: its pods and containers.
+type nodeSnapshot func() ([]*api.PodSandbox, []*api.Container)
 
 // shortDir returns a temp dir short enough for a unix socket path (108 bytes).
 func shortDir(t testing.TB) string {
@@ -37,17 +45,37 @@ func shortDir(t testing.TB) string {
 
 func startRuntime(t testing.TB, socket string) *testRuntime {
 	t.Helper()
+	return startRuntimeWith(t, socket, nil)
+}
+
+// startRuntimeWith starts a runtime that synchronizes a plugin with what snapshot lists (nil:
+// nothing), as containerd does with the pods and containers it runs.
+func startRuntimeWith(t testing.TB, socket string, snapshot nodeSnapshot) *testRuntime {
+	t.Helper()
 	dir := filepath.Dir(socket)
 	for _, d := range []string{"plugins", "conf"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rt := &testRuntime{socket: socket, synced: make(chan struct{}, 16)}
+	rt := &testRuntime{socket: socket, synced: make(chan struct{}, 16), took: make(chan time.Duration, 16)}
 	var started atomic.Bool // Start syncs the (absent) pre-registered plugins: not a connection
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
-		_, err := cb(ctx, nil, nil)
+		var pods []*api.PodSandbox
+		var ctrs []*api.Container
+		if snapshot != nil && started.Load() {
+			pods, ctrs = snapshot()
+		}
+		start := time.Now()
+		_, err := cb(ctx, pods, ctrs)
+		if err != nil && started.Load() {
+			rt.syncFailed.Add(1)
+		}
 		if started.Load() {
+			select {
+			case rt.took <- time.Since(start):
+			default:
+			}
 			rt.synced <- struct{}{}
 		}
 		return err

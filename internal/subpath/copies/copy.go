@@ -543,6 +543,26 @@ func (c *Copies) Remove(id string) error {
 	return errors.Join(errs...)
 }
 
+// Containers lists the containers that have copies below Dir.
+func (c *Copies) Containers() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pods, err := os.ReadDir(c.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var ids []string
+	var errs []error
+	for _, p := range pods {
+		ctrs, err := os.ReadDir(filepath.Join(c.Dir, p.Name()))
+		errs = append(errs, err)
+		for _, e := range ctrs {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, errors.Join(append(errs, err)...)
+}
+
 // Sweep removes the copies of every container not in keep (containers removed while the
 // plugin was away) and returns their IDs.
 func (c *Copies) Sweep(keep map[string]bool) ([]string, error) {

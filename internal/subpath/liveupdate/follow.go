@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -49,13 +50,19 @@ type Follower struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	saveMu sync.Mutex // one save at a time: they write the same temporary file
-	scanMu sync.Mutex // one scan at a time (retired.go)
+	saveMu    sync.Mutex   // one save at a time: they write the same temporary file
+	saveAsked atomic.Int64 // saves asked for and not begun: a save that begins serves them all
+	scanMu    sync.Mutex   // one scan at a time (retired.go)
 
 	mu        sync.Mutex
 	closed    bool                  // Close saved what its workers applied: nothing is saved after
 	paths     map[string]*livePath  // by copy path
+	pending   map[string]*livePath  // by copy path: recorded, loaded (Load), not followed yet
+	epoch     uint64                // Mark's count: a path followed since has since > a Mark before
 	vols      map[string]*volWorker // by volume directory
+	queue     []string              // volumes kicked, waiting for a worker
+	busy      int                   // workers running (updateWorkers at most)
+	workers   sync.WaitGroup        // the workers running, for Close
 	retired   []*retiredCopy        // old versions, until nobody holds them
 	scanner   chan struct{}         // closed to stop the scanner goroutine; nil while none runs
 	scanned   chan struct{}         // closed when it ended
@@ -73,6 +80,7 @@ type livePath struct {
 	ctr      string
 	cp       copies.Copy // the first copy: cp.Path is the base
 	baseRoot string      // the base mount's root within the copy tmpfs
+	since    uint64      // the Follower's epoch when it was followed (Mark, Keep)
 	mu       sync.Mutex
 	// Guarded by mu:
 	armed   bool         // the container's runtime bound the path: updates may go on
@@ -86,20 +94,21 @@ type livePath struct {
 
 func (lp *livePath) versionPath(v int) string { return fmt.Sprintf("%s.v%d", lp.cp.Path, v) }
 
-// volWorker applies the updates of one volume.
+// volWorker is the update state of one volume: no goroutine of its own. A kick queues it,
+// one of at most updateWorkers goroutines applies its updates and moves on; a kick while
+// that runs makes one more pass, with the newest ..data. Guarded by Follower.mu.
 type volWorker struct {
-	kick  chan struct{} // capacity 1: kicks while it works coalesce
-	stop  chan struct{}
-	once  sync.Once // closes stop
-	done  chan struct{}
-	users int
+	users   int  // live paths of the volume
+	queued  bool // in Follower.queue
+	running bool // a worker makes a pass
+	again   bool // kicked during the pass
 }
 
-// end stops the worker and waits for the update under way.
-func (vw *volWorker) end() {
-	vw.once.Do(func() { close(vw.stop) })
-	<-vw.done
-}
+// updateWorkers bounds the volumes updated at once: a ConfigMap shared by many pods, or a
+// rollout that updates many, is applied in parallel (one volume's copy and mounts take
+// milliseconds, mostly waiting on the kernel) without a goroutine and an OS thread per
+// volume.
+const updateWorkers = 8
 
 // NewFollower returns a Follower of the copies c makes, recording its live copies in
 // statePath; onUpdate is told each update (nil: nobody).
@@ -107,7 +116,7 @@ func NewFollower(c *copies.Copies, statePath string, onUpdate func(Update)) *Fol
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Follower{
 		copies: c, ops: systemLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
-		paths: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
+		paths: map[string]*livePath{}, pending: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
 		pids: map[string]uint32{}, userns: map[string]int{},
 		scanInterval: 2 * time.Second,
 	}
@@ -186,21 +195,48 @@ func (f *Follower) baseRoot(path string) (string, error) {
 	return m.Root, nil
 }
 
+// errFollowed: the path is followed already; errNotPending: the loaded path is no longer to be
+// resumed (its container stopped, or it was loaded again).
+var (
+	errFollowed   = errors.New("followed already")
+	errNotPending = errors.New("no longer to be resumed")
+)
+
 // follow registers lp and watches its volume.
 func (f *Follower) follow(lp *livePath) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.followLocked(lp)
+}
+
+// followPending follows lp, loaded by Load, if it is still to be resumed (errNotPending).
+func (f *Follower) followPending(lp *livePath) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending[lp.cp.Path] != lp {
+		return errNotPending
+	}
+	delete(f.pending, lp.cp.Path)
+	return f.followLocked(lp)
+}
+
+// followLocked registers lp, once: a path followed twice would count its volume's users
+// twice, and its worker would outlive the path. Callers hold f.mu.
+func (f *Follower) followLocked(lp *livePath) error {
 	if err := f.ctx.Err(); err != nil {
 		return err
 	}
+	if _, ok := f.paths[lp.cp.Path]; ok {
+		return errFollowed
+	}
+	lp.since = f.epoch
 	vw := f.vols[lp.cp.VolumeDir]
 	if vw == nil {
 		if err := f.w.add(lp.cp.VolumeDir); err != nil {
 			return err
 		}
-		vw = &volWorker{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		vw = &volWorker{}
 		f.vols[lp.cp.VolumeDir] = vw
-		go f.work(lp.cp.VolumeDir, vw)
 	}
 	vw.users++
 	f.paths[lp.cp.Path] = lp
@@ -263,49 +299,77 @@ func (f *Follower) ofContainer(id string) []*livePath {
 	return out
 }
 
-// kick wakes the worker of volume dir.
+// kick queues volume dir for a pass of its updates, starting a worker if fewer than
+// updateWorkers run.
 func (f *Follower) kick(dir string) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	vw := f.vols[dir]
-	f.mu.Unlock()
-	if vw != nil {
-		select {
-		case vw.kick <- struct{}{}:
-		default: // a kick is pending: it sees the newest ..data
-		}
+	switch {
+	case vw == nil || vw.queued || f.ctx.Err() != nil:
+		return // not followed, or its pass is to come: it sees the newest ..data
+	case vw.running:
+		vw.again = true
+		return
+	}
+	vw.queued = true
+	f.queue = append(f.queue, dir)
+	if f.busy < updateWorkers {
+		f.busy++
+		f.workers.Add(1)
+		go f.work()
 	}
 }
 
-func (f *Follower) work(dir string, vw *volWorker) {
-	defer close(vw.done)
-	for {
-		select {
-		case <-vw.stop:
-			return
-		case <-vw.kick:
-			f.mu.Lock()
-			var lps []*livePath
-			for _, lp := range f.paths {
-				if lp.cp.VolumeDir == dir {
-					lps = append(lps, lp)
-				}
-			}
-			f.mu.Unlock()
-			sort.Slice(lps, func(i, j int) bool { return lps[i].cp.Path < lps[j].cp.Path })
-			// ..data is read once per pass: every path of the volume switches in the same pass
-			// (in path order), none left for the next one because the rename came between two.
-			data, err := os.Readlink(filepath.Join(dir, "..data"))
-			if err != nil {
-				continue
-			}
-			changed := false
-			for _, lp := range lps {
-				changed = f.update(lp, data) || changed
-			}
-			if changed {
-				f.save()
-			}
+// work makes the passes of the queued volumes, one after the other, and ends when none is
+// left (or the Follower closes).
+func (f *Follower) work() {
+	defer f.workers.Done()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.queue) > 0 && f.ctx.Err() == nil {
+		dir := f.queue[0]
+		f.queue = f.queue[1:]
+		vw := f.vols[dir]
+		if vw == nil {
+			continue // no longer followed
 		}
+		vw.queued, vw.running = false, true
+		f.mu.Unlock()
+		f.pass(dir)
+		f.mu.Lock()
+		vw.running = false
+		if vw.again && f.vols[dir] == vw {
+			vw.again, vw.queued = false, true
+			f.queue = append(f.queue, dir) // behind the others: one busy volume does not hold a worker
+		}
+	}
+	f.busy--
+}
+
+// pass applies the update of every live path of volume dir, if ..data changed.
+func (f *Follower) pass(dir string) {
+	f.mu.Lock()
+	var lps []*livePath
+	for _, lp := range f.paths {
+		if lp.cp.VolumeDir == dir {
+			lps = append(lps, lp)
+		}
+	}
+	f.mu.Unlock()
+	sort.Slice(lps, func(i, j int) bool { return lps[i].cp.Path < lps[j].cp.Path })
+	// ..data is read once per pass: every path of the volume switches in the same pass
+	// (in path order), none left for the next one because the rename came between two.
+	data, err := os.Readlink(filepath.Join(dir, "..data"))
+	if err != nil {
+		return
+	}
+	changed := false
+	for _, lp := range lps {
+		changed = f.update(lp, data) || changed
+	}
+	if changed {
+		f.save()
 	}
 }
 
@@ -381,14 +445,13 @@ func (f *Follower) count(u Update) {
 }
 
 // Stop stops following container id's live copies (NRI StopContainer, RemoveContainer): their
-// watches and workers go, the mounts stay until the copies are removed (Copies.Remove), and
+// watches go (an update under way of one of them ends first; no goroutine is kept per volume), the mounts stay until the copies are removed (Copies.Remove), and
 // the old versions it holds are no longer counted.
 func (f *Follower) Stop(id string) { f.stop(id, true) }
 
 // stop is Stop; without save the state file keeps the container (a closing agent leaves it
 // for its successor, Resume).
 func (f *Follower) stop(id string, save bool) {
-	var stops []*volWorker
 	var unwatch []string
 	var gone []*livePath
 	f.mu.Lock()
@@ -400,10 +463,14 @@ func (f *Follower) stop(id string, save bool) {
 		gone = append(gone, lp)
 		if vw := f.vols[lp.cp.VolumeDir]; vw != nil {
 			if vw.users--; vw.users == 0 {
-				delete(f.vols, lp.cp.VolumeDir)
-				stops = append(stops, vw)
+				delete(f.vols, lp.cp.VolumeDir) // a worker skips it, or ends its pass: lp.gone
 				unwatch = append(unwatch, lp.cp.VolumeDir)
 			}
+		}
+	}
+	for p, lp := range f.pending {
+		if lp.ctr == id {
+			delete(f.pending, p)
 		}
 	}
 	f.dropRetiredLocked(id)
@@ -422,44 +489,43 @@ func (f *Follower) stop(id string, save bool) {
 	for _, dir := range unwatch {
 		f.w.remove(dir) // not under f.mu: its goroutine may be in kick
 	}
-	for _, vw := range stops {
-		vw.end()
-	}
 	if save {
 		f.save()
 	}
 }
 
-// Keep stops following the live copies of every container not in running (Synchronize: the
-// containers that went while the agent was away or that no longer run).
-func (f *Follower) Keep(running map[string]bool) {
+// Mark is a point in time for Keep: the runtime's list of containers was taken before it.
+func (f *Follower) Mark() uint64 {
 	f.mu.Lock()
-	var gone []string
+	defer f.mu.Unlock()
+	f.epoch++
+	return f.epoch
+}
+
+// Keep stops following the live copies of every container not in running (Synchronize: the
+// containers that went while the agent was away or that no longer run), among those followed
+// before mark (Mark, taken when running was): a container created since is not in running,
+// and runs.
+func (f *Follower) Keep(running map[string]bool, mark uint64) {
+	f.mu.Lock()
+	gone := map[string]bool{}
 	for _, lp := range f.paths {
-		if !running[lp.ctr] {
-			gone = append(gone, lp.ctr)
+		if !running[lp.ctr] && lp.since < mark {
+			gone[lp.ctr] = true
 		}
 	}
 	f.mu.Unlock()
-	for _, id := range gone {
+	for id := range gone {
 		f.Stop(id)
 	}
 }
 
-// Close stops everything: workers, watches, the scanner. The mounts stay, and the state file
+// Close stops everything: the workers (it waits for them), watches, the scanner. The mounts stay, and the state file
 // records the versions they show for the agent's successor (Resume): each worker saves what
 // it applied before it ends; nothing is saved after.
 func (f *Follower) Close() {
-	f.cancel() // a copy under way gives up
-	f.mu.Lock()
-	vws := make([]*volWorker, 0, len(f.vols))
-	for _, vw := range f.vols {
-		vws = append(vws, vw)
-	}
-	f.mu.Unlock()
-	for _, vw := range vws {
-		vw.end() // a layer it put, it saved before it ended
-	}
+	f.cancel()       // a copy under way gives up, no worker takes another volume
+	f.workers.Wait() // a layer a worker put, it saved before it ended
 	f.mu.Lock()
 	f.closed = true
 	ids := map[string]bool{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -49,20 +50,29 @@ type statePath struct {
 }
 
 // save writes the state file (atomically: a new file renamed over it). A closed Follower
-// writes nothing: what Close recorded is for its successor.
+// writes nothing: what Close recorded is for its successor. Saves asked for while one writes
+// are served by one more: each write takes the state as it is when it begins, so when save
+// returns, the file holds what its caller changed before.
 func (f *Follower) save() {
 	if f.statePath == "" {
 		return
 	}
+	f.saveAsked.Add(1)
 	f.saveMu.Lock()
 	defer f.saveMu.Unlock()
+	if f.saveAsked.Swap(0) == 0 {
+		return // a write that began after this was asked for served it
+	}
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
 		return
 	}
-	lps := make([]*livePath, 0, len(f.paths))
+	lps := make([]*livePath, 0, len(f.paths)+len(f.pending))
 	for _, lp := range f.paths {
+		lps = append(lps, lp)
+	}
+	for _, lp := range f.pending { // not followed yet: kept for when they are
 		lps = append(lps, lp)
 	}
 	f.mu.Unlock()
@@ -90,21 +100,19 @@ func (f *Follower) save() {
 	}
 }
 
-// recoverVersions makes lp, read from a state file, agree with what is on the node: the file
+// recoverVersions makes lp, read from a state file (roots: of the mounts at its path), agree with what is on the node: the file
 // may be older than the mounts (an agent killed between an update's mount and its save, or
 // closed while its worker applied one). The version in force is the one mounted on top at
 // its path; the next version is numbered after every P.v<n> there; and the versions an
 // earlier agent replaced (retired, perhaps still held open, perhaps never freed) are returned
 // to be retired again, with the base when a layer shadows it. A version mounted at the path
 // is never among them.
-func (f *Follower) recoverVersions(lp *livePath) []retiredCopy {
+func (f *Follower) recoverVersions(lp *livePath, roots []string) []retiredCopy {
 	lp.last = lp.version
 	mounted := map[int]bool{}
-	if ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (bool, bool) { return m.Mountpoint != lp.cp.Path, false }); err == nil {
-		for _, m := range ms {
-			if v, ok := versionOfRoot(m.Root, lp.baseRoot); ok {
-				mounted[v] = true
-			}
+	for _, root := range roots {
+		if v, ok := versionOfRoot(root, lp.baseRoot); ok {
+			mounted[v] = true
 		}
 	}
 	if top, ok := f.topVersion(lp); ok && top != lp.version {
@@ -171,9 +179,21 @@ func versionOfRoot(name, base string) (int, bool) {
 
 // Resume follows again the live copies an earlier agent recorded, of the containers in
 // running (true: it runs, its runtime bound the copies), and applies at once an update that
-// came while nobody watched. It returns how many it resumed; a recorded copy whose path is
-// no longer a mount point (the node rebooted, the container went) is dropped.
+// came while nobody watched: Load, then ResumeLoaded. It returns how many it resumed.
 func (f *Follower) Resume(running map[string]bool) (int, error) {
+	if _, err := f.Load(running); err != nil {
+		return 0, err
+	}
+	return f.ResumeLoaded(nil)
+}
+
+// Load reads the live copies an earlier agent (or this one) recorded, of the containers in
+// running, that are not followed yet: ResumeLoaded follows them. It only reads the state
+// file, so that it can run while the runtime waits (Synchronize); the mounts are looked at
+// by ResumeLoaded. Until then the records stay in the state file, whatever else is saved
+// meanwhile, and a container stopped meanwhile (Stop) drops its own. Loading again replaces
+// what a former Load left, so that a repeated Synchronize never resumes a copy twice.
+func (f *Follower) Load(running map[string]bool) (int, error) {
 	data, err := os.ReadFile(f.statePath)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -188,33 +208,67 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 	if st.Version != stateVersion {
 		return 0, fmt.Errorf("state file %s has version %d, this agent reads %d: its live copies stay as they are", f.statePath, st.Version, stateVersion)
 	}
-	n := 0
-	var errs []error
+	kubeletRoot := f.copier().KubeletRoot()
+	pending := map[string]*livePath{}
 	for _, sp := range st.Paths {
 		on, known := running[sp.Container]
 		if !known {
 			continue
 		}
-		t, ok := subpath.ParseTarget(f.copier().KubeletRoot(), sp.Target)
+		t, ok := subpath.ParseTarget(kubeletRoot, sp.Target)
 		if !ok {
 			continue
 		}
-		if info, err := (subpath.System{}).Stat(sp.Path); err != nil || !info.MountRoot {
-			continue
-		}
-		f.mu.Lock()
-		_, dup := f.paths[sp.Path]
-		f.mu.Unlock()
-		if dup {
-			continue
-		}
-		lp := &livePath{
+		pending[sp.Path] = &livePath{
 			ctr: sp.Container, baseRoot: sp.BaseRoot, armed: on,
 			cp:      copies.Copy{Target: t, Kind: sp.Kind, SubPath: sp.SubPath, Path: sp.Path, VolumeDir: sp.VolumeDir, Data: sp.Data, Live: true, Idmap: sp.Idmap, Bytes: sp.FirstBytes, Entries: sp.FirstEntries},
 			version: sp.Version, current: sp.Current, data: sp.Data, used: copies.Usage{Bytes: sp.Bytes, Entries: sp.Entries},
 		}
-		left := f.recoverVersions(lp)
-		if err := f.follow(lp); err != nil {
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for path := range pending {
+		if _, followed := f.paths[path]; followed {
+			delete(pending, path)
+		}
+	}
+	f.pending = pending
+	return len(pending), nil
+}
+
+// ResumeLoaded follows the live copies Load read, and applies at once an update that came
+// while nobody watched; stop (nil: never) says to give up between two copies (a newer
+// Synchronize loaded again). It returns how many it resumed; a recorded copy whose path is no
+// longer a mount point (the node rebooted, the container went) is dropped.
+func (f *Follower) ResumeLoaded(stop func() bool) (int, error) {
+	f.mu.Lock()
+	todo := make([]*livePath, 0, len(f.pending))
+	for _, lp := range f.pending {
+		todo = append(todo, lp)
+	}
+	f.mu.Unlock()
+	if len(todo) == 0 {
+		return 0, nil
+	}
+	sort.Slice(todo, func(i, j int) bool { return todo[i].cp.Path < todo[j].cp.Path })
+	roots := mountRoots(f.copier().Dir) // read once: on a node of many pods it is long
+	n := 0
+	var errs []error
+	for _, lp := range todo {
+		if stop != nil && stop() {
+			break
+		}
+		if info, err := (subpath.System{}).Stat(lp.cp.Path); err != nil || !info.MountRoot {
+			f.dropPending(lp)
+			continue
+		}
+		lp.mu.Lock() // save reads it meanwhile
+		left := f.recoverVersions(lp, roots[lp.cp.Path])
+		lp.mu.Unlock()
+		switch err := f.followPending(lp); {
+		case errors.Is(err, errNotPending):
+			continue // stopped meanwhile, or loaded again
+		case err != nil:
 			errs = append(errs, err)
 			continue
 		}
@@ -222,8 +276,30 @@ func (f *Follower) Resume(running map[string]bool) (int, error) {
 			f.retire(old)
 		}
 		n++
-		f.kick(sp.VolumeDir)
+		f.kick(lp.cp.VolumeDir)
 	}
 	f.save()
 	return n, errors.Join(errs...)
+}
+
+// mountRoots are the roots of the mounts at each mount point below dir.
+func mountRoots(dir string) map[string][]string {
+	roots := map[string][]string{}
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return roots
+	}
+	for _, m := range ms {
+		roots[m.Mountpoint] = append(roots[m.Mountpoint], m.Root)
+	}
+	return roots
+}
+
+// dropPending forgets lp, loaded and not to be followed.
+func (f *Follower) dropPending(lp *livePath) {
+	f.mu.Lock()
+	if f.pending[lp.cp.Path] == lp {
+		delete(f.pending, lp.cp.Path)
+	}
+	f.mu.Unlock()
 }

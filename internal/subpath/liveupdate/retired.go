@@ -142,6 +142,7 @@ func inodesBelow(dirfd int, rel string) (map[uint64]bool, copies.Usage) {
 func (f *Follower) scan() {
 	f.scanMu.Lock()
 	defer f.scanMu.Unlock()
+	c := f.copier() // not under f.mu: copier takes it
 	f.mu.Lock()
 	if len(f.retired) == 0 {
 		f.mu.Unlock()
