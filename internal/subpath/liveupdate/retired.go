@@ -149,7 +149,6 @@ func (f *Follower) scan() {
 		return
 	}
 	// Each pod's copies are on its own tmpfs: inode numbers are per device.
-	c := f.copies
 	want := map[string]map[uint64]bool{}
 	dirs := map[string]bool{}
 	for _, r := range f.retired {
