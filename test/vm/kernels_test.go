@@ -28,10 +28,7 @@ var kernelPackages = []string{
 
 // knownFailures are tests left out on kernels older than before, where the product falls
 // short today; TestKernels logs each one it leaves out.
-var knownFailures = []struct{ before, pkg, test, why string }{
-	{"6.8", "internal/hostmount", "TestCachedCheckAsksNoFUSEServer",
-		"on 6.1 a check with the sshfs daemon stopped still times out (passed on 5.10): the filesystem type no longer asks statfs, but something else in the check (the source's fstat, or statx without AT_STATX_DONT_SYNC, neither of which skips GETATTR on these kernels) still asks the FUSE server"},
-}
+var knownFailures = []struct{ before, pkg, test, why string }{}
 
 // sourceOnly are tests that read the repository's source, not the kernel: they run in make
 // unit, and in a guest only cost time (walking the tree over virtiofs).
