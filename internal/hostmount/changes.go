@@ -104,8 +104,9 @@ func (c *changes) matters(buf []byte) bool {
 //
 // watched holds the directories watched by this caller's earlier calls (for the sources of one
 // check), with their descriptors: their ancestors are watched and local, so the walk up stops
-// there. The filesystem type is asked (statmount) only where the mount changes on the way up:
-// a directory on its child's mount is on the child's filesystem.
+// there. The filesystem type is read from the mount table (statmount, or mountinfo before
+// Linux 6.8; never statfs, which would ask the filesystem) only where the mount changes on the
+// way up: a directory on its child's mount is on the child's filesystem.
 func (c *changes) watch(path string, watched map[string]int32) (ok bool, err error) {
 	child, childMount := "", uint64(0)
 	for p := path; ; child, p = filepath.Base(p), filepath.Dir(p) {

@@ -28,14 +28,23 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/reexec"
 )
 
-// NotSupportedError says the filesystem at Source cannot be idmapped.
+// NotSupportedError says the filesystem at Source cannot be idmapped: the filesystem cannot
+// (EINVAL), or this kernel has no idmapped mounts at all (ENOSYS: Linux < 5.12).
 type NotSupportedError struct {
 	Source string
 	FSType string // the mount's type as mountinfo names it (fuse.sshfs, nfs4, ...); "" if unknown
-	Err    error  // the kernel's answer (EINVAL)
+	Err    error  // the kernel's answer (EINVAL, or ENOSYS)
+	Call   string // the system call that answered ENOSYS ("" for mount_setattr)
 }
 
 func (e *NotSupportedError) Error() string {
+	if errors.Is(e.Err, unix.ENOSYS) {
+		call := e.Call
+		if call == "" {
+			call = "mount_setattr"
+		}
+		return fmt.Sprintf("its %s filesystem cannot be idmapped on this kernel, which has no idmapped mounts (it answers ENOSYS to %s(2); idmapped mounts need Linux 5.12 or newer)", e.fsType(), call)
+	}
 	answer := e.Err.Error()
 	var errno unix.Errno
 	if errors.As(e.Err, &errno) && unix.ErrnoName(errno) != "" {
@@ -55,7 +64,8 @@ func (e *NotSupportedError) Unwrap() error { return e.Err }
 
 // Check asks the kernel whether the mount at source (resolved without following symlinks) can
 // be idmapped with the user namespace userns: nil if it can, a *NotSupportedError if the
-// filesystem cannot, another error if the probe itself failed.
+// filesystem cannot or the kernel has no idmapped mounts (no mount_setattr or open_tree: ENOSYS),
+// another error if the probe itself failed.
 func Check(source string, userns *os.File) error {
 	src, err := hostmount.OpenSource(source)
 	if err != nil {
@@ -63,6 +73,9 @@ func Check(source string, userns *os.File) error {
 	}
 	defer src.Close()
 	fd, err := unix.OpenTree(int(src.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if errors.Is(err, unix.ENOSYS) {
+		return &NotSupportedError{Source: source, FSType: FSType(int(src.Fd())), Err: err, Call: "open_tree"}
+	}
 	if err != nil {
 		return fmt.Errorf("clone the mount at %s (open_tree): %w", source, err)
 	}
@@ -71,7 +84,7 @@ func Check(source string, userns *os.File) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, unix.EINVAL):
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
 		return &NotSupportedError{Source: source, FSType: FSType(int(src.Fd())), Err: err}
 	}
 	return fmt.Errorf("idmap a clone of the mount at %s (mount_setattr MOUNT_ATTR_IDMAP): %w", source, err)

@@ -277,26 +277,79 @@ func MountID(path string) (uint64, error) {
 }
 
 // SuperMagic returns the type (statfs(2)'s f_type, a ..._SUPER_MAGIC) of the filesystem of
-// mount id (MountID), on which path lies. Where the kernel has statmount(2) it is read from
-// the mount table, without the statfs round trip to the filesystem (for sshfs one to the
-// server: hundreds of microseconds, forever when it hangs); else (Linux < 6.8) statfs(path)
-// answers.
+// mount id (MountID), on which path lies. It never asks the filesystem: statfs(path) would be
+// a round trip to it (for sshfs one to the server: hundreds of microseconds, forever when it
+// hangs). Where the kernel has statmount(2) it is read from the mount table; else (Linux < 6.8,
+// id is then the mountinfo ID) it is the type /proc/self/mountinfo names, as magicOf maps it:
+// 0 for a type that table does not know.
 func SuperMagic(id uint64, path string) (int64, error) {
-	if id >= UniqueIDOffset {
-		var buf [smFixedSize]byte
-		err := statmountFixed(id, statmountSbBasic, &buf)
-		if err == nil {
-			return int64(binary.LittleEndian.Uint64(buf[smSbMagic:])), nil
-		}
-		if !errors.Is(err, ErrNoStatmount) {
-			return 0, err
-		}
+	if id < UniqueIDOffset {
+		return mountinfoSuperMagic(id, path)
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(path, &sfs); err != nil {
-		return 0, &fs.PathError{Op: "statfs", Path: path, Err: err}
+	var buf [smFixedSize]byte
+	if err := statmountFixed(id, statmountSbBasic, &buf); err != nil {
+		return 0, fmt.Errorf("filesystem type of mount %d holding %s: %w", id, path, err)
 	}
-	return sfs.Type, nil
+	return int64(binary.LittleEndian.Uint64(buf[smSbMagic:])), nil
+}
+
+// mountinfoSuperMagic is SuperMagic from one read of /proc/self/mountinfo, for mountinfo ID id.
+func mountinfoSuperMagic(id uint64, path string) (int64, error) {
+	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
+		return uint64(i.ID) != id, uint64(i.ID) == id
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read mountinfo: %w", err)
+	}
+	if len(infos) == 0 {
+		return 0, fmt.Errorf("mount %d holding %s is not in this mount namespace's mountinfo", id, path)
+	}
+	return magicOf(infos[0].FSType), nil
+}
+
+// magicOf maps a filesystem type as mountinfo names it (field 9: "ext4", "fuse.sshfs") to the
+// f_type statfs(2) reports for it; 0 for a type not listed. It lists the local filesystems a
+// node's paths lie on and the network ones they are told apart from; a caller must take 0 as
+// "unknown", never as local.
+func magicOf(fstype string) int64 {
+	if strings.HasPrefix(fstype, "fuse.") {
+		return unix.FUSE_SUPER_MAGIC
+	}
+	switch fstype {
+	case "ext2", "ext3", "ext4":
+		return unix.EXT4_SUPER_MAGIC // one magic for the three
+	case "xfs":
+		return unix.XFS_SUPER_MAGIC
+	case "btrfs":
+		return unix.BTRFS_SUPER_MAGIC
+	case "f2fs":
+		return unix.F2FS_SUPER_MAGIC
+	case "tmpfs", "devtmpfs":
+		return unix.TMPFS_MAGIC
+	case "ramfs":
+		return unix.RAMFS_MAGIC
+	case "overlay":
+		return unix.OVERLAYFS_SUPER_MAGIC
+	case "proc":
+		return unix.PROC_SUPER_MAGIC
+	case "sysfs":
+		return unix.SYSFS_MAGIC
+	case "cgroup2":
+		return unix.CGROUP2_SUPER_MAGIC
+	case "devpts":
+		return unix.DEVPTS_SUPER_MAGIC
+	case "nfs", "nfs4":
+		return unix.NFS_SUPER_MAGIC
+	case "fuse", "fuseblk":
+		return unix.FUSE_SUPER_MAGIC
+	case "virtiofs":
+		return unix.FUSE_SUPER_MAGIC // a FUSE filesystem served by the host
+	case "9p":
+		return unix.V9FS_MAGIC
+	case "ceph":
+		return unix.CEPH_SUPER_MAGIC
+	}
+	return 0
 }
 
 // statmountFixed asks statmount(2) for the fixed part of struct statmount only, into buf

@@ -93,7 +93,9 @@ func (s *SSHD) Start() error {
 		return fmt.Errorf("start sshd: %w", err)
 	}
 	go s.cmd.Wait()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	// A hang guard, not a time limit: an emulated guest (test/vm) on a loaded machine takes
+	// more than 10 s to get sshd listening.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(s.port))
 		if err == nil {
 			c.Close()

@@ -28,12 +28,7 @@ var kernelPackages = []string{
 
 // knownFailures are tests left out on kernels older than before, where the product falls
 // short today; TestKernels logs each one it leaves out.
-var knownFailures = []struct{ before, pkg, test, why string }{
-	{"6.8", "internal/hostmount", "TestCachedCheckAsksNoFUSEServer",
-		"without statmount (Linux < 6.8) mounttable.SuperMagic asks statfs(2), a round trip to the FUSE server: a check with the sshfs daemon stopped times out"},
-	{"5.12", "internal/idmap", "TestCheck",
-		"mount_setattr(2) does not exist before Linux 5.12: Check answers ENOSYS as a failed probe, not a NotSupportedError"},
-}
+var knownFailures = []struct{ before, pkg, test, why string }{}
 
 // sourceOnly are tests that read the repository's source, not the kernel: they run in make
 // unit, and in a guest only cost time (walking the tree over virtiofs).
