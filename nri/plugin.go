@@ -44,7 +44,7 @@ type Plugin struct {
 	cfg *configs.Config
 	// eng decides with cfg and the side effects below (net, copies, idmap); built again
 	// whenever one of them changes (rebuildLocked), not per container. Guarded by mu.
-	eng *served
+	eng *engine.Engine
 	// pinned: the config was named on the command line, so one the runtime hands over in
 	// Configure (plugin_config_path) is not used.
 	pinned bool
@@ -233,39 +233,11 @@ func (p *Plugin) rebuildLocked() {
 	if p.copies != nil {
 		e.SubPathCopies = p.copies
 	}
-	p.eng = serve(e)
-}
-
-// served is a decision engine with what cannotBlock needs to know of its config, worked out
-// once per engine instead of per container.
-type served struct {
-	*engine.Engine
-	// hostBounded: the host check bounds itself (hostmount.DefaultTimeout) below createBudget.
-	hostBounded bool
-	classes     map[string]classFacts
-}
-
-// classFacts is what cannotBlock needs to know of a class.
-type classFacts struct {
-	mounts  bool // the class has mounts (to idmap in a container with a user namespace)
-	network bool // one of them is a network filesystem
-}
-
-func serve(e *engine.Engine) *served {
-	s := &served{Engine: e, hostBounded: hostmount.DefaultTimeout < e.Config.CreateBudget,
-		classes: make(map[string]classFacts, len(e.Config.RuntimeClasses))}
-	for name, rc := range e.Config.RuntimeClasses {
-		f := classFacts{mounts: len(rc.Mounts) > 0}
-		for _, m := range rc.Mounts {
-			f.network = f.network || m.Network != nil
-		}
-		s.classes[name] = f
-	}
-	return s
+	p.eng = e
 }
 
 // engine is the decision engine in force; its Config is the config in force.
-func (p *Plugin) engine() *served {
+func (p *Plugin) engine() *engine.Engine {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.eng
@@ -301,12 +273,12 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	// info line name its runtime class.
 	log := p.log.WithField("container", req.Container.String())
 	var r decided
-	if e.cannotBlock(req) {
+	if !e.MayBlock(req) {
 		// Nothing in this decision can wait on the host: no goroutine, no timer; no network
 		// mount, so nothing waits on ctx.
-		r = p.decide(context.Background(), e.Engine, req)
+		r = p.decide(context.Background(), e, req)
 	} else {
-		r = p.decideAside(e.Engine, req)
+		r = p.decideAside(e, req)
 	}
 	r.d.LogRepairs(log)
 	p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
@@ -374,26 +346,6 @@ func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Reques
 	}()
 	d, err := e.Decide(ctx, req)
 	return decided{d, err}
-}
-
-// cannotBlock says the decision for req holds at most one step that can wait on the host, the
-// host check, which bounds itself (hostmount.DefaultTimeout) below createBudget: no kubelet
-// subPath mount, no network filesystem in the class, and no idmap probe (the second bounded
-// step of a container with a user namespace given class mounts). Such a decision runs on the
-// request's goroutine; any other runs on one of its own under createBudget, so that the sum of
-// its bounded steps can never keep the runtime waiting past its plugin timeout.
-func (s *served) cannotBlock(req engine.Request) bool {
-	if !s.hostBounded {
-		return false
-	}
-	for _, m := range req.Mounts {
-		if _, sub := subpath.ParseTarget(s.Config.KubeletRoot, m.Source); sub {
-			return false
-		}
-	}
-	c := s.classes[configs.ClassName(req.Handler)]
-	// With a user namespace, the idmap probe is a second bounded step.
-	return !c.network && !(req.UserNamespace && c.mounts)
 }
 
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
