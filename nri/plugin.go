@@ -349,7 +349,8 @@ func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Reques
 }
 
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
-// copy is replaced by the same mount from the copy, then the class mounts are added.
+// copy is replaced by the same mount from the copy (with engine.CopyMountOptions), then the
+// class mounts are added.
 func adjustment(log *logrus.Entry, d engine.Decision, mounts []*api.Mount, userns bool) *api.ContainerAdjustment {
 	if !d.Configured && len(d.Copies) == 0 {
 		log.Debugf("no runtime class %q in the config: container left unchanged", d.Class)
@@ -360,7 +361,7 @@ func adjustment(log *logrus.Entry, d engine.Decision, mounts []*api.Mount, usern
 		for _, m := range mounts {
 			if m.Source == c.Target.Path {
 				adjust.RemoveMount(m.Destination)
-				adjust.AddMount(fromCopy(m, c, userns))
+				adjust.AddMount(&api.Mount{Destination: m.Destination, Type: m.Type, Source: c.Path, Options: engine.CopyMountOptions(m.Options, c, userns)})
 			}
 		}
 	}
@@ -399,24 +400,6 @@ func addedMessage(d engine.Decision) string {
 		m.Describe(&b)
 	}
 	return b.String()
-}
-
-// fromCopy is mount m bound from private copy c instead. It is read-only whatever m's options
-// say: kubelet mounts every atomic-writer volume "ro", and a copy lives on the node's shared
-// copy tmpfs, where a container's write would be charged to no pod's budget. In a container
-// with a user namespace kubelet's volume mounts are idmapped (NRI does not show the mappings),
-// so the copy is too: runc maps an "idmap" mount with the container's own mappings. A live copy
-// is bound rslave, so that its updates reach the container.
-func fromCopy(m *api.Mount, c copies.Copy, userns bool) *api.Mount {
-	opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "rw" || o == "ro" })
-	opts = append(opts, "ro")
-	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
-		opts = append(opts, "idmap")
-	}
-	if c.Live {
-		opts = livePropagation(opts)
-	}
-	return &api.Mount{Destination: m.Destination, Type: m.Type, Source: c.Path, Options: opts}
 }
 
 func hasUserNamespace(ctr *api.Container) bool {
