@@ -272,7 +272,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	// Every line about the container carries it (namespace/pod/name); the refusal and the
 	// info line name its runtime class.
 	log := p.log.WithField("container", req.Container.String())
-	var r decided
+	var r outcome
 	if !e.MayBlock(req) {
 		// Nothing in this decision can wait on the host: no goroutine, no timer; no network
 		// mount, so nothing waits on ctx.
@@ -309,9 +309,9 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // createBudget; past it the container is refused, and whatever the late decision claims is
 // released (the container will not be created). Its own function: the goroutine's closure
 // would otherwise move every request to the heap, those decided inline too.
-func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) decided {
+func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) outcome {
 	budget := e.Config.CreateBudget
-	done := make(chan decided, 1)
+	done := make(chan outcome, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(budget))
 		defer cancel()
@@ -324,12 +324,12 @@ func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) decided {
 		return r
 	case <-timer.C:
 		go func() { <-done; p.release(req.Container.ID) }()
-		return decided{err: engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonBudget, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
+		return outcome{err: engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonBudget, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
 	}
 }
 
-// decided is a decision or the refusal.
-type decided struct {
+// outcome is what a decision came to: the engine's decision, or the refusal.
+type outcome struct {
 	d   engine.Decision
 	err error
 }
@@ -337,15 +337,15 @@ type decided struct {
 // decide runs engine e, ctx bounding its wait for network mounts (acquireBudget); a panic
 // refuses the container instead of ending the plugin (a runtime without its plugin creates
 // containers without their mounts).
-func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Request) (r decided) {
+func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Request) (r outcome) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.release(req.Container.ID)
-			r = decided{err: &bounded.PanicError{What: "internal error", Value: v, Stack: debug.Stack()}}
+			r = outcome{err: &bounded.PanicError{What: "internal error", Value: v, Stack: debug.Stack()}}
 		}
 	}()
 	d, err := e.Decide(ctx, req)
-	return decided{d, err}
+	return outcome{d, err}
 }
 
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
