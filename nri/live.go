@@ -84,19 +84,6 @@ func (p *Plugin) trackLive(log *logrus.Entry, id string, d *engine.Decision) {
 	}
 }
 
-// livePropagation gives the options of a live copy's mount rslave propagation (the layers
-// reach the container through it) in place of kubelet's.
-func livePropagation(opts []string) []string {
-	out := slices.DeleteFunc(opts, func(o string) bool {
-		switch o {
-		case "private", "rprivate", "slave", "rslave", "shared", "rshared", "unbindable", "runbindable":
-			return true
-		}
-		return false
-	})
-	return append(out, "rslave")
-}
-
 // PostStartContainer lets the container's live copies follow updates: its runtime bound them.
 func (p *Plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.requests.end(reqPostStartContainer, p.requests.begin(reqPostStartContainer))

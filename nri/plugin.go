@@ -44,7 +44,7 @@ type Plugin struct {
 	cfg *configs.Config
 	// eng decides with cfg and the side effects below (net, copies, idmap); built again
 	// whenever one of them changes (rebuildLocked), not per container. Guarded by mu.
-	eng *served
+	eng *engine.Engine
 	// pinned: the config was named on the command line, so one the runtime hands over in
 	// Configure (plugin_config_path) is not used.
 	pinned bool
@@ -233,39 +233,11 @@ func (p *Plugin) rebuildLocked() {
 	if p.copies != nil {
 		e.SubPathCopies = p.copies
 	}
-	p.eng = serve(e)
-}
-
-// served is a decision engine with what cannotBlock needs to know of its config, worked out
-// once per engine instead of per container.
-type served struct {
-	*engine.Engine
-	// hostBounded: the host check bounds itself (hostmount.DefaultTimeout) below createBudget.
-	hostBounded bool
-	classes     map[string]classFacts
-}
-
-// classFacts is what cannotBlock needs to know of a class.
-type classFacts struct {
-	mounts  bool // the class has mounts (to idmap in a container with a user namespace)
-	network bool // one of them is a network filesystem
-}
-
-func serve(e *engine.Engine) *served {
-	s := &served{Engine: e, hostBounded: hostmount.DefaultTimeout < e.Config.CreateBudget,
-		classes: make(map[string]classFacts, len(e.Config.RuntimeClasses))}
-	for name, rc := range e.Config.RuntimeClasses {
-		f := classFacts{mounts: len(rc.Mounts) > 0}
-		for _, m := range rc.Mounts {
-			f.network = f.network || m.Network != nil
-		}
-		s.classes[name] = f
-	}
-	return s
+	p.eng = e
 }
 
 // engine is the decision engine in force; its Config is the config in force.
-func (p *Plugin) engine() *served {
+func (p *Plugin) engine() *engine.Engine {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.eng
@@ -300,13 +272,13 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	// Every line about the container carries it (namespace/pod/name); the refusal and the
 	// info line name its runtime class.
 	log := p.log.WithField("container", req.Container.String())
-	var r decided
-	if e.cannotBlock(req) {
+	var r outcome
+	if !e.MayBlock(req) {
 		// Nothing in this decision can wait on the host: no goroutine, no timer; no network
 		// mount, so nothing waits on ctx.
-		r = p.decide(context.Background(), e.Engine, req)
+		r = p.decide(context.Background(), e, req)
 	} else {
-		r = p.decideAside(e.Engine, req)
+		r = p.decideAside(e, req)
 	}
 	r.d.LogRepairs(log)
 	p.metrics.SubPath(len(r.d.Copies), len(r.d.Repairs))
@@ -337,9 +309,9 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // createBudget; past it the container is refused, and whatever the late decision claims is
 // released (the container will not be created). Its own function: the goroutine's closure
 // would otherwise move every request to the heap, those decided inline too.
-func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) decided {
+func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) outcome {
 	budget := e.Config.CreateBudget
-	done := make(chan decided, 1)
+	done := make(chan outcome, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), acquireBudget(budget))
 		defer cancel()
@@ -352,12 +324,12 @@ func (p *Plugin) decideAside(e *engine.Engine, req engine.Request) decided {
 		return r
 	case <-timer.C:
 		go func() { <-done; p.release(req.Container.ID) }()
-		return decided{err: engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonBudget, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
+		return outcome{err: engine.Refuse(req.Handler, req.Container, engine.WithReason(engine.ReasonBudget, fmt.Errorf("no answer within createBudget %s (is a network filesystem under a source or subPath dead?): refused rather than created without its mounts", budget)))}
 	}
 }
 
-// decided is a decision or the refusal.
-type decided struct {
+// outcome is what a decision came to: the engine's decision, or the refusal.
+type outcome struct {
 	d   engine.Decision
 	err error
 }
@@ -365,39 +337,20 @@ type decided struct {
 // decide runs engine e, ctx bounding its wait for network mounts (acquireBudget); a panic
 // refuses the container instead of ending the plugin (a runtime without its plugin creates
 // containers without their mounts).
-func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Request) (r decided) {
+func (p *Plugin) decide(ctx context.Context, e *engine.Engine, req engine.Request) (r outcome) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.release(req.Container.ID)
-			r = decided{err: &bounded.PanicError{What: "internal error", Value: v, Stack: debug.Stack()}}
+			r = outcome{err: &bounded.PanicError{What: "internal error", Value: v, Stack: debug.Stack()}}
 		}
 	}()
 	d, err := e.Decide(ctx, req)
-	return decided{d, err}
-}
-
-// cannotBlock says the decision for req holds at most one step that can wait on the host, the
-// host check, which bounds itself (hostmount.DefaultTimeout) below createBudget: no kubelet
-// subPath mount, no network filesystem in the class, and no idmap probe (the second bounded
-// step of a container with a user namespace given class mounts). Such a decision runs on the
-// request's goroutine; any other runs on one of its own under createBudget, so that the sum of
-// its bounded steps can never keep the runtime waiting past its plugin timeout.
-func (s *served) cannotBlock(req engine.Request) bool {
-	if !s.hostBounded {
-		return false
-	}
-	for _, m := range req.Mounts {
-		if _, sub := subpath.ParseTarget(s.Config.KubeletRoot, m.Source); sub {
-			return false
-		}
-	}
-	c := s.classes[configs.ClassName(req.Handler)]
-	// With a user namespace, the idmap probe is a second bounded step.
-	return !c.network && !(req.UserNamespace && c.mounts)
+	return outcome{d, err}
 }
 
 // adjustment translates a decision into the runtime's terms: each subPath mount with a private
-// copy is replaced by the same mount from the copy, then the class mounts are added.
+// copy is replaced by the same mount from the copy (with engine.CopyMountOptions), then the
+// class mounts are added.
 func adjustment(log *logrus.Entry, d engine.Decision, mounts []*api.Mount, userns bool) *api.ContainerAdjustment {
 	if !d.Configured && len(d.Copies) == 0 {
 		log.Debugf("no runtime class %q in the config: container left unchanged", d.Class)
@@ -408,7 +361,7 @@ func adjustment(log *logrus.Entry, d engine.Decision, mounts []*api.Mount, usern
 		for _, m := range mounts {
 			if m.Source == c.Target.Path {
 				adjust.RemoveMount(m.Destination)
-				adjust.AddMount(fromCopy(m, c, userns))
+				adjust.AddMount(&api.Mount{Destination: m.Destination, Type: m.Type, Source: c.Path, Options: engine.CopyMountOptions(m.Options, c, userns)})
 			}
 		}
 	}
@@ -449,24 +402,6 @@ func addedMessage(d engine.Decision) string {
 	return b.String()
 }
 
-// fromCopy is mount m bound from private copy c instead. It is read-only whatever m's options
-// say: kubelet mounts every atomic-writer volume "ro", and a copy lives on the node's shared
-// copy tmpfs, where a container's write would be charged to no pod's budget. In a container
-// with a user namespace kubelet's volume mounts are idmapped (NRI does not show the mappings),
-// so the copy is too: runc maps an "idmap" mount with the container's own mappings. A live copy
-// is bound rslave, so that its updates reach the container.
-func fromCopy(m *api.Mount, c copies.Copy, userns bool) *api.Mount {
-	opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "rw" || o == "ro" })
-	opts = append(opts, "ro")
-	if userns && !slices.Contains(opts, "idmap") && !slices.Contains(opts, "ridmap") {
-		opts = append(opts, "idmap")
-	}
-	if c.Live {
-		opts = livePropagation(opts)
-	}
-	return &api.Mount{Destination: m.Destination, Type: m.Type, Source: c.Path, Options: opts}
-}
-
 func hasUserNamespace(ctr *api.Container) bool {
 	for _, ns := range ctr.GetLinux().GetNamespaces() {
 		if ns.GetType() == "user" {
@@ -487,48 +422,6 @@ func ociMounts(ms []*api.Mount) []oci.Mount {
 func nriMount(m specmod.Mount) *api.Mount {
 	o := m.OCI()
 	return &api.Mount{Destination: o.Destination, Type: o.Type, Source: o.Source, Options: o.Options}
-}
-
-// markHandled annotates a class container with the guard token (package guard): a runtime
-// configured by `mountkeeper runtime configure` refuses the class's containers without it, so
-// that none starts without its class mounts while the plugin is away. Without a key (a state
-// dir that cannot be written) the container is still created, and the guard, if installed,
-// refuses it with its own message.
-func (p *Plugin) markHandled(log *logrus.Entry, adj *api.ContainerAdjustment, cfg *configs.Config, id string) {
-	signer, err := p.guardFor(cfg)
-	if err != nil {
-		log.Warnf("cannot mark the container as handled for the runtime's guard hook: %v", err)
-		return
-	}
-	adj.AddAnnotation(guard.Annotation, signer.Token(id))
-}
-
-// guardFor signs with the node's guard key in cfg's state dir, read (or made) once per state
-// dir: at Configure and Reload (startGuard), so CreateContainer normally finds it loaded; only
-// a load that failed then is tried again here.
-func (p *Plugin) guardFor(cfg *configs.Config) (*guard.Signer, error) {
-	p.guardMu.Lock()
-	defer p.guardMu.Unlock()
-	if p.guard == nil || p.guardKeyDir != cfg.StateDir {
-		key, err := guard.EnsureKey(cfg.StateDir)
-		if err != nil {
-			return nil, err
-		}
-		if key.Replaced != nil {
-			p.log.Warnf("guard key %s %s: replaced it by a new key (a container marked with the lost key and not yet created is refused once; kubelet's retry is marked with the new one)", key.Replaced.Path, key.Replaced.Problem())
-		}
-		p.guard, p.guardKeyDir = guard.NewSigner(key.Bytes), cfg.StateDir
-	}
-	return p.guard, nil
-}
-
-// startGuard loads the guard key of a config that has runtime classes.
-func (p *Plugin) startGuard(cfg *configs.Config) {
-	if len(cfg.RuntimeClasses) > 0 {
-		if _, err := p.guardFor(cfg); err != nil {
-			p.log.Warnf("guard key in %s: %v (tried again at the next class container)", cfg.StateDir, err)
-		}
-	}
 }
 
 // record counts one CreateContainer answer, decided with cfg. The class label is a class of cfg

@@ -6,8 +6,11 @@
 // The front ends translate: the NRI plugin (package nri) from CreateContainer to a Request and
 // the Decision to a container adjustment; the precreate hook and `mountkeeper render` from a
 // config.json (Engine.Render); the prestart/createRuntime hook (package hook) from the OCI
-// state to the mounts it makes inside the container. No front end imports another, and no
-// front end formats a user-facing error: every refusal is an *Error, whose message is
+// state to the mounts it makes inside the container. The engine also says whether a decision
+// may wait on the host (Engine.MayBlock) and which options the mount of a private subPath copy
+// gets (CopyMountOptions), so that no front end works them out again. No front end imports
+// another, and no front end formats a user-facing error: every refusal is an *Error, whose
+// message is
 //
 //	mountkeeper: runtime class "<class>", container <ns>/<pod>/<ctr>: <what>: <fix>
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -117,6 +118,9 @@ type Engine struct {
 	// Idmap asks the kernel whether a host path can be idmapped (idmap.Prober), for the class
 	// mounts of a container with a user namespace; nil takes every source for one that can.
 	Idmap Idmapper
+
+	blockOnce sync.Once   // works out blocking, at the first MayBlock
+	blocking  *blockFacts // what MayBlock needs to know of Config
 }
 
 // Idmapper says whether the mount at a host path can be idmapped: nil if it can, an error

@@ -18,7 +18,7 @@ import (
 // below mounts/ and unmounts none. Only once the plugin has told the Manager which running
 // containers use which mounts (HoldSources, Hold, then ReleaseUnused, after NRI's Synchronize)
 // does a mount nobody uses begin its grace period. A mount that stands for a spec of the
-// config (by its state file, migrated from the version that wrote it: state.standsFor) serves
+// config (by its state file, migrated from the version that wrote it: state.recordsSpec) serves
 // that spec's new containers too, probed and healed as any; one that stands for no spec of
 // the config (the config changed while the agent was away), or that has no state file and no
 // spec's key (an agent killed between its mount and its state file), is kept "retired": held
@@ -80,7 +80,7 @@ func planAdoption(mountsDir string, live map[string]bool, states map[string]stat
 			f.spec = netspec.Spec{Type: "unknown (no state file)", Source: dir}
 		}
 		for _, s := range wanted {
-			if has && !served[s.Key()] && st.standsFor(dir, s) {
+			if has && !served[s.Key()] && st.recordsSpec(dir, s) {
 				f.spec, f.serves = s, true
 				served[s.Key()] = true
 				break

@@ -9,7 +9,7 @@ import (
 
 // stateVersion is the format of the state files this agent writes. Each agent writes its
 // version into every state file, so that a later agent knows which spec a mount was made
-// for even where the way specs are keyed or rendered has changed since (see standsFor):
+// for even where the way specs are keyed or rendered has changed since (see recordsSpec):
 //
 //	0 (no "version" field; the agents that did not yet adopt mounts left by an earlier
 //	  agent): the spec as mounted, without the FUSE default options (netspec), whose
@@ -45,7 +45,7 @@ func (st state) spec() netspec.Spec {
 	return netspec.Spec{Type: st.Type, Source: st.Source, Options: st.Options}
 }
 
-// standsFor says whether the state, found for the mount at mounts/<dir>, describes a mount of
+// recordsSpec says whether the state, found for the mount at mounts/<dir>, records a mount of
 // w, by the rules of the version that wrote it (the migration of an older state):
 //
 //	1: the key it records is w's key (exact: secrets count, though the file holds them
@@ -56,7 +56,7 @@ func (st state) spec() netspec.Spec {
 //	   the same way since.
 //
 // A state of an unknown later version (a downgrade) is read as this version's.
-func (st state) standsFor(dir string, w netspec.Spec) bool {
+func (st state) recordsSpec(dir string, w netspec.Spec) bool {
 	if st.Version >= 1 {
 		return st.Key != "" && st.Key == w.Key()
 	}

@@ -1,11 +1,10 @@
-package nri
+package engine_test
 
 import (
 	"slices"
 	"testing"
 
-	"github.com/containerd/nri/pkg/api"
-
+	"github.com/mountkeeper/mountkeeper/internal/engine"
 	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
@@ -24,10 +23,9 @@ func TestCopyMountIsReadOnly(t *testing.T) {
 		{[]string{"rbind", "rprivate"}, false, []string{"rbind", "rprivate", "ro"}},
 		{[]string{"rbind", "rprivate", "rw", "nosuid"}, true, []string{"rbind", "nosuid", "ro", "rslave"}},
 	} {
-		m := &api.Mount{Source: "/kubelet/pods/uid/volume-subpaths/cfg/app/0", Destination: "/etc/app.conf", Type: "bind", Options: tc.opts}
-		got := fromCopy(m, copies.Copy{Path: "/state/subpath/uid/ctr/cfg/0", Live: tc.live}, false)
-		if !slices.Equal(got.Options, tc.want) {
-			t.Errorf("copy mount of %v (live %t): options %v, want %v", tc.opts, tc.live, got.Options, tc.want)
+		got := engine.CopyMountOptions(tc.opts, copies.Copy{Path: "/state/subpath/uid/ctr/cfg/0", Live: tc.live}, false)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("copy mount of %v (live %t): options %v, want %v", tc.opts, tc.live, got, tc.want)
 		}
 	}
 }
