@@ -15,7 +15,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/subpath/liveupdate"
 )
 
-// Live subPath updates (issue 25): the Follower of the copies in force makes the copies the
+// Live subPath updates: the Follower of the copies in force makes the copies the
 // engine marked live follow their volume, from CreateContainer (their path becomes a mount
 // point of its own, before the runtime binds it) and PostStartContainer (the runtime bound
 // it: updates may go on) to StopContainer or RemoveContainer.

@@ -52,7 +52,7 @@ type Plugin struct {
 	newMounter func(*configs.Config) (Mounter, error)
 	// mountsLeft says whether an earlier agent left network mounts or their state in cfg's
 	// state directory: the Mounter is then made even for a config without network mounts, to
-	// adopt them and release them once no container uses them (issue 24).
+	// adopt them and release them once no container uses them.
 	mountsLeft func(cfg *configs.Config) bool
 	net        Mounter // nil until a config has network mounts
 

@@ -9,7 +9,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
 
-// Mount layers of a live subPath copy (issue 25).
+// Mount layers of a live subPath copy.
 //
 // The copy's path P is made a mount point of its own, the base: a bind of itself in a peer
 // group of its own (makeBase). The container binds P with rslave propagation, so its mount is
