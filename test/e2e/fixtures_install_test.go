@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -197,3 +198,12 @@ runtimeClasses:
     mounts:
       - {source: SRC/guarded, destination: /guarded, readOnly: true}
 `
+
+// newGuardedNode is a node with the guard's config (class mk-guard) and its source directory.
+func newGuardedNode(t *testing.T, kind harness.RuntimeKind) *node {
+	n := newNode(t, kind, nil, guardConfig)
+	if err := os.MkdirAll(filepath.Join(n.src(), "guarded"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -34,10 +34,7 @@ func TestGuardWhilePluginAway(t *testing.T) {
 func guardWhilePluginAway(t *testing.T, kind harness.RuntimeKind) {
 	// No handler of the class in the runtime's own config: configure declares it, as on an
 	// operator's node.
-	n := newNode(t, kind, nil, guardConfig)
-	if err := os.MkdirAll(filepath.Join(n.src(), "guarded"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	n := newGuardedNode(t, kind)
 	if err := os.WriteFile(filepath.Join(n.src(), "guarded", "marker"), []byte("class-mount"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -229,10 +226,7 @@ func TestClassSpecIsRuntimeDefault(t *testing.T) {
 func TestRuntimeUnconfigure(t *testing.T) {
 	for _, kind := range []harness.RuntimeKind{harness.KindContainerd, harness.KindCRIO} {
 		t.Run(string(kind), func(t *testing.T) {
-			n := newNode(t, kind, nil, guardConfig)
-			if err := os.MkdirAll(filepath.Join(n.src(), "guarded"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			n := newGuardedNode(t, kind)
 			before := n.runtimeFiles()
 			n.runtimeCommand("configure")
 			if reflect.DeepEqual(n.runtimeFiles(), before) {

@@ -19,10 +19,7 @@ import (
 func TestRuntimeConfigureKeepsClassInUse(t *testing.T) {
 	for _, kind := range []harness.RuntimeKind{harness.KindContainerd, harness.KindCRIO} {
 		t.Run(string(kind), func(t *testing.T) {
-			n := newNode(t, kind, nil, guardConfig)
-			if err := os.MkdirAll(filepath.Join(n.src(), "guarded"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			n := newGuardedNode(t, kind)
 			n.runtimeCommand("configure")
 			if err := n.rt.Restart(n.ctx); err != nil {
 				t.Fatal(err)
