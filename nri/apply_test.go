@@ -21,10 +21,10 @@ func TestRefusedConfigIsNeverInForce(t *testing.T) {
 			p := NewPlugin(mustConfig(t, testConfig), false, &specmodtest.Host{}, quietLogger())
 			old := p.config()
 			var during *configs.Config
-			p.WithMounter(func(*configs.Config) (Mounter, error) {
+			WithMounter(func(*configs.Config) (Mounter, error) {
 				during = p.engine().Config
 				return nil, errors.New("no cgroup2")
-			})
+			})(p)
 			var err error
 			if via == "Reload" {
 				err = p.Reload(mustConfig(t, networkTestConfig))
@@ -57,7 +57,7 @@ func TestConfigureAndReloadStartOneMounter(t *testing.T) {
 		reloaded sync.WaitGroup
 		reload   error
 	)
-	p.WithMounter(func(*configs.Config) (Mounter, error) {
+	WithMounter(func(*configs.Config) (Mounter, error) {
 		if calls.Add(1) > 1 {
 			close(second)
 			return fm, nil
@@ -74,7 +74,7 @@ func TestConfigureAndReloadStartOneMounter(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 		return fm, nil
-	})
+	})(p)
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}

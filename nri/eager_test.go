@@ -62,8 +62,8 @@ runtimeClasses:
 func TestEagerClassesAreMountedAtStartAndKept(t *testing.T) {
 	fm := &fakeMounter{users: map[string]bool{}}
 	rec := &recordingMounter{fakeMounter: fm}
-	p := NewPlugin(mustConfig(t, eagerConfig), true, &specmodtest.Host{}, quietLogger()).WithMounter(
-		func(*configs.Config) (Mounter, error) { return rec, nil })
+	p := NewPlugin(mustConfig(t, eagerConfig), true, &specmodtest.Host{}, quietLogger(), WithMounter(
+		func(*configs.Config) (Mounter, error) { return rec, nil }))
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func TestReloadCannotMoveTheStateDir(t *testing.T) {
 	}
 	log, logs := bufferLogger()
 	m := metrics.New("test")
-	p := NewPlugin(cfg, true, &specmodtest.Host{}, log).WithMetrics(m)
+	p := NewPlugin(cfg, true, &specmodtest.Host{}, log, WithMetrics(m))
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}

@@ -53,8 +53,8 @@ func (c *testClock) add(d time.Duration) {
 // makes it 503 with the request's kind and age; once it returns, 200 again.
 func TestHealthzRequestStuck(t *testing.T) {
 	m := &stuckMounter{fakeMounter: &fakeMounter{users: map[string]bool{}}, entered: make(chan struct{}), release: make(chan struct{})}
-	p := NewPlugin(mustConfig(t, networkTestConfig), true, &specmodtest.Host{}, quietLogger()).WithMounter(
-		func(*configs.Config) (Mounter, error) { return m, nil })
+	p := NewPlugin(mustConfig(t, networkTestConfig), true, &specmodtest.Host{}, quietLogger(), WithMounter(
+		func(*configs.Config) (Mounter, error) { return m, nil }))
 	clock := &testClock{now: time.Unix(1_700_000_000, 0)}
 	p.requests.now = clock.Now
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {

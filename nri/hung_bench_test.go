@@ -58,14 +58,14 @@ func mountkeeperRuntime(b *testing.B, dir, cfgText string) (*testRuntime, *confi
 	})
 	var mu sync.Mutex
 	var manager *netmount.Manager
-	p := NewPlugin(cfg, true, NewHostChecker(), quietLogger()).WithMounter(
+	p := NewPlugin(cfg, true, NewHostChecker(), quietLogger(), WithMounter(
 		func(c *configs.Config) (Mounter, error) {
 			m, err := netmount.NewManager(netmount.ConfigFrom(c, quietLogger()))
 			mu.Lock()
 			manager = m
 			mu.Unlock()
 			return m, err
-		})
+		}))
 	rt := startRuntime(b, filepath.Join(dir, "nri.sock"))
 	b.Cleanup(rt.Stop)
 	runPlugin(b, p, rt.socket)

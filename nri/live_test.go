@@ -38,7 +38,7 @@ func TestLiveSubPathOverNRI(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	cfg := mustConfig(t, "kubeletRoot: "+kubelet.Root+"\nstateDir: "+state+"\nruntimeClasses:\n  live: {subPathUpdates: live}\n  optin: {subPathUpdates: podOptIn}\n")
 	m := metrics.New("test")
-	plugin := NewPlugin(cfg, true, &specmodtest.Host{}, quietLogger()).WithMetrics(m)
+	plugin := NewPlugin(cfg, true, &specmodtest.Host{}, quietLogger(), WithMetrics(m))
 	runPlugin(t, plugin, socket)
 	rt.waitSynced(t)
 

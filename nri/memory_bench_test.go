@@ -21,7 +21,7 @@ import (
 // and the runtime side share this process, so both are measured; heap in use is reported too,
 // after a GC, since RSS only grows when the Go runtime keeps freed pages.
 func BenchmarkMemory(b *testing.B) {
-	plugin := NewPlugin(benchConfig(b), true, NewHostChecker(), quietLogger()).WithMetrics(metrics.New("test"))
+	plugin := NewPlugin(benchConfig(b), true, NewHostChecker(), quietLogger(), WithMetrics(metrics.New("test")))
 	rt := startRuntime(b, filepath.Join(shortDir(b), "nri.sock"))
 	defer rt.Stop()
 	runPlugin(b, plugin, rt.socket)

@@ -20,7 +20,7 @@ import (
 func TestMetricsAfterDecisions(t *testing.T) {
 	host := &specmodtest.Host{Fail: map[string]string{}}
 	m := metrics.New("test")
-	p := NewPlugin(mustConfig(t, testConfig), true, host, quietLogger()).WithMetrics(m)
+	p := NewPlugin(mustConfig(t, testConfig), true, host, quietLogger(), WithMetrics(m))
 	create := func(handler, id string) error {
 		_, _, err := p.CreateContainer(context.Background(),
 			&api.PodSandbox{Namespace: "ns", Name: "pod", RuntimeHandler: handler}, &api.Container{Id: id, Name: "app"})
@@ -83,7 +83,7 @@ func TestReconnectsCountReconnections(t *testing.T) {
 	rt := startRuntime(t, socket)
 	defer func() { rt.Stop() }()
 	m := metrics.New("test")
-	p := NewPlugin(mustConfig(t, testConfig), true, &specmodtest.Host{}, quietLogger()).WithMetrics(m)
+	p := NewPlugin(mustConfig(t, testConfig), true, &specmodtest.Host{}, quietLogger(), WithMetrics(m))
 	attempts := &countingDialer{}
 	cs := runPlugin(t, p, socket)
 	cs.countFailures(attempts)

@@ -33,18 +33,16 @@ type Reconfigurer interface {
 
 // WithMounter sets how the plugin makes its Mounter, the first time a config has network
 // mounts. cmd passes a netmount.Manager; tests a fake.
-func (p *Plugin) WithMounter(newMounter func(*configs.Config) (Mounter, error)) *Plugin {
-	p.newMounter = newMounter
-	return p
+func WithMounter(newMounter func(*configs.Config) (Mounter, error)) Option {
+	return func(p *Plugin) { p.newMounter = newMounter }
 }
 
 // WithMountsLeftBehind sets how the plugin learns that an earlier agent left network mounts in
 // a config's state directory (netmount.LeftBehind): with a config that has none of its own,
 // the plugin then makes its Mounter all the same, which adopts them and releases each once
 // no running container uses it, instead of leaving them mounted for ever.
-func (p *Plugin) WithMountsLeftBehind(left func(*configs.Config) bool) *Plugin {
-	p.mountsLeft = left
-	return p
+func WithMountsLeftBehind(left func(*configs.Config) bool) Option {
+	return func(p *Plugin) { p.mountsLeft = left }
 }
 
 // makeMounter makes the Mounter for cfg, the first config with network mounts.

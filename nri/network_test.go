@@ -93,8 +93,8 @@ runtimeClasses:
 
 func networkPlugin(t *testing.T, fm *fakeMounter, host *specmodtest.Host) *Plugin {
 	t.Helper()
-	p := NewPlugin(mustConfig(t, networkTestConfig), true, host, quietLogger()).WithMounter(
-		func(*configs.Config) (Mounter, error) { return fm, nil })
+	p := NewPlugin(mustConfig(t, networkTestConfig), true, host, quietLogger(), WithMounter(
+		func(*configs.Config) (Mounter, error) { return fm, nil }))
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +213,9 @@ func TestMounterForMountsLeftBehind(t *testing.T) {
 	for _, left := range []bool{false, true} {
 		fm := &fakeMounter{users: map[string]bool{}}
 		made := 0
-		p := NewPlugin(mustConfig(t, "runtimeClasses:\n  plain:\n    mounts:\n      - {source: /srv/plain, destination: /plain}\n"), true, &specmodtest.Host{}, quietLogger()).
-			WithMounter(func(*configs.Config) (Mounter, error) { made++; return fm, nil }).
-			WithMountsLeftBehind(func(*configs.Config) bool { return left })
+		p := NewPlugin(mustConfig(t, "runtimeClasses:\n  plain:\n    mounts:\n      - {source: /srv/plain, destination: /plain}\n"), true, &specmodtest.Host{}, quietLogger(),
+			WithMounter(func(*configs.Config) (Mounter, error) { made++; return fm, nil }),
+			WithMountsLeftBehind(func(*configs.Config) bool { return left }))
 		if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 			t.Fatal(err)
 		}
@@ -244,8 +244,8 @@ func TestCreateContainerAnswersWithinTheBudget(t *testing.T) {
 	fm := &fakeMounter{users: map[string]bool{}}
 	cfg := mustConfig(t, "createBudget: 100ms\n"+networkTestConfig)
 	host := stuckHost{release: make(chan struct{})}
-	p := NewPlugin(cfg, true, host, quietLogger()).WithMounter(
-		func(*configs.Config) (Mounter, error) { return fm, nil })
+	p := NewPlugin(cfg, true, host, quietLogger(), WithMounter(
+		func(*configs.Config) (Mounter, error) { return fm, nil }))
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}

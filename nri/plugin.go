@@ -101,10 +101,16 @@ func NewHostChecker() specmod.Host {
 
 func newHostChecker(in hostmount.Inspector) specmod.Host { return hostmount.NewChecker(in) }
 
-// NewPlugin returns a plugin serving cfg. pinned says cfg was chosen explicitly by the
-// operator and must win over a config the runtime passes at registration.
-func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.Logger) *Plugin {
+// Option completes a plugin NewPlugin builds.
+type Option func(*Plugin)
+
+// NewPlugin returns a plugin serving cfg, complete with opts. pinned says cfg was chosen
+// explicitly by the operator and must win over a config the runtime passes at registration.
+func NewPlugin(cfg *configs.Config, pinned bool, host specmod.Host, log *logrus.Logger, opts ...Option) *Plugin {
 	p := &Plugin{cfg: cfg, pinned: pinned, host: host, log: log, subPaths: subpath.NewRepairer(cfg.KubeletRoot)}
+	for _, o := range opts {
+		o(p)
+	}
 	p.reconcile = newReconciler(p.reconcileJob)
 	p.rebuildLocked()
 	return p
@@ -448,12 +454,13 @@ func (p *Plugin) record(cfg *configs.Config, handler string, err error, took tim
 }
 
 // WithMetrics makes the plugin count what it does in m.
-func (p *Plugin) WithMetrics(m *metrics.Metrics) *Plugin {
-	p.metrics = m
-	p.fallbacks = metrics.NewSubPathFallbacks(subpath.Reasons)
-	m.Register(p.fallbacks.Collector())
-	p.withLiveMetrics(m)
-	return p
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(p *Plugin) {
+		p.metrics = m
+		p.fallbacks = metrics.NewSubPathFallbacks(subpath.Reasons)
+		m.Register(p.fallbacks.Collector())
+		p.withLiveMetrics(m)
+	}
 }
 
 // Ready says whether the plugin is registered with the runtime and serving (readiness).

@@ -50,8 +50,8 @@ runtimeClasses:
 	}
 	rec := &reconfiguringMounter{recordingMounter: &recordingMounter{fakeMounter: &fakeMounter{users: map[string]bool{}}}}
 	made := 0
-	p := NewPlugin(mustConfig(t, config("30s", "30s", "3s", "1500ms", "onDemand")), false, &specmodtest.Host{}, quietLogger()).WithMounter(
-		func(*configs.Config) (Mounter, error) { made++; return rec, nil })
+	p := NewPlugin(mustConfig(t, config("30s", "30s", "3s", "1500ms", "onDemand")), false, &specmodtest.Host{}, quietLogger(), WithMounter(
+		func(*configs.Config) (Mounter, error) { made++; return rec, nil }))
 	if _, err := p.Configure(context.Background(), "", "test", "1"); err != nil {
 		t.Fatal(err)
 	}

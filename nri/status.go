@@ -93,9 +93,8 @@ func (p *Plugin) ReloadConfig(data []byte, from string) error {
 }
 
 // WithConfigSource records where the config came from, for Status.
-func (p *Plugin) WithConfigSource(from string) *Plugin {
-	p.configFrom = from
-	return p
+func WithConfigSource(from string) Option {
+	return func(p *Plugin) { p.configFrom = from }
 }
 
 // StateDir is the state dir of the config in force (the guard's refusals are recorded there).

@@ -54,7 +54,7 @@ func newHostileNode(t *testing.T, extra string) *hostileNode {
 	log := logrus.New()
 	log.SetOutput(n.logs)
 	log.SetLevel(logrus.WarnLevel)
-	n.plugin = NewPlugin(cfg, true, hostmount.NewChecker(hostmount.System{}), log).WithMetrics(n.metrics)
+	n.plugin = NewPlugin(cfg, true, hostmount.NewChecker(hostmount.System{}), log, WithMetrics(n.metrics))
 	if _, err := n.plugin.Configure(context.Background(), "", "test", "0"); err != nil { // puts the copies in force
 		t.Fatal(err)
 	}

@@ -168,7 +168,7 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 	log.Infof("mountkeeper %s: config from %s, runtime classes %s", version, from, strings.Join(cfg.ClassNames(), ", "))
 	pinned := flagSet(fs, "config")
 	m := metrics.New(version)
-	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log).WithMounter(
+	plugin := nri.NewPlugin(cfg, pinned, nri.NewHostChecker(), log, nri.WithMounter(
 		func(cfg *configs.Config) (nri.Mounter, error) {
 			mgr, err := netmount.NewManager(netmount.ConfigFrom(cfg, log))
 			if err != nil {
@@ -176,8 +176,8 @@ func runNRI(args []string, stderr io.Writer, inHost bool) error {
 			}
 			m.Register(metrics.NetworkMounts(mgr.Status, mgr.Totals))
 			return managerMounter{mgr, log}, nil
-		}).WithMountsLeftBehind(func(cfg *configs.Config) bool { return netmount.LeftBehind(cfg.StateDir) }).
-		WithMetrics(m).WithConfigSource(from)
+		}), nri.WithMountsLeftBehind(func(cfg *configs.Config) bool { return netmount.LeftBehind(cfg.StateDir) }),
+		nri.WithMetrics(m), nri.WithConfigSource(from))
 	m.Register(metrics.GuardRefusals(plugin.StateDir, func(err error) { log.Warnf("metrics: guard refusals: %v", err) }))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
