@@ -330,29 +330,6 @@ func testFIFO(t *testing.T) {
 	}
 }
 
-// pinInFlight opens path and sends the descriptor over a unix socket pair, closing its own:
-// the file is then held by a message in flight, in no process's fd table, so no scan of
-// /proc finds it. The pair is closed when the test ends (or by the returned func).
-func pinInFlight(t *testing.T, path string) func() {
-	t.Helper()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	subpathtest.Must(t, err)
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	subpathtest.Must(t, err)
-	subpathtest.Must(t, unix.Sendmsg(pair[0], []byte{0}, unix.UnixRights(fd), nil, 0))
-	unix.Close(fd)
-	done := false
-	release := func() {
-		if !done {
-			done = true
-			unix.Close(pair[0])
-			unix.Close(pair[1])
-		}
-	}
-	t.Cleanup(release)
-	return release
-}
-
 // tmpfsBytes is what the filesystem at dir holds in data pages (statfs), and whether dir is
 // the root of a filesystem of its own (not the node's copy tmpfs, nodeDir).
 func tmpfsBytes(t *testing.T, dir, nodeDir string) (int64, bool) {
@@ -392,7 +369,7 @@ func testPinnedCopies(t *testing.T) {
 		switch {
 		case len(copies) == 1:
 			copied++
-			releases = append(releases, pinInFlight(t, copies[0].Path))
+			releases = append(releases, subpathtest.PinInFlight(t, copies[0].Path))
 		case len(fb) == 1 && fb[0].Reason == subpath.ReasonOverBudget:
 			fellBack++
 			if !strings.Contains(fb[0].Error(), "held open") {

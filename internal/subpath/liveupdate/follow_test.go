@@ -32,6 +32,7 @@ func TestFollowerInNamespace(t *testing.T) {
 	}
 	t.Run("100 atomic updates: every read whole, every open after a switch new", testFollow100)
 	t.Run("a version over the pod's budget is not applied", testFollowBudget)
+	t.Run("versions pinned after their removal count against the pod's tmpfs", testFollowPinned)
 	t.Run("a symlink out of the volume in the new ..data is refused", testFollowSymlinkOut)
 	t.Run("a new Follower resumes from the state file and applies a missed update", testFollowResume)
 	t.Run("Close records the layer its worker put while it closed, not the update it gave up", testFollowCloseSaves)
@@ -430,6 +431,76 @@ func testFollowBudget(t *testing.T) {
 	if _, err := os.Lstat(s.fileCopy + ".v1"); !os.IsNotExist(err) {
 		t.Errorf("the version given up is left: %v", err)
 	}
+}
+
+// testFollowPinned: the container pins each version of its file subPath through a descriptor
+// passed over a unix socket (held in no process's fd table: the /proc scan finds the version
+// unheld, removes it and returns its charge) while its configMap is updated 8 times, 1 MiB a
+// version. The pages stay, on the pod's own tmpfs, sized to its budget: what the pod holds,
+// pinned and live, never passes the budget, and the updates that no longer fit are not
+// applied (over_budget); the container keeps the content it has.
+func testFollowPinned(t *testing.T) {
+	b := bigBudget
+	b.PodBytes = 4 << 20
+	big := func(v int) map[string]subpathtest.Entry {
+		p := payload(v)
+		p["app.conf"] = subpathtest.File(version(v, "app.conf", 1<<20))
+		return p
+	}
+	s := newLiveSetup(t, b, big(0))
+	r := newReader(t, s.fileCopy, s.dirCopy)
+	s.f.Arm("ctr1", 0)
+	pod := s.c.PodTmpfs(s.fileCopy)
+	var sfs, node unix.Statfs_t
+	subpathtest.Must(t, unix.Statfs(pod, &sfs))
+	subpathtest.Must(t, unix.Statfs(s.c.Dir, &node))
+	if sfs.Fsid == node.Fsid {
+		t.Errorf("the pod's copies at %s are not on a tmpfs of its own", pod)
+	}
+	applied, overBudget, shown := 0, 0, 0
+	for v := 1; v <= 8; v++ {
+		subpathtest.PinInFlight(t, s.fileCopy) // the version shown now
+		s.k.WriteAtomic(s.vol, big(v))
+		for _, u := range s.wait(t, 2) {
+			if u.Copy.Path != s.fileCopy {
+				continue
+			}
+			switch u.Result {
+			case UpdateApplied:
+				applied++
+				shown = u.Version
+			case UpdateOverBudget:
+				overBudget++
+			default:
+				t.Fatalf("update %d of the pinned file: %+v, want applied or over_budget", v, u)
+			}
+		}
+		// Every version the container let go of (as far as /proc shows) is freed and its
+		// charge returned before the next update.
+		deadline := time.Now().Add(10 * time.Second)
+		for s.f.Status().RetiredCopies > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		subpathtest.Must(t, unix.Statfs(pod, &sfs))
+		if used := int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize; used > b.PodBytes {
+			t.Errorf("update %d: the pod holds %d bytes, pinned and live, past its podBytes %d", v, used, b.PodBytes)
+		}
+	}
+	if overBudget == 0 {
+		t.Errorf("8 updates of 1 MiB, each version pinned: %d applied, none over budget; want the pod's 4 MiB to stop them", applied)
+	}
+	r.do(func() {
+		head := make([]byte, 4)
+		f, err := os.Open(r.file)
+		if err == nil {
+			_, err = io.ReadFull(f, head)
+			f.Close()
+		}
+		if want := fmt.Sprintf("v%03d", shown); string(head) != want || err != nil {
+			t.Errorf("the container reads %q (%v), want %q, the last version applied", head, err, want)
+		}
+	})
+	t.Logf("8 updates of 1 MiB, each version pinned: %d applied, %d over budget", applied, overBudget)
 }
 
 // testFollowSymlinkOut: a new ..data whose key is a symlink out of the volume (absolute, and

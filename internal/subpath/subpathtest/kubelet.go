@@ -219,3 +219,26 @@ func Must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// PinInFlight opens path and sends the descriptor over a unix socket pair, closing its own:
+// the file is then held by a message in flight, in no process's fd table, so no scan of
+// /proc finds it. The pair is closed when the test ends (or by the returned func).
+func PinInFlight(t *testing.T, path string) func() {
+	t.Helper()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	Must(t, err)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	Must(t, err)
+	Must(t, unix.Sendmsg(pair[0], []byte{0}, unix.UnixRights(fd), nil, 0))
+	unix.Close(fd)
+	done := false
+	release := func() {
+		if !done {
+			done = true
+			unix.Close(pair[0])
+			unix.Close(pair[1])
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
