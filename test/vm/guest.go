@@ -39,6 +39,9 @@ func runScript(dir string, env []string, argv []string) string {
 	b.WriteString(`set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 bb=` + busybox + `
+# A working directory below /tmp (a checkout there) stays visible through the guest's own /tmp:
+# the overlay's /tmp is bound aside first, and the directory bound back from it.
+mkdir -p /var/tmp/.host-tmp && mount --bind /tmp /var/tmp/.host-tmp
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
 mkdir -p /run/lock /dev/shm /dev/pts /dev/mqueue
@@ -59,6 +62,9 @@ $bb stty -F /dev/ttyS2 raw -echo
 `)
 	for _, kv := range env {
 		b.WriteString("export " + shellQuote(kv) + "\n")
+	}
+	if rest, ok := strings.CutPrefix(dir, "/tmp/"); ok {
+		fmt.Fprintf(&b, "mkdir -p %s && mount --bind %s %s\n", shellQuote(dir), shellQuote("/var/tmp/.host-tmp/"+rest), shellQuote(dir))
 	}
 	fmt.Fprintf(&b, "cd %s || exit 1\n", shellQuote(dir))
 	quoted := make([]string, len(argv))
