@@ -230,9 +230,10 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 		`"--install-dir=/opt/mountkeeper/bin"`, strconv.Quote("--install-dir="+filepath.Join(n.dir, "hookbin")),
 		`"--socket=/var/run/nri/nri.sock"`, strconv.Quote("--socket="+n.ctrd.NRISocket()),
 		// The init container writes containerd's config in the host's mount namespace
-		// (--host-namespaces): the test's containerd's, never this machine's /etc/containerd.
-		`"--config-file=/etc/containerd/config.toml"`, strconv.Quote("--config-file="+n.ctrd.ConfigPath()),
-		`"--drop-in=/etc/containerd/conf.d/99-mountkeeper.toml"`, strconv.Quote("--drop-in="+filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")),
+		// (--host-namespaces): the test's containerd's, never this machine's /etc/containerd
+		// (the distribution's default, which the chart leaves to the command).
+		`"--distribution=auto"`, `"--distribution=auto",`+strconv.Quote("--config-file="+n.ctrd.ConfigPath())+","+
+			strconv.Quote("--drop-in="+filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")),
 	).Replace(string(raw))
 	if err := json.Unmarshal([]byte(text), &spec); err != nil {
 		t.Fatal(err)
