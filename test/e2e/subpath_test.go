@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	subpathcopies "github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
 
@@ -324,11 +325,11 @@ func testSubPathWindow(t *testing.T, kind harness.RuntimeKind) {
 				t.Errorf("no private copies at %s: %v", copies, err)
 			}
 			// The runtime applied the plugin's replacement of kubelet's bind: the mount is the
-			// container's directory on the copies' tmpfs, not the file in the volume.
+			// container's directory on the pod's copy tmpfs, not the file in the volume.
 			mi, _ := n.sh(id, "cat /proc/self/mountinfo")
 			for _, dst := range []string{"/etc/app.conf", "/etc/conf.d", "/var/run/token"} {
 				m := mountIn(t, mi, dst)
-				if m == nil || !strings.HasPrefix(m.Root, "/"+pod.UID+"/"+id+"/") || m.Source != "mountkeeper-subpath" {
+				if m == nil || !strings.HasPrefix(m.Root, "/"+id+"/") || m.Source != subpathcopies.PodTmpfsSource {
 					t.Errorf("%s is not mounted from the private copy in %s:\n%s", dst, copies, mountLine(m))
 				}
 			}
