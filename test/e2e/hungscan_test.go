@@ -3,18 +3,13 @@
 package e2e
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
-	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // TestLiveSubPathHungMountElsewhere: a process on the node holds a file (its stdin) and its
@@ -74,70 +69,4 @@ func TestLiveSubPathHungMountElsewhere(t *testing.T) {
 	if out, _ := s.n.sh(id, liveRead); out != liveWant(3) {
 		t.Errorf("the new container reads %q, want %q", out, liveWant(3))
 	}
-}
-
-// hangGuard runs f, failing the test when it returns an error or has not returned in a
-// minute (a hang guard, not a time bound: the runtime's own plugin timeout is 2 s).
-func hangGuard(t *testing.T, what string, f func() error) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("%s has not returned after a minute while a FUSE daemon elsewhere on the node is stopped", what)
-	}
-}
-
-// stopFUSEUnderHolder mounts an sshfs export below dir (attr_timeout=0: every stat asks the
-// daemon), starts a process whose stdin is a file there and whose working directory is the
-// mount, and stops the sshfs daemon (SIGSTOP). When the test ends the daemon goes on, and
-// holder, mount and daemon go.
-func stopFUSEUnderHolder(t *testing.T, dir string) {
-	t.Helper()
-	sshd := startHelloSSHD(t, dir)
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := "attr_timeout=0,entry_timeout=0," + strings.Join(sshd.ClientOptions(), ",")
-	daemon := exec.Command("sshfs", "-f", "-o", opts, "root@127.0.0.1:"+sshd.Export(), mnt)
-	daemon.Stderr = testWriter{t, "sshfs"}
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var holder *exec.Cmd
-	t.Cleanup(func() {
-		_ = daemon.Process.Signal(syscall.SIGCONT)
-		if holder != nil {
-			_ = holder.Process.Kill()
-			_ = holder.Wait()
-		}
-		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-		_ = daemon.Process.Kill()
-		_ = daemon.Wait()
-	})
-	hello := filepath.Join(mnt, "hello")
-	testsupport.Eventually(t, 30*time.Second, 50*time.Millisecond, "sshfs mounted", func() bool {
-		b, err := os.ReadFile(hello)
-		return err == nil && string(b) == helloSSHFS
-	})
-	f, err := os.Open(hello)
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder = exec.Command("sleep", "600")
-	holder.Stdin, holder.Dir = f, mnt
-	err = holder.Start()
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := daemon.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("sshfs daemon %d stopped; process %d holds %s", daemon.Process.Pid, holder.Process.Pid, hello)
 }

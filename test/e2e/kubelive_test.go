@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -173,88 +171,6 @@ func TestKubeLiveSubPath(t *testing.T) {
 			t.Errorf("pod %s after its container restarted: failed reads: %s", name, strings.Join(r.fails[:min(len(r.fails), 10)], "\n"))
 		}
 	}
-}
-
-// kubeLiveAgentRestart restarts the agent between two patches of the configMap: an agent
-// restart picks the live subPaths up again, an update made while it was away is not lost. With
-// the agent stopped, patch 21 is made and kubelet writes it into pod live's volumes; a second
-// later the live pods' readers still read 20 (nobody follows). The agent starts again; after
-// its Synchronize both live pods read 21 on both paths, and then patch 22. Every read stays
-// whole and every value is read, in order. It logs the time from the agent's connection to the
-// readers' first read of 21, and returns the newest seq.
-func kubeLiveAgentRestart(t *testing.T, n *kubeNode, uid string, paths []string) int {
-	t.Helper()
-	livePods := []string{"live", "optin-yes"}
-	missed := liveUpdates + 1
-	n.plugin.Stop()
-	if err := n.api.PatchConfigMap(n.ctx, "default", "live", liveData(missed)); err != nil {
-		t.Fatalf("patch configMap live to seq %d: %v", missed, err)
-	}
-	if err := harnessPoll(n.ctx, 45*time.Second, func() error {
-		if f, d := n.volumeSeq(uid, "cfg", "value"), n.volumeSeq(uid, "cfgdir", "dir/a"); f != missed || d != missed {
-			return fmt.Errorf("kubelet's volumes at seq %d (cfg/value) and %d (cfgdir/dir/a), want %d", f, d, missed)
-		}
-		return nil
-	}); err != nil {
-		t.Fatalf("with the agent stopped, the patch did not reach pod live's volumes: %v", err)
-	}
-	time.Sleep(time.Second) // an agent would apply it within milliseconds
-	for _, name := range livePods {
-		if _, err := n.waitReader(name, 1, 0, func(r *readerRun) error {
-			for _, p := range paths {
-				if got := r.lastSeq(p); got != liveUpdates {
-					return fmt.Errorf("%s read seq %d, want %d", p, got, liveUpdates)
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatalf("pod %s, with the agent stopped and the patch in its volumes: %v (what it had: nobody follows)", name, err)
-		}
-	}
-
-	logged := newLogTimes("connected to")
-	n.pluginLog = io.MultiWriter(testWriter{t, "mountkeeper"}, logged)
-	n.startPluginWith(liveClassConfig)
-	for _, name := range livePods {
-		r, err := n.waitReader(name, 1, 30*time.Second, seesSeq(missed, paths...))
-		if err != nil {
-			t.Fatalf("pod %s: the agent started again, the patch made while it was away does not reach the live subPaths: %v", name, err)
-		}
-		for _, p := range paths {
-			at, _ := r.seenAt(p, missed)
-			t.Logf("pod %s: %s read the patch made while the agent was away %.1f ms after the agent connected again", name, p, ms(at.Sub(logged.at("connected to"))))
-		}
-	}
-	next := missed + 1
-	if err := n.api.PatchConfigMap(n.ctx, "default", "live", liveData(next)); err != nil {
-		t.Fatalf("patch configMap live to seq %d: %v", next, err)
-	}
-	every := make([]int, next+1)
-	for i := range every {
-		every[i] = i
-	}
-	for _, name := range livePods {
-		r, err := n.waitReader(name, 1, 45*time.Second, seesSeq(next, paths...))
-		if err != nil {
-			t.Fatalf("pod %s: the patch after the agent restart does not reach the live subPaths: %v", name, err)
-		}
-		for _, p := range paths {
-			if name != "live" {
-				break
-			}
-			if got := r.seqs(p); !slices.Equal(got, every) {
-				t.Errorf("pod live: %s read the values %v across the agent restart, want every one of 0..%d in order", p, got, next)
-			}
-			if r.heldOK[p] != next {
-				t.Errorf("pod live: %s: %d of %d descriptors opened before an update read the value before it", p, r.heldOK[p], next)
-			}
-		}
-		if len(r.fails) > 0 || len(r.heldBad) > 0 {
-			t.Errorf("pod %s across the agent restart: %d failed reads, %d descriptors opened before an update that read something else; first: %s",
-				name, len(r.fails), len(r.heldBad), strings.Join(slices.Concat(r.fails[:min(len(r.fails), 10)], r.heldBad), "\n"))
-		}
-	}
-	return next
 }
 
 // BenchmarkLiveSubPathLatency measures how long a live subPath takes to show an update, from

@@ -3,12 +3,7 @@
 package e2e
 
 import (
-	"fmt"
-	"io"
-	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/harness"
 )
@@ -33,20 +28,6 @@ func TestLiveSubPathUserNamespace(t *testing.T) {
 	testLiveSubPath(t, harness.KindContainerd, true)
 }
 
-func testLiveSubPath(t *testing.T, kind harness.RuntimeKind, userns bool) {
-	s := startLiveSubPath(t, kind, userns)
-	pid, _ := s.n.sh(s.id, "sleep 600 </etc/app.conf >/dev/null 2>&1 & echo -n $!")
-	for v := 2; v <= 6; v++ {
-		s.write(v)
-		s.waitRead(v)
-	}
-	if out, _ := s.n.sh(s.id, "cat /proc/"+strings.TrimSpace(pid)+"/fd/0"); out != "app-v1" {
-		t.Errorf("a process that opened /etc/app.conf before the updates reads %q, want app-v1", out)
-	}
-	s.checkLayers()
-	s.remove()
-}
-
 // TestLiveSubPathAgentRestart shows on containerd and CRI-O (runc, NRI over the socket) that
 // an agent restart picks the live subPaths up again (an update missed while the agent was away
 // is applied when it is back, not lost): the container of TestLiveSubPathRuntime follows one
@@ -65,55 +46,4 @@ func testLiveSubPath(t *testing.T, kind harness.RuntimeKind, userns bool) {
 func TestLiveSubPathAgentRestart(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, kind harness.RuntimeKind) { testLiveSubPathAgentRestart(t, kind, false) })
 	t.Run("containerd-userns", func(t *testing.T) { testLiveSubPathAgentRestart(t, harness.KindContainerd, true) })
-}
-
-func testLiveSubPathAgentRestart(t *testing.T, kind harness.RuntimeKind, userns bool) {
-	s := startLiveSubPath(t, kind, userns)
-	s.write(2)
-	s.waitRead(2) // the first agent follows: version 1 on top of the first copy
-	root := fmt.Sprintf("/proc/%d/root", containerPid(t, s.n, s.id))
-
-	s.n.plugin.Stop()
-	s.write(3) // missed: no agent
-	if at := watchVersion(root, 3, time.Now().Add(time.Second)); !at.IsZero() {
-		t.Fatalf("the container read version 3 with no agent running")
-	}
-	if out, _ := s.n.sh(s.id, liveRead); out != liveWant(2) {
-		t.Fatalf("with no agent, after a swap it missed, the container reads %q, want %q (what it had)", out, liveWant(2))
-	}
-
-	logged := newLogTimes("connected to", ": updated")
-	s.n.pluginLog = io.MultiWriter(testWriter{t, "mountkeeper"}, logged)
-	seen := make(chan time.Time, 1)
-	go func() { seen <- watchVersion(root, 3, time.Now().Add(30*time.Second)) }() // 30 s: a hang, not a measure
-	started := time.Now()
-	s.n.startPlugin() // same config, same state dir
-	at := <-seen
-	if at.IsZero() {
-		t.Fatalf("30 s after the agent started again the container does not read the update it missed; plugin log:\n%s", s.n.plugin.Log())
-	}
-	connected := logged.at("connected to")
-	t.Logf("%s: agent started again: connected %.1f ms after its start; from the connection, the first copy updated after %.1f ms, the container read the missed update (key and directory) after %.1f ms",
-		kind, ms(connected.Sub(started)), ms(logged.at(": updated").Sub(connected)), ms(at.Sub(connected)))
-	s.waitRead(3) // through the container's own processes too
-	// The agent logs the resumption once Resume has returned: after it kicked each copy's
-	// update (which the container may read at once) and saved its state.
-	if err := s.n.plugin.WaitLog(s.n.ctx, "following 2 live subPath copies again", 1, 10*time.Second); err != nil {
-		t.Errorf("the new agent did not log resuming 2 live copies: %v", err)
-	}
-
-	s.write(4)
-	s.waitRead(4)
-	s.checkLayers()
-	// Only version 3 of each copy is left: numbered after the missed one (2), which the
-	// first agent's version 1 and the base's content went before.
-	want := []string{"0.v3", "1.v3"}
-	left := s.versionsLeft()
-	for deadline := time.Now().Add(15 * time.Second); !slices.Equal(left, want) && time.Now().Before(deadline); left = s.versionsLeft() {
-		time.Sleep(100 * time.Millisecond) // removed by the scan of /proc, every 2 s
-	}
-	if !slices.Equal(left, want) {
-		t.Errorf("versions of the copies left in %s: %v, want %v", s.copiesDir(), left, want)
-	}
-	s.remove()
 }
