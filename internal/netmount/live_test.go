@@ -86,69 +86,44 @@ func runFakeAgent(cfgJSON string) int {
 	select {} // until killed
 }
 
-// TestSSHFS mounts sshfs over loopback through the Manager. It mounts, so it re-runs itself
-// in a private mount namespace (unshare -m --propagation private), where its mounts vanish
-// with the namespace; the FUSE daemons are processes, not mounts, so they and sshd run in
-// cgroups below one parent of the test's, which is killed and removed at the end.
+// TestSSHFS mounts sshfs over loopback through the Manager. It mounts, so each subtest re-runs
+// itself in a private mount namespace (unshare -m --propagation private), where its mounts
+// vanish with the namespace; the FUSE daemons are processes, not mounts, so they and sshd run
+// in cgroups below one parent of the subtest's, which is killed and removed at its end. Each
+// subtest sets up what it needs (sshfsWorld), so any one runs alone: -run 'TestSSHFS/name$'.
 func TestSSHFS(t *testing.T) {
-	tmp, sc, ok := inPrivateNamespace(t)
-	if !ok {
-		return
-	}
-	// A test that hangs panics at its timeout, and no cleanup runs: kill what it started just
-	// before that, so that no sshd, FUSE daemon or cgroup outlives it.
-	if d, ok := t.Deadline(); ok {
-		wd := time.AfterFunc(time.Until(d)-5*time.Second, func() {
-			fmt.Fprintln(os.Stderr, "TestSSHFS watchdog: out of time: killing what the test started")
-			emergencyCleanup(filepath.Join(sc.Root, sc.Parent), tmp)
-			os.Exit(3)
-		})
-		defer wd.Stop()
-	}
-	const grace = 200 * time.Millisecond
-
-	const content = "exported by sshd over loopback\n"
-	keys, export := prepareSSHFSExport(t, tmp, content)
-	sshSpec := func(port int, extra ...string) netspec.Spec { return sshfsSpec(keys, export, port, extra...) }
-
-	port1 := freePort(t)
-	startSSHD(t, sc, keys, port1)
-	spec, spec2 := sshSpec(port1), sshSpec(port1, "reconnect")
-	stateDir := filepath.Join(tmp, "state")
-	cfg := Config{StateDir: stateDir, Grace: grace, MountTimeout: 10 * time.Second, RetryBackoff: 100 * time.Millisecond,
-		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec, spec2}}
-	m1, err := NewManager(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m1.Close()
-	scopeOf := func(s netspec.Spec) string { return "/" + sc.Parent + "/mount-" + s.Key() }
-
-	var path string
 	t.Run("Acquire mounts the export", func(t *testing.T) {
-		m1.Ensure(spec)
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		m := w.manager(t)
+		m.Ensure(w.spec)
 		start := time.Now()
-		path, err = acquireEventually(t, m1, 15*time.Second, spec, "ctr-a")
+		path, err := acquireEventually(t, m, 15*time.Second, w.spec, "ctr-a")
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("mounted %s at %s in %s", spec, path, time.Since(start).Round(time.Millisecond))
-		if got := readBounded(t, filepath.Join(path, "hello")); got != content {
-			t.Errorf("read %q through the mount, want %q", got, content)
+		t.Logf("mounted %s at %s in %s", w.spec, path, time.Since(start).Round(time.Millisecond))
+		if got := readBounded(t, filepath.Join(path, "hello")); got != sshfsContent {
+			t.Errorf("read %q through the mount, want %q", got, sshfsContent)
 		}
 		if mi := mountsAt(t, path); len(mi) != 1 || mi[0].FSType != "fuse.sshfs" {
 			t.Errorf("mountinfo at %s: %+v, want one fuse.sshfs mount", path, mi)
 		}
-		if mp := mountsAt(t, filepath.Join(stateDir, "mounts")); len(mp) != 1 || !strings.Contains(mp[0].Optional, "shared:") {
+		if mp := mountsAt(t, filepath.Join(w.stateDir, "mounts")); len(mp) != 1 || !strings.Contains(mp[0].Optional, "shared:") {
 			t.Errorf("mounts directory: %+v, want a shared mount of its own", mp)
 		}
 	})
-	if path == "" {
-		t.FailNow()
-	}
 
 	t.Run("a second user makes no second mount", func(t *testing.T) {
-		p, err := acquire(t, m1, 5*time.Second, spec, "ctr-b")
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		m := w.manager(t)
+		path := w.mount(t, m)
+		p, err := acquire(t, m, 5*time.Second, w.spec, "ctr-b")
 		if err != nil || p != path {
 			t.Fatalf("second Acquire = %s, %v; want %s", p, err, path)
 		}
@@ -161,6 +136,11 @@ func TestSSHFS(t *testing.T) {
 	})
 
 	t.Run("the FUSE daemon runs in the mount's scope", func(t *testing.T) {
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		path := w.mount(t, w.manager(t))
 		self, err := testsupport.CgroupV2(os.Getpid())
 		if err != nil {
 			t.Fatal(err)
@@ -174,14 +154,14 @@ func TestSSHFS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cg != scopeOf(spec) || cg == self {
-				t.Errorf("FUSE daemon %d is in cgroup %s, want the scope %s (the test runs in %s)", pid, cg, scopeOf(spec), self)
+			if cg != w.scopeOf(w.spec) || cg == self {
+				t.Errorf("FUSE daemon %d is in cgroup %s, want the scope %s (the test runs in %s)", pid, cg, w.scopeOf(w.spec), self)
 			}
 			if sid, _ := unix.Getsid(pid); sid == mySid() {
 				t.Errorf("FUSE daemon %d is in the test's session %d", pid, sid)
 			}
 		}
-		procs := cgroupProcs(t, sc.Dir("mount-"+spec.Key()))
+		procs := cgroupProcs(t, w.sc.Dir("mount-"+w.spec.Key()))
 		var ssh bool
 		for _, pid := range procs {
 			ssh = ssh || comm(pid) == "ssh"
@@ -192,6 +172,11 @@ func TestSSHFS(t *testing.T) {
 	})
 
 	t.Run("probes of a mount whose daemon hangs leave one stat behind, not one each", func(t *testing.T) {
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		path := w.mount(t, w.manager(t))
 		daemons := daemonsOf(t, path)
 		if len(daemons) == 0 {
 			t.Fatalf("no FUSE daemon serves %s", path)
@@ -232,89 +217,24 @@ func TestSSHFS(t *testing.T) {
 	})
 
 	// The restart scenario: an agent in a cgroup of its own mounts, then its whole cgroup is
-	// killed. The mount lives on, and a new Manager adopts it. One Manager per state
-	// directory: m1 goes first (its mount outlives it).
-	m1.Close()
-	var path2 string
-	var daemons2 []int
+	// killed. The mount lives on, and a new Manager adopts it.
 	t.Run("the mount survives cgroup.kill of the agent's cgroup", func(t *testing.T) {
-		agentCG := filepath.Join(sc.Root, sc.Parent, "agent")
-		if err := os.Mkdir(agentCG, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cfgJSON, _ := json.Marshal(agentConfig{StateDir: stateDir, CgroupRoot: sc.Root, CgroupParent: sc.Parent, Spec: spec2, Wanted: cfg.Wanted})
-		agent, ready := startInCgroup(t, agentCG, []string{agentEnv + "=" + string(cfgJSON)}, os.Args[0])
-		var line string
-		select {
-		case line = <-ready:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the fake agent did not mount within 30s")
-		}
-		p, ok := strings.CutPrefix(line, "READY ")
+		w, ok := newSSHFSWorld(t)
 		if !ok {
-			t.Fatalf("fake agent: %s", line)
+			return
 		}
-		path2 = p
-		if cg, _ := testsupport.CgroupV2(agent.Process.Pid); cg != "/"+sc.Parent+"/agent" {
-			t.Errorf("agent runs in %s, want /%s/agent", cg, sc.Parent)
-		}
-		daemons2 = daemonsOf(t, path2)
-		for _, pid := range daemons2 {
-			if cg, _ := testsupport.CgroupV2(pid); cg != scopeOf(spec2) {
-				t.Errorf("the agent's FUSE daemon %d is in %s, want %s", pid, cg, scopeOf(spec2))
-			}
-		}
-
-		killed := time.Now()
-		if err := os.WriteFile(filepath.Join(agentCG, "cgroup.kill"), []byte("1"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		werr := agent.Wait()
-		var ee *exec.ExitError
-		if !errors.As(werr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Errorf("agent ended with %v, want SIGKILL", werr)
-		}
-		if procs := cgroupProcs(t, agentCG); len(procs) != 0 {
-			t.Errorf("agent cgroup still has %v", procs)
-		}
-		for i := 0; i < 5; i++ { // read for a while after the kill
-			if got := readBounded(t, filepath.Join(path2, "hello")); got != content {
-				t.Fatalf("%s after the agent's cgroup was killed: read %q, want %q", time.Since(killed).Round(time.Millisecond), got, content)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if now := daemonsOf(t, path2); !slices.Equal(now, daemons2) || len(now) == 0 {
-			t.Errorf("FUSE daemons %v before the kill, %v after", daemons2, now)
-		}
-		os.Remove(agentCG)
+		w.agentMountKilled(t)
 	})
-	if path2 == "" {
-		t.FailNow()
-	}
 
-	var m2 *Manager
 	t.Run("a new Manager adopts the live mounts", func(t *testing.T) {
-		for _, p := range []string{path, path2} {
-			if mi := mountsAt(t, p); len(mi) != 1 {
-				t.Fatalf("%d mounts at %s after their agents went, want 1", len(mi), p)
-			}
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
 		}
+		path, path2, _ := w.orphanMounts(t)
 		before := append(daemonsOf(t, path), daemonsOf(t, path2)...)
-		m2, err = NewManager(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
 		start := time.Now()
-		for _, a := range []struct {
-			s    netspec.Spec
-			user string
-			want string
-		}{{spec2, "ctr-c", path2}, {spec, "ctr-a", path}, {spec, "ctr-b", path}} {
-			p, err := acquireEventually(t, m2, 5*time.Second, a.s, a.user)
-			if err != nil || p != a.want {
-				t.Fatalf("Acquire(%s) on the new Manager = %s, %v; want %s", a.user, p, err, a.want)
-			}
-		}
+		w.adopt(t, path, path2)
 		t.Logf("adopted and acquired in %s", time.Since(start).Round(time.Millisecond))
 		for _, p := range []string{path, path2} {
 			if mi := mountsAt(t, p); len(mi) != 1 {
@@ -324,18 +244,20 @@ func TestSSHFS(t *testing.T) {
 		if after := append(daemonsOf(t, path), daemonsOf(t, path2)...); !slices.Equal(before, after) {
 			t.Errorf("FUSE daemons %v before adoption, %v after: mounted again", before, after)
 		}
-		if got := readBounded(t, filepath.Join(path2, "hello")); got != content {
+		if got := readBounded(t, filepath.Join(path2, "hello")); got != sshfsContent {
 			t.Errorf("read %q through the adopted mount", got)
 		}
 	})
-	if m2 == nil {
-		t.FailNow()
-	}
-	defer m2.Close()
 
 	t.Run("the last release unmounts after the grace period", func(t *testing.T) {
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		path, path2, daemons2 := w.orphanMounts(t)
+		m2 := w.adopt(t, path, path2)
 		m2.Release("ctr-a")
-		time.Sleep(2 * grace)
+		time.Sleep(2 * sshfsGrace)
 		if mi := mountsAt(t, path); len(mi) != 1 {
 			t.Fatalf("unmounted while ctr-b still uses it")
 		}
@@ -353,17 +275,17 @@ func TestSSHFS(t *testing.T) {
 				t.Fatalf("still mounted 10s after the last release")
 			}
 		}
-		t.Logf("unmounted %s after the last release (grace %s)", gone.Round(time.Millisecond), grace)
-		if gone < grace {
-			t.Errorf("unmounted %s after the last release, within the %s grace period", gone, grace)
+		t.Logf("unmounted %s after the last release (grace %s)", gone.Round(time.Millisecond), sshfsGrace)
+		if gone < sshfsGrace {
+			t.Errorf("unmounted %s after the last release, within the %s grace period", gone, sshfsGrace)
 		}
 		eventually(t, "the Manager forgets the unmounted mounts", func() bool {
-			_, ok1 := statusOf(m2, spec.Key())
-			_, ok2 := statusOf(m2, spec2.Key())
+			_, ok1 := statusOf(m2, w.spec.Key())
+			_, ok2 := statusOf(m2, w.spec2.Key())
 			return !ok1 && !ok2
 		})
-		for _, s := range []netspec.Spec{spec, spec2} {
-			if _, err := os.Stat(filepath.Join(stateDir, "state", s.Key()+".json")); !os.IsNotExist(err) {
+		for _, s := range []netspec.Spec{w.spec, w.spec2} {
+			if _, err := os.Stat(filepath.Join(w.stateDir, "state", s.Key()+".json")); !os.IsNotExist(err) {
 				t.Errorf("state of %s left after its unmount: %v", s.Key(), err)
 			}
 		}
@@ -373,20 +295,22 @@ func TestSSHFS(t *testing.T) {
 					return false
 				}
 			}
-			_, err1 := os.Stat(sc.Dir("mount-" + spec.Key()))
-			_, err2 := os.Stat(sc.Dir("mount-" + spec2.Key()))
+			_, err1 := os.Stat(w.sc.Dir("mount-" + w.spec.Key()))
+			_, err2 := os.Stat(w.sc.Dir("mount-" + w.spec2.Key()))
 			return os.IsNotExist(err1) && os.IsNotExist(err2)
 		})
 	})
 
-	var dead netspec.Spec
-	var deadPath string
-	outer := t
 	t.Run("a dead server fails inside the budget, and the background retry mounts", func(t *testing.T) {
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		m := w.manager(t)
 		port2 := freePort(t)
-		dead = sshSpec(port2)
+		dead := w.sshSpec(port2)
 		start := time.Now()
-		_, err := acquire(t, m2, time.Second, dead, "ctr-d")
+		_, err := acquire(t, m, time.Second, dead, "ctr-d")
 		took := time.Since(start)
 		t.Logf("Acquire against a dead server: %s after %s", err, took.Round(time.Millisecond))
 		if err == nil || !strings.HasPrefix(err.Error(), dead.String()+": not ready: ") || !strings.Contains(err.Error(), "port="+strconv.Itoa(port2)) {
@@ -397,33 +321,38 @@ func TestSSHFS(t *testing.T) {
 		}
 		// sshfs run by mount(8) reports a refused connection as "read: Connection reset by
 		// peer" or "write: Broken pipe" (ssh's own "Connection refused" only shows with -d).
-		if !regexp.MustCompile(`last error: mount: exit status 1: (read|write): \S`).MatchString(err.Error()) {
+		if err == nil || !regexp.MustCompile(`last error: mount: exit status 1: (read|write): \S`).MatchString(err.Error()) {
 			t.Errorf("the error does not carry the helper's message: %v", err)
 		}
 
-		startSSHD(outer, sc, keys, port2) // until the end: the next subtest uses it
-		p, err := acquireEventually(t, m2, 40*time.Second, dead, "ctr-d")
+		startSSHD(t, w.sc, w.keys, port2)
+		p, err := acquireEventually(t, m, 40*time.Second, dead, "ctr-d")
 		if err != nil {
 			t.Fatalf("Acquire once the server is up: %v", err)
 		}
-		st, _ := statusOf(m2, dead.Key())
+		st, _ := statusOf(m, dead.Key())
 		t.Logf("mounted after the server came up, %s after the first Acquire, attempt %d", time.Since(start).Round(time.Millisecond), st.Attempt)
 		if st.Attempt < 2 {
 			t.Errorf("mounted at attempt %d, want a retry", st.Attempt)
 		}
-		if got := readBounded(t, filepath.Join(p, "hello")); got != content {
+		if got := readBounded(t, filepath.Join(p, "hello")); got != sshfsContent {
 			t.Errorf("read %q", got)
 		}
-		deadPath = p
 	})
 
 	t.Run("an nfs mount fails the preflight on a node without mount.nfs", func(t *testing.T) {
+		// Asked before the re-run: a subtest skipped in the private namespace would not pass there.
 		if _, err := (LiveEnv{}).LookHelper("mount.nfs"); err == nil {
 			testenv.Skip(t, "this node has mount.nfs: the preflight would pass its helper check")
 		}
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		m := w.manager(t)
 		nfs := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export"}
 		start := time.Now()
-		_, err := acquire(t, m2, 5*time.Second, nfs, "ctr-e")
+		_, err := acquire(t, m, 5*time.Second, nfs, "ctr-e")
 		if took := time.Since(start); took > 3*time.Second { // far below the 5s deadline
 			t.Errorf("Acquire took %s for a node that lacks the helper", took)
 		}
@@ -438,8 +367,19 @@ func TestSSHFS(t *testing.T) {
 	// kubernetes #48431: a FUSE daemon died with its agent; the mount is left behind, dead. A
 	// new agent must not adopt it as it is.
 	t.Run("a new Manager mounts again a mount whose FUSE daemon died", func(t *testing.T) {
-		if deadPath == "" {
-			t.Fatal("no mount from the previous subtest: its failure above is the cause")
+		w, ok := newSSHFSWorld(t)
+		if !ok {
+			return
+		}
+		// A mount of a spec that no Wanted of cfg names, from a server of its own, left by
+		// a Manager that is gone.
+		port2 := freePort(t)
+		startSSHD(t, w.sc, w.keys, port2)
+		dead := w.sshSpec(port2)
+		m2 := w.manager(t)
+		deadPath, err := acquireEventually(t, m2, 15*time.Second, dead, "ctr-d")
+		if err != nil {
+			t.Fatal(err)
 		}
 		m2.Close()
 		old := daemonsOf(t, deadPath)
@@ -453,18 +393,14 @@ func TestSSHFS(t *testing.T) {
 			_, err := os.Stat(deadPath)
 			return errors.Is(err, syscall.ENOTCONN)
 		})
-		m3, err := NewManager(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m3.Close()
+		m3 := w.manager(t)
 		start := time.Now()
 		p, err := acquireEventually(t, m3, 15*time.Second, dead, "ctr-d")
 		if err != nil || p != deadPath {
 			t.Fatalf("Acquire over a dead mount = %s, %v; want %s", p, err, deadPath)
 		}
 		t.Logf("dead mount replaced in %s", time.Since(start).Round(time.Millisecond))
-		if got := readBounded(t, filepath.Join(p, "hello")); got != content {
+		if got := readBounded(t, filepath.Join(p, "hello")); got != sshfsContent {
 			t.Errorf("read %q through the new mount", got)
 		}
 		if mi := mountsAt(t, p); len(mi) != 1 {
@@ -474,7 +410,7 @@ func TestSSHFS(t *testing.T) {
 		// replaced in place (heal.go): its daemon's command line names the staging directory,
 		// so it is found in the mount's scope.
 		var now []int
-		for _, pid := range cgroupProcs(t, filepath.Join(sc.Root, scopeOf(dead))) {
+		for _, pid := range cgroupProcs(t, filepath.Join(w.sc.Root, w.scopeOf(dead))) {
 			if comm(pid) != "ssh" { // sshfs runs as mount.fuse.sshfs; its ssh child is no daemon
 				now = append(now, pid)
 			}
@@ -722,7 +658,13 @@ func reexecInPrivateNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir()
+	// Not t.TempDir: its name comes from the subtest's, whose commas would split the sshfs
+	// options that name files below it.
+	tmp, err := os.MkdirTemp("", "mk-netmount-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
 	parent := fmt.Sprintf("mountkeeper-test-%d-%d.slice", os.Getpid(), time.Now().UnixNano())
 	parentDir := filepath.Join(root, parent)
 	t.Cleanup(func() {
@@ -750,7 +692,7 @@ func reexecInPrivateNamespace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), budget+10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "unshare", "-m", "--propagation", "private",
-		os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout="+budget.String())
+		os.Args[0], "-test.run="+runPattern(t.Name()), "-test.v", "-test.count=1", "-test.timeout="+budget.String())
 	cmd.Env = append(os.Environ(), inNamespaceEnv+"="+ns, tmpEnv+"="+tmp, cgroupEnv+"="+parent)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
@@ -766,4 +708,14 @@ func reexecInPrivateNamespace(t *testing.T) {
 func mySid() int {
 	sid, _ := unix.Getsid(0)
 	return sid
+}
+
+// runPattern is the -test.run pattern that selects the test or subtest named name alone: each
+// element of the name quoted (subtest names hold dots and parentheses) and anchored.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
