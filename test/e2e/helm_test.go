@@ -82,11 +82,65 @@ func TestHelmChart(t *testing.T) {
 		return err == nil
 	}
 
-	var plugin string
-	t.Run("install: the objects, the plugin pod from the DaemonSet, a class pod with its mount", func(t *testing.T) {
+	// The release's state, so that each subtest first brings the node to the state it starts
+	// from (atV1, atV2Extra) and any one runs alone (-run 'TestHelmChart/^upgrade'): run in
+	// order, each finds the state the one before left and does nothing more.
+	var (
+		plugin  string // the plugin pod; "" when no release is installed
+		release string // the values of the installed release: v1, v2+extra or v2
+	)
+	installV1 := func(t *testing.T) {
+		t.Helper()
 		out := helm("install", "mountkeeper", chart, "--namespace", deployNS, "--create-namespace", "--values", values("e2e-v1", helmClass("mk-helm", "a")))
 		t.Logf("helm install:\n%s", out)
 		n.namespaceStandIns(deployNS)
+		release = "v1"
+	}
+	startPlugin := func(t *testing.T) {
+		t.Helper()
+		n.installImage()
+		plugin = n.startPluginPod(t)
+	}
+	// The init container declared the class's handler; containerd reads it at start.
+	restartContainerd := func(t *testing.T) {
+		t.Helper()
+		if err := n.ctrd.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upgradeV2Extra := func(t *testing.T) {
+		t.Helper()
+		out := helm("upgrade", "mountkeeper", chart, "--namespace", deployNS,
+			"--values", values("e2e-v2", helmClass("mk-helm", "a", "b"), helmClass("mk-helm-extra", "c")))
+		t.Logf("helm upgrade:\n%s", out)
+		release = "v2+extra"
+	}
+	// The rolling update's step on this node: the old pod goes, one from the new template
+	// comes.
+	rollPlugin := func(t *testing.T) {
+		t.Helper()
+		n.deletePluginPod(t, plugin)
+		startPlugin(t)
+	}
+	atV1 := func(t *testing.T) {
+		t.Helper()
+		if plugin == "" {
+			installV1(t)
+			startPlugin(t)
+			restartContainerd(t)
+		}
+	}
+	atV2Extra := func(t *testing.T) {
+		t.Helper()
+		atV1(t)
+		if release != "v2+extra" {
+			upgradeV2Extra(t)
+			rollPlugin(t)
+		}
+	}
+
+	t.Run("install: the objects, the plugin pod from the DaemonSet, a class pod with its mount", func(t *testing.T) {
+		installV1(t)
 		n.checkChartObjects(t, "e2e-v1", []string{"mk-helm"})
 		// The node listener's RBAC (metrics.nodeListener, on by default); no PodMonitor or
 		// PrometheusRule by default: this API server has no Prometheus Operator CRDs, and the
@@ -96,13 +150,9 @@ func TestHelmChart(t *testing.T) {
 				t.Errorf("the chart did not create %s", path)
 			}
 		}
-		n.installImage()
-		plugin = n.startPluginPod(t)
+		startPlugin(t)
 		n.checkNodeListener(t, plugin)
-		// The init container declared the class's handler; containerd reads it at start.
-		if err := n.ctrd.Restart(ctx); err != nil {
-			t.Fatal(err)
-		}
+		restartContainerd(t)
 		id := n.runPod(t, "helm-a", "mk-helm", "exec sleep 3600", false, nil, nil)
 		if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/a/marker"); code != 0 || out != "helm-a\n" {
 			t.Errorf("the class pod reads %q (exit %d) at /a/marker, want helm-a", out, code)
@@ -113,15 +163,10 @@ func TestHelmChart(t *testing.T) {
 	}
 
 	t.Run("upgrade: a new image tag, a mount and a class added; the new pod serves them", func(t *testing.T) {
-		out := helm("upgrade", "mountkeeper", chart, "--namespace", deployNS,
-			"--values", values("e2e-v2", helmClass("mk-helm", "a", "b"), helmClass("mk-helm-extra", "c")))
-		t.Logf("helm upgrade:\n%s", out)
+		atV1(t)
+		upgradeV2Extra(t)
 		n.checkChartObjects(t, "e2e-v2", []string{"mk-helm", "mk-helm-extra"})
-		// The rolling update's step on this node: the old pod goes, one from the new
-		// template comes.
-		n.deletePluginPod(t, plugin)
-		n.installImage()
-		plugin = n.startPluginPod(t)
+		rollPlugin(t)
 		id := n.runPod(t, "helm-ab", "mk-helm", "exec sleep 3600", false, nil, nil)
 		for _, d := range []string{"a", "b"} {
 			if out, _, code, _ := n.ctrd.CRI().Exec(ctx, id, "cat", "/"+d+"/marker"); code != 0 || out != "helm-"+d+"\n" {
@@ -134,7 +179,9 @@ func TestHelmChart(t *testing.T) {
 	}
 
 	t.Run("upgrade removing a class deletes its RuntimeClass", func(t *testing.T) {
+		atV2Extra(t)
 		helm("upgrade", "mountkeeper", chart, "--namespace", deployNS, "--values", values("e2e-v2", helmClass("mk-helm", "a", "b")))
+		release = "v2"
 		n.checkChartObjects(t, "e2e-v2", []string{"mk-helm"})
 		if exists("/apis/node.k8s.io/v1/runtimeclasses/mk-helm-extra") {
 			t.Error("RuntimeClass mk-helm-extra is still there after its class was removed from the values")
@@ -142,7 +189,9 @@ func TestHelmChart(t *testing.T) {
 	})
 
 	t.Run("uninstall removes every object of the release", func(t *testing.T) {
+		atV1(t)
 		n.deletePluginPod(t, plugin)
+		plugin, release = "", ""
 		t.Logf("helm uninstall:\n%s", helm("uninstall", "mountkeeper", "--namespace", deployNS))
 		for _, path := range append([]string{
 			"/apis/apps/v1/namespaces/" + deployNS + "/daemonsets/mountkeeper",
