@@ -336,7 +336,7 @@ func TestTemplateRefuses(t *testing.T) {
 }
 
 // TestDefaultsWithoutPrometheusOperator: the defaults render the agent's ServiceAccount and
-// RBAC for its node listener but no PodMonitor or PrometheusRule, whose CRDs a cluster
+// RBAC for its node listener and its node labels but no PodMonitor or PrometheusRule, whose CRDs a cluster
 // without the Prometheus Operator lacks (helm install would fail there). The uninstall's hook
 // objects (uninstall.yaml, made only by helm uninstall) are not counted.
 func TestDefaultsWithoutPrometheusOperator(t *testing.T) {
@@ -348,7 +348,7 @@ func TestDefaultsWithoutPrometheusOperator(t *testing.T) {
 		}
 		kinds[obj["kind"].(string)]++
 	}
-	for kind, want := range map[string]int{"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "PodMonitor": 0, "PrometheusRule": 0, "Secret": 0} {
+	for kind, want := range map[string]int{"ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, "PodMonitor": 0, "PrometheusRule": 0, "Secret": 0} {
 		if kinds[kind] != want {
 			t.Errorf("the defaults render %d %s, want %d (all kinds: %v)", kinds[kind], kind, want, kinds)
 		}
@@ -384,5 +384,22 @@ func TestDocValuesExamples(t *testing.T) {
 	}
 	if found == 0 {
 		t.Error("no chart values example (a yaml block starting with a runtimeClasses list) in docs/*.md; docs/install.md has one")
+	}
+}
+
+// TestNodeLabelScheduling: each class's RuntimeClass selects the node label the agent's
+// node-label container sets (runtime-handler.mountkeeper.io/<class>), besides the class's own
+// nodeSelector; the agent may get and patch nodes; without nodeLabels neither.
+func TestNodeLabelScheduling(t *testing.T) {
+	out := render(t, nil)
+	if !strings.Contains(out, "runtime-handler.mountkeeper.io/shared-data: \"true\"") {
+		t.Errorf("the default class's RuntimeClass does not select runtime-handler.mountkeeper.io/shared-data:\n%s", out)
+	}
+	if !strings.Contains(out, "- name: node-label") || !strings.Contains(out, "verbs: [get, patch]") {
+		t.Errorf("no node-label container or no node RBAC in the defaults")
+	}
+	off := render(t, nil, "nodeLabels.enabled=false")
+	if strings.Contains(off, "runtime-handler.mountkeeper.io/") || strings.Contains(off, "- name: node-label") || strings.Contains(off, "resources: [nodes]") {
+		t.Errorf("nodeLabels.enabled=false still renders the label, its container or its RBAC")
 	}
 }

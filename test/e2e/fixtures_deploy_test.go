@@ -245,6 +245,9 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 		if c["name"] == "mountkeeper" {
 			c["args"] = append(c["args"].([]any), hostPID, "--log-level=debug")
 		}
+		if c["name"] == "node-label" {
+			c["args"] = append(c["args"].([]any), hostPID, "--cri-socket="+n.ctrd.Socket(), "--interval=1s")
+		}
 	}
 	for _, c := range spec["initContainers"].([]any) {
 		c := c.(map[string]any)
