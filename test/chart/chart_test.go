@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -401,5 +402,47 @@ func TestNodeLabelScheduling(t *testing.T) {
 	off := render(t, nil, "nodeLabels.enabled=false")
 	if strings.Contains(off, "runtime-handler.mountkeeper.io/") || strings.Contains(off, "- name: node-label") || strings.Contains(off, "resources: [nodes]") {
 		t.Errorf("nodeLabels.enabled=false still renders the label, its container or its RBAC")
+	}
+}
+
+// TestOpenShiftSCC: openshift.scc.enabled renders SecurityContextConstraints for the agent's
+// ServiceAccount (privileged, hostPID, hostNetwork, no hostPath) and, as a post-delete hook,
+// for the uninstall DaemonSet's, which then runs as that ServiceAccount; off by default.
+func TestOpenShiftSCC(t *testing.T) {
+	if out := render(t, nil); strings.Contains(out, "SecurityContextConstraints") {
+		t.Error("the defaults render SecurityContextConstraints, which only OpenShift has")
+	}
+	var sccs []map[string]any
+	var uninstallDS map[string]any
+	for _, obj := range objects(t, render(t, nil, "openshift.scc.enabled=true")) {
+		switch obj["kind"] {
+		case "SecurityContextConstraints":
+			sccs = append(sccs, obj)
+		case "DaemonSet":
+			if strings.HasSuffix(obj["metadata"].(map[string]any)["name"].(string), "-uninstall") {
+				uninstallDS = obj
+			}
+		}
+	}
+	if len(sccs) != 2 {
+		t.Fatalf("openshift.scc.enabled renders %d SecurityContextConstraints, want the agent's and the uninstall's", len(sccs))
+	}
+	wantUsers := []string{"system:serviceaccount:" + namespace + ":" + release, "system:serviceaccount:" + namespace + ":" + release + "-uninstall"}
+	for i, scc := range sccs {
+		for _, k := range []string{"allowPrivilegedContainer", "allowHostPID", "allowHostNetwork"} {
+			if scc[k] != true {
+				t.Errorf("SCC %d: %s is %v, want true", i, k, scc[k])
+			}
+		}
+		if scc["allowHostDirVolumePlugin"] != false {
+			t.Errorf("SCC %d allows hostPath volumes, which no pod of the chart uses", i)
+		}
+		if users := fmt.Sprint(scc["users"]); users != "["+wantUsers[i]+"]" {
+			t.Errorf("SCC %d: users %s, want [%s]", i, users, wantUsers[i])
+		}
+	}
+	spec := uninstallDS["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	if spec["serviceAccountName"] != release+"-uninstall" {
+		t.Errorf("the uninstall DaemonSet runs as %v, not the ServiceAccount its SCC names", spec["serviceAccountName"])
 	}
 }
