@@ -246,7 +246,8 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 			c["args"] = append(c["args"].([]any), hostPID, "--log-level=debug")
 		}
 		if c["name"] == "node-label" {
-			c["args"] = append(c["args"].([]any), hostPID, "--cri-socket="+n.ctrd.Socket(), "--interval=1s")
+			// The API server's own address: this node has no route to its service address.
+			c["args"] = append(c["args"].([]any), hostPID, "--cri-socket="+n.ctrd.Socket(), "--interval=1s", "--kube-api="+n.kube.APIURL())
 		}
 	}
 	for _, c := range spec["initContainers"].([]any) {
