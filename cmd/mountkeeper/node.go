@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,12 +14,14 @@ import (
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
 	"github.com/mountkeeper/mountkeeper/internal/hostns"
 	"github.com/mountkeeper/mountkeeper/internal/nodecleanup"
+	"github.com/mountkeeper/mountkeeper/internal/nodelabel"
 	"github.com/mountkeeper/mountkeeper/internal/reexec"
 	"github.com/mountkeeper/mountkeeper/internal/uninstallwait"
 )
 
 const nodeUsage = `usage: mountkeeper node cleanup [--config FILE] [--state-dir DIR] [--lock-wait D] [--dry-run] [--host-namespaces]
-       mountkeeper node wait-uninstall --namespace NS --daemonset NAME [--timeout D]
+       mountkeeper node label --node NAME [--config FILE] [--runtime containerd|crio] [--distribution auto|NAME] [--cri-socket PATH] [--interval D] [--once] [--host-namespaces]
+       mountkeeper node wait-uninstall --namespace NS --daemonset NAME [--timeout D] [--remove-node-labels]
        mountkeeper node uninstalled`
 
 // nodeCleanupInHostNamespaces is the reexec entry hostns.Enter starts in the host's
@@ -43,6 +46,8 @@ func runNode(args []string, stdout, stderr io.Writer, inHost bool) error {
 	}
 	switch args[0] {
 	case "cleanup":
+	case "label":
+		return runNodeLabel(args[1:], stdout, stderr, inHost)
 	case "wait-uninstall":
 		return runWaitUninstall(args[1:], stdout, stderr)
 	case "uninstalled":
@@ -93,6 +98,7 @@ func runWaitUninstall(args []string, stdout, stderr io.Writer) error {
 	flags.StringVar(&o.Server, "server", "", "the API server (default: the pod's in-cluster address and ServiceAccount)")
 	flags.DurationVar(&o.Timeout, "timeout", 4*time.Minute, "give up after this long and name the nodes not done")
 	flags.DurationVar(&o.Interval, "interval", 2*time.Second, "time between two looks")
+	removeLabels := flags.Bool("remove-node-labels", false, "then remove the labels "+nodelabel.Prefix+"* from every node (also when the wait failed: the RuntimeClasses are gone)")
 	if err := cli.Parse(flags, args); err != nil {
 		return err
 	}
@@ -103,7 +109,11 @@ func runWaitUninstall(args []string, stdout, stderr io.Writer) error {
 	o.Out = stdout
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return uninstallwait.Wait(ctx, o)
+	err := uninstallwait.Wait(ctx, o)
+	if *removeLabels {
+		err = errors.Join(err, removeNodeLabels(ctx, o.Server, stdout))
+	}
+	return err
 }
 
 // runUninstalled says the node is uninstalled and waits for SIGTERM: the main container of

@@ -28,8 +28,8 @@ func init() {
 	})
 }
 
-const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--distribution auto|kubeadm|k3s|rke2|microk8s|kind] [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run | --print-fragment] [--restart] [--host-namespaces]
-       mountkeeper runtime unconfigure --runtime containerd|crio [--distribution NAME] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart] [--host-namespaces]`
+const runtimeUsage = `usage: mountkeeper runtime configure --runtime containerd|crio [--distribution auto|kubeadm|k3s|rke2|microk8s|kind] [--config FILE] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--runtime-binary PATH] [--dry-run | --print-fragment] [--restart none|systemd] [--host-namespaces]
+       mountkeeper runtime unconfigure --runtime containerd|crio [--distribution NAME] [--config-file PATH] [--config-dir DIR] [--drop-in PATH] [--install-dir DIR] [--base-spec-dir DIR] [--hook PATH] [--force] [--dry-run] [--restart none|systemd] [--host-namespaces]`
 
 // runRuntime is `mountkeeper runtime configure|unconfigure` (package runtimeconfig does the
 // work): it parses the flags, shows the plan (--dry-run) or applies it, and restarts the
@@ -54,8 +54,25 @@ type runtimeFlags struct {
 	printFragment bool
 	dryRun        bool
 	force         bool
-	restart       bool
+	restart       restartFlag
 }
+
+// restartFlag is --restart none|systemd; a bare --restart, as before the modes, is systemd.
+type restartFlag struct{ mode runtimeconfig.RestartMode }
+
+func (f *restartFlag) String() string {
+	if f == nil || f.mode == "" {
+		return string(runtimeconfig.RestartNone)
+	}
+	return string(f.mode)
+}
+
+func (f *restartFlag) Set(s string) (err error) {
+	f.mode, err = runtimeconfig.ParseRestartMode(s)
+	return err
+}
+
+func (f *restartFlag) IsBoolFlag() bool { return true }
 
 // runRuntimeIn is runRuntimeWith; inHost says this process is the one hostns.Enter started.
 func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconfig.Restarter, inHost bool) error {
@@ -91,7 +108,8 @@ func runRuntimeIn(args []string, stdout, stderr io.Writer, restarter runtimeconf
 	flags.BoolVar(&f.printFragment, "print-fragment", false, "configure: write nothing; print the runtime config fragment the classes need, for a config the OS owns (Talos machine config, Bottlerocket settings, EKS nodeadm, an OpenShift MachineConfig)")
 	flags.BoolVar(&f.dryRun, "dry-run", false, "show what would change (a unified diff) and change nothing")
 	flags.BoolVar(&f.force, "force", false, "unconfigure: even while the runtime still runs containers of the classes (it cannot stop them afterwards)")
-	flags.BoolVar(&f.restart, "restart", false, "restart the runtime through systemd (systemctl restart containerd|crio) when its config changed")
+	f.restart.mode = runtimeconfig.RestartNone
+	flags.Var(&f.restart, "restart", "none: say what to restart when the runtime's config changed; systemd (or a bare --restart): systemctl restart the distribution's unit (containerd, k3s or k3s-agent, rke2-server or rke2-agent, snap.microk8s.daemon-containerd; crio)")
 	if err := cli.Parse(flags, args[1:]); err != nil {
 		return err
 	}
@@ -120,7 +138,7 @@ func runRuntimeCommand(f runtimeFlags, stdout, stderr io.Writer, restarter runti
 		fmt.Fprintln(stderr, err)
 		return cli.ErrUsage
 	}
-	o := f.o.ForDistribution(d, d.Unit(runtimeconfig.UnitFileExists))
+	o := f.o.ForDistribution(d, runtimeconfig.RestartUnit(f.o.Runtime, d, runtimeconfig.UnitFileExists))
 	if o, err = o.WithDefaults(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return cli.ErrUsage
@@ -166,7 +184,7 @@ func runRuntimeCommand(f runtimeFlags, stdout, stderr io.Writer, restarter runti
 		}
 		return nil
 	}
-	return applyRuntimePlan(plan, f.restart, stdout, restarter)
+	return applyRuntimePlan(plan, f.restart.mode, stdout, restarter)
 }
 
 // printFragment is --print-fragment: the runtime config the classes need, written nowhere.
@@ -183,7 +201,7 @@ func printFragment(o runtimeconfig.Options, classes []string, stdout, stderr io.
 
 // applyRuntimePlan applies plan, says what changed, and restarts the runtime when asked and
 // its config changed.
-func applyRuntimePlan(plan runtimeconfig.Plan, restart bool, stdout io.Writer, restarter runtimeconfig.Restarter) error {
+func applyRuntimePlan(plan runtimeconfig.Plan, restart runtimeconfig.RestartMode, stdout io.Writer, restarter runtimeconfig.Restarter) error {
 	if len(plan.Changes) == 0 {
 		fmt.Fprintln(stdout, "nothing to change")
 		return nil

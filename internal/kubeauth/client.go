@@ -63,6 +63,16 @@ func (e *StatusError) Error() string {
 
 // Do sends body (JSON, if not nil) to path and decodes the answer into out (if not nil).
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	return c.do(ctx, method, path, "application/json", body, out)
+}
+
+// MergePatch sends patch to path as a JSON merge patch (RFC 7386: a null value removes the
+// key) and decodes the answer into out (if not nil).
+func (c *Client) MergePatch(ctx context.Context, path string, patch, out any) error {
+	return c.do(ctx, http.MethodPatch, path, "application/merge-patch+json", patch, out)
+}
+
+func (c *Client) do(ctx context.Context, method, path, contentType string, body, out any) error {
 	token, err := os.ReadFile(c.tokenFile)
 	if err != nil {
 		return fmt.Errorf("the ServiceAccount token: %w", err)
@@ -80,7 +90,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))

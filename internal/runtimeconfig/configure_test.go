@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -376,22 +377,70 @@ func (f *fakeRestarter) Restart(_ context.Context, unit string) error {
 func TestRestartIfNeeded(t *testing.T) {
 	changed := Plan{Options: Options{Runtime: "containerd"}, Changes: []Change{{Path: "/etc/x", New: []byte("x"), Config: true}}}
 	wrapperOnly := Plan{Options: Options{Runtime: "crio"}, Changes: []Change{{Path: "/opt/x", New: []byte("x")}}}
+	k3sAgent := changed
+	k3sAgent.Options.UnitName = "k3s-agent"
 	for _, tc := range []struct {
 		name    string
 		plan    Plan
-		restart bool
+		restart RestartMode
 		units   []string
 		line    string
 	}{
-		{"config changed, --restart", changed, true, []string{"containerd"}, "restarted containerd (systemctl restart containerd)"},
-		{"config changed", changed, false, nil, "restart needed: containerd reads its config only at start: run `systemctl restart containerd`"},
-		{"only the wrapper changed", wrapperOnly, true, nil, ""},
+		{"config changed, --restart=systemd", changed, RestartSystemd, []string{"containerd"}, "restarted containerd (systemctl restart containerd)"},
+		{"config changed, k3s agent, --restart=systemd", k3sAgent, RestartSystemd, []string{"k3s-agent"}, "restarted containerd (systemctl restart k3s-agent)"},
+		{"config changed, --restart=none", changed, RestartNone, nil, "restart needed: containerd reads its config only at start: run `systemctl restart containerd`"},
+		{"config changed, k3s agent, --restart=none", k3sAgent, RestartNone, nil, "restart needed: containerd reads its config only at start: run `systemctl restart k3s-agent`"},
+		{"only the wrapper changed", wrapperOnly, RestartSystemd, nil, ""},
 	} {
 		r := &fakeRestarter{}
 		line, err := RestartIfNeeded(context.Background(), tc.plan, r, tc.restart)
 		if err != nil || !reflect.DeepEqual(r.units, tc.units) || !strings.HasPrefix(line, tc.line) || (tc.line == "") != (line == "") {
 			t.Errorf("%s: restarted %q, said %q (%v); want %q, %q", tc.name, r.units, line, err, tc.units, tc.line)
 		}
+	}
+}
+
+// TestRestartUnit: the unit --restart=systemd restarts, per runtime and distribution, from the
+// unit files the node has.
+func TestRestartUnit(t *testing.T) {
+	for _, tc := range []struct {
+		runtime, distribution string
+		unitFiles             []string
+		want                  string
+	}{
+		{"containerd", "kubeadm", []string{"containerd"}, "containerd"},
+		{"containerd", "kind", nil, "containerd"},
+		{"containerd", "k3s", []string{"k3s"}, "k3s"},
+		{"containerd", "k3s", []string{"k3s-agent"}, "k3s-agent"},
+		{"containerd", "k3s", nil, "k3s"},
+		{"containerd", "rke2", []string{"rke2-server"}, "rke2-server"},
+		{"containerd", "rke2", []string{"rke2-agent"}, "rke2-agent"},
+		{"containerd", "microk8s", nil, "snap.microk8s.daemon-containerd"},
+		{"crio", "kubeadm", []string{"containerd"}, "crio"},
+	} {
+		d, err := ResolveDistribution(tc.distribution, func(string) bool { return false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		exists := func(u string) bool { return slices.Contains(tc.unitFiles, u) }
+		got := RestartUnit(tc.runtime, d, exists)
+		if got != tc.want {
+			t.Errorf("%s on %s with unit files %v: restarts %q, want %q", tc.runtime, tc.distribution, tc.unitFiles, got, tc.want)
+		}
+		if o := (Options{Runtime: tc.runtime}).ForDistribution(d, got); o.Unit() != tc.want {
+			t.Errorf("%s on %s: the plan's unit is %q, want %q", tc.runtime, tc.distribution, o.Unit(), tc.want)
+		}
+	}
+}
+
+func TestParseRestartMode(t *testing.T) {
+	for in, want := range map[string]RestartMode{"none": RestartNone, "false": RestartNone, "systemd": RestartSystemd, "true": RestartSystemd} {
+		if got, err := ParseRestartMode(in); err != nil || got != want {
+			t.Errorf("ParseRestartMode(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseRestartMode("always"); err == nil || !strings.Contains(err.Error(), "none (print what to restart) or systemd") {
+		t.Errorf("ParseRestartMode(always) = %v, want a refusal naming the modes", err)
 	}
 }
 

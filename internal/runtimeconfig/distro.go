@@ -27,9 +27,15 @@ type Distribution struct {
 	// Units restart containerd: the first whose unit file is on the node (k3s: the server's
 	// or the agent's).
 	Units []string
+	// CRISocket is the running containerd's CRI socket (the node label asks it which
+	// handlers it has loaded).
+	CRISocket string
 	// Marker is a path only the distribution's nodes have: detection ("" never detected).
 	Marker string
 }
+
+// CRIOSocket is CRI-O's CRI socket.
+const CRIOSocket = "/var/run/crio/crio.sock"
 
 // DefaultDistribution is the one assumed where no other is detected.
 const DefaultDistribution = "kubeadm"
@@ -38,6 +44,7 @@ const DefaultDistribution = "kubeadm"
 var Distributions = []Distribution{
 	{
 		Name:             "k3s",
+		CRISocket:        "/run/k3s/containerd/containerd.sock",
 		ContainerdConfig: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
 		ContainerdDropIn: "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/99-mountkeeper.toml",
 		Templated:        true,
@@ -48,6 +55,7 @@ var Distributions = []Distribution{
 	},
 	{
 		Name:             "rke2",
+		CRISocket:        "/run/k3s/containerd/containerd.sock",
 		ContainerdConfig: "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
 		ContainerdDropIn: "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d/99-mountkeeper.toml",
 		Templated:        true,
@@ -61,6 +69,7 @@ var Distributions = []Distribution{
 		// by substituting ${SNAP} and ${SNAP_DATA} only: an imports entry in the template
 		// stays, so the template is the file configure edits.
 		Name:             "microk8s",
+		CRISocket:        "/var/snap/microk8s/common/run/containerd.sock",
 		ContainerdConfig: "/var/snap/microk8s/current/args/containerd-template.toml",
 		ContainerdDropIn: "/var/snap/microk8s/current/args/containerd.d/99-mountkeeper.toml",
 		Containerd:       "/snap/microk8s/current/bin/containerd",
@@ -71,6 +80,7 @@ var Distributions = []Distribution{
 	{
 		// kind's node image: /kind holds its version and product files.
 		Name:             "kind",
+		CRISocket:        "/run/containerd/containerd.sock",
 		ContainerdConfig: ContainerdConfigPath,
 		ContainerdDropIn: ContainerdDropInPath,
 		KubeletRoot:      "/var/lib/kubelet",
@@ -79,6 +89,7 @@ var Distributions = []Distribution{
 	},
 	{
 		Name:             DefaultDistribution,
+		CRISocket:        "/run/containerd/containerd.sock",
 		ContainerdConfig: ContainerdConfigPath,
 		ContainerdDropIn: ContainerdDropInPath,
 		KubeletRoot:      "/var/lib/kubelet",

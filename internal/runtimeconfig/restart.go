@@ -27,14 +27,50 @@ func (Systemd) Restart(ctx context.Context, unit string) error {
 	return nil
 }
 
-// RestartIfNeeded restarts the plan's runtime through r when the plan changed its config, and
-// says what it did (or what the operator must do) in a line.
-func RestartIfNeeded(ctx context.Context, p Plan, r Restarter, restart bool) (string, error) {
+// RestartMode is how configure and unconfigure restart the runtime once its config changed.
+type RestartMode string
+
+const (
+	// RestartNone restarts nothing and says what the operator must run.
+	RestartNone RestartMode = "none"
+	// RestartSystemd restarts the distribution's unit (Distribution.Units; CRI-O: crio) with
+	// systemctl.
+	RestartSystemd RestartMode = "systemd"
+)
+
+// ParseRestartMode is the mode named s: none, systemd, or the bool forms of the earlier
+// --restart flag (true: systemd, false: none).
+func ParseRestartMode(s string) (RestartMode, error) {
+	switch s {
+	case "none", "false":
+		return RestartNone, nil
+	case "systemd", "true", "":
+		return RestartSystemd, nil
+	}
+	return "", fmt.Errorf("--restart %q: none (print what to restart) or systemd (systemctl restart the distribution's unit)", s)
+}
+
+// RestartUnit is the systemd unit that restarts runtime on a node of distribution d: CRI-O's
+// own (crio) or the first of d's units whose unit file is there (unitExists): containerd,
+// k3s or k3s-agent, rke2-server or rke2-agent, snap.microk8s.daemon-containerd.
+func RestartUnit(runtime string, d Distribution, unitExists func(unit string) bool) string {
+	if runtime == "crio" {
+		return CRIOUnit
+	}
+	return d.Unit(unitExists)
+}
+
+// CRIOUnit is CRI-O's systemd unit on every distribution that ships it (OpenShift too).
+const CRIOUnit = "crio"
+
+// RestartIfNeeded restarts the plan's runtime through r when the plan changed its config and
+// mode is RestartSystemd, and says what it did (or what the operator must do) in a line.
+func RestartIfNeeded(ctx context.Context, p Plan, r Restarter, mode RestartMode) (string, error) {
 	switch {
 	case !p.RestartNeeded():
 		return "", nil
-	case !restart:
-		return fmt.Sprintf("restart needed: %s reads its config only at start: run `systemctl restart %s` (or this command with --restart)", p.Options.Runtime, p.Options.Unit()), nil
+	case mode != RestartSystemd:
+		return fmt.Sprintf("restart needed: %s reads its config only at start: run `systemctl restart %s` on this node (or this command with --restart=systemd); until then the node is not labelled for the new classes and their pods stay Pending", p.Options.Runtime, p.Options.Unit()), nil
 	}
 	if err := r.Restart(ctx, p.Options.Unit()); err != nil {
 		return "", err

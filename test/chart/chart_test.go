@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -336,7 +337,7 @@ func TestTemplateRefuses(t *testing.T) {
 }
 
 // TestDefaultsWithoutPrometheusOperator: the defaults render the agent's ServiceAccount and
-// RBAC for its node listener but no PodMonitor or PrometheusRule, whose CRDs a cluster
+// RBAC for its node listener and its node labels but no PodMonitor or PrometheusRule, whose CRDs a cluster
 // without the Prometheus Operator lacks (helm install would fail there). The uninstall's hook
 // objects (uninstall.yaml, made only by helm uninstall) are not counted.
 func TestDefaultsWithoutPrometheusOperator(t *testing.T) {
@@ -348,7 +349,7 @@ func TestDefaultsWithoutPrometheusOperator(t *testing.T) {
 		}
 		kinds[obj["kind"].(string)]++
 	}
-	for kind, want := range map[string]int{"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "PodMonitor": 0, "PrometheusRule": 0, "Secret": 0} {
+	for kind, want := range map[string]int{"ServiceAccount": 1, "ClusterRole": 3, "ClusterRoleBinding": 2, "PodMonitor": 0, "PrometheusRule": 0, "Secret": 0} {
 		if kinds[kind] != want {
 			t.Errorf("the defaults render %d %s, want %d (all kinds: %v)", kinds[kind], kind, want, kinds)
 		}
@@ -384,5 +385,64 @@ func TestDocValuesExamples(t *testing.T) {
 	}
 	if found == 0 {
 		t.Error("no chart values example (a yaml block starting with a runtimeClasses list) in docs/*.md; docs/install.md has one")
+	}
+}
+
+// TestNodeLabelScheduling: each class's RuntimeClass selects the node label the agent's
+// node-label container sets (runtime-handler.mountkeeper.io/<class>), besides the class's own
+// nodeSelector; the agent may get and patch nodes; without nodeLabels neither.
+func TestNodeLabelScheduling(t *testing.T) {
+	out := render(t, nil)
+	if !strings.Contains(out, "runtime-handler.mountkeeper.io/shared-data: \"true\"") {
+		t.Errorf("the default class's RuntimeClass does not select runtime-handler.mountkeeper.io/shared-data:\n%s", out)
+	}
+	if !strings.Contains(out, "- name: node-label") || !strings.Contains(out, "verbs: [get, patch]") {
+		t.Errorf("no node-label container or no node RBAC in the defaults")
+	}
+	off := render(t, nil, "nodeLabels.enabled=false")
+	if strings.Contains(off, "runtime-handler.mountkeeper.io/") || strings.Contains(off, "- name: node-label") || strings.Contains(off, "resources: [nodes]") {
+		t.Errorf("nodeLabels.enabled=false still renders the label, its container or its RBAC")
+	}
+}
+
+// TestOpenShiftSCC: openshift.scc.enabled renders SecurityContextConstraints for the agent's
+// ServiceAccount (privileged, hostPID, hostNetwork, no hostPath) and, as a post-delete hook,
+// for the uninstall DaemonSet's, which then runs as that ServiceAccount; off by default.
+func TestOpenShiftSCC(t *testing.T) {
+	if out := render(t, nil); strings.Contains(out, "SecurityContextConstraints") {
+		t.Error("the defaults render SecurityContextConstraints, which only OpenShift has")
+	}
+	var sccs []map[string]any
+	var uninstallDS map[string]any
+	for _, obj := range objects(t, render(t, nil, "openshift.scc.enabled=true")) {
+		switch obj["kind"] {
+		case "SecurityContextConstraints":
+			sccs = append(sccs, obj)
+		case "DaemonSet":
+			if strings.HasSuffix(obj["metadata"].(map[string]any)["name"].(string), "-uninstall") {
+				uninstallDS = obj
+			}
+		}
+	}
+	if len(sccs) != 2 {
+		t.Fatalf("openshift.scc.enabled renders %d SecurityContextConstraints, want the agent's and the uninstall's", len(sccs))
+	}
+	wantUsers := []string{"system:serviceaccount:" + namespace + ":" + release, "system:serviceaccount:" + namespace + ":" + release + "-uninstall"}
+	for i, scc := range sccs {
+		for _, k := range []string{"allowPrivilegedContainer", "allowHostPID", "allowHostNetwork"} {
+			if scc[k] != true {
+				t.Errorf("SCC %d: %s is %v, want true", i, k, scc[k])
+			}
+		}
+		if scc["allowHostDirVolumePlugin"] != false {
+			t.Errorf("SCC %d allows hostPath volumes, which no pod of the chart uses", i)
+		}
+		if users := fmt.Sprint(scc["users"]); users != "["+wantUsers[i]+"]" {
+			t.Errorf("SCC %d: users %s, want [%s]", i, users, wantUsers[i])
+		}
+	}
+	spec := uninstallDS["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	if spec["serviceAccountName"] != release+"-uninstall" {
+		t.Errorf("the uninstall DaemonSet runs as %v, not the ServiceAccount its SCC names", spec["serviceAccountName"])
 	}
 }

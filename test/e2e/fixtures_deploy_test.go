@@ -245,6 +245,10 @@ func (n *deployNode) startPluginPod(t *testing.T) string {
 		if c["name"] == "mountkeeper" {
 			c["args"] = append(c["args"].([]any), hostPID, "--log-level=debug")
 		}
+		if c["name"] == "node-label" {
+			// The API server's own address: this node has no route to its service address.
+			c["args"] = append(c["args"].([]any), hostPID, "--cri-socket="+n.ctrd.Socket(), "--interval=1s", "--kube-api="+n.kube.APIURL())
+		}
 	}
 	for _, c := range spec["initContainers"].([]any) {
 		c := c.(map[string]any)
@@ -330,10 +334,43 @@ func (n *deployNode) runPod(t *testing.T, name, class, script string, privileged
 	if privileged {
 		p["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["securityContext"] = map[string]any{"privileged": true}
 	}
+	if class != "" {
+		n.waitClassNode(t, class)
+	}
 	if _, err := n.api.CreatePod(n.ctx, "default", p); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}
 	return n.waitRunning(t, name, 90*time.Second)
+}
+
+// waitClassNode waits (bounded) until the node has the labels the RuntimeClass class selects
+// (the chart's node label, set once the running containerd reports the class's handler): a
+// pod bound to the node by nodeName before that is refused by kubelet (NodeAffinity), not
+// left Pending as the scheduler would leave it.
+func (n *deployNode) waitClassNode(t *testing.T, class string) {
+	t.Helper()
+	var rc struct {
+		Scheduling struct {
+			NodeSelector map[string]string `json:"nodeSelector"`
+		} `json:"scheduling"`
+	}
+	if err := n.api.Do(n.ctx, "GET", "/apis/node.k8s.io/v1/runtimeclasses/"+class, "", nil, &rc); err != nil || len(rc.Scheduling.NodeSelector) == 0 {
+		return
+	}
+	if err := harnessPoll(n.ctx, 60*time.Second, func() error {
+		var node struct{ Metadata harness.ObjectMeta }
+		if err := n.api.Do(n.ctx, "GET", "/api/v1/nodes/"+n.kube.NodeName(), "", nil, &node); err != nil {
+			return err
+		}
+		for k, v := range rc.Scheduling.NodeSelector {
+			if node.Metadata.Labels[k] != v {
+				return fmt.Errorf("node %s lacks %s=%s, which RuntimeClass %s selects (labels %v)", n.kube.NodeName(), k, v, class, node.Metadata.Labels)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (n *deployNode) waitRunning(t *testing.T, name string, timeout time.Duration) string {

@@ -35,6 +35,9 @@ containerd:
 installDir: DIR/hookbin
 nri:
   socket: SOCKET
+nodeLabels:
+  criSocket: CRISOCKET
+  interval: 1s
 hostNamespacesPID: HOST_PID
 metrics:
   nodeListener: {enabled: false, port: 9659}
@@ -116,7 +119,7 @@ func newHelmUninstall(t *testing.T, ctx context.Context) *helmUninstall {
 	u := &helmUninstall{n: n, ctx: ctx, helmBin: helmBin, chart: filepath.Join(deployDir, "helm", "mountkeeper"),
 		values: filepath.Join(n.dir, "values.yaml"), configDir: filepath.Dir(n.ctrd.ConfigPath())}
 	text := strings.NewReplacer("TAG", tag, "CONFIG", n.ctrd.ConfigPath(), "DROPIN", filepath.Join(u.configDir, "conf.d", "99-mountkeeper.toml"),
-		"SOCKET", n.ctrd.NRISocket(), "HOST_PID", strconv.Itoa(os.Getpid()), "KUBELET", n.kube.RootDir(),
+		"CRISOCKET", n.ctrd.Socket(), "SOCKET", n.ctrd.NRISocket(), "HOST_PID", strconv.Itoa(os.Getpid()), "KUBELET", n.kube.RootDir(),
 		"EXPORT", sshd.Export(), "SSHOPTS", strings.Join(sshd.ClientOptions(), ", ")).Replace(helmUninstallValues)
 	if err := os.WriteFile(u.values, []byte(strings.ReplaceAll(text, "DIR", n.dir)), 0o644); err != nil {
 		t.Fatal(err)

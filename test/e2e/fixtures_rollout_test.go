@@ -390,6 +390,7 @@ func (r *helmRollout) values(t *testing.T, tag string) string {
 		"containerd":        map[string]any{"configFile": n.ctrd.ConfigPath(), "dropIn": filepath.Join(filepath.Dir(n.ctrd.ConfigPath()), "conf.d", "99-mountkeeper.toml")},
 		"installDir":        filepath.Join(n.dir, "hookbin"),
 		"nri":               map[string]any{"socket": n.ctrd.NRISocket()},
+		"nodeLabels":        map[string]any{"criSocket": n.ctrd.Socket(), "interval": "1s", "apiServer": n.kube.APIURL()},
 		"log":               map[string]any{"level": "debug"},
 		"metrics":           map[string]any{"nodeListener": map[string]any{"enabled": true, "port": 9659, "tls": map[string]any{"secretName": "mountkeeper-metrics-tls"}}},
 		"runtimeClasses":    r.classes,
