@@ -391,3 +391,30 @@ func (n *deployNode) checkListenerCertificate(t *testing.T, plugin string, certP
 		t.Errorf("scrape %s without a token: HTTP %d, want 401", url, resp.StatusCode)
 	}
 }
+
+// agentTemplate is the agent DaemonSet's pod template's image and runtime-config checksum.
+func agentTemplate(t *testing.T, ctx context.Context, n *deployNode) agentTemplateInfo {
+	t.Helper()
+	var ds struct {
+		Spec struct {
+			Template struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+				Spec struct {
+					Containers []struct{ Name, Image string } `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := n.api.Do(ctx, "GET", "/apis/apps/v1/namespaces/"+deployNS+"/daemonsets/mountkeeper", "", nil, &ds); err != nil {
+		t.Fatal(err)
+	}
+	info := agentTemplateInfo{checksum: ds.Spec.Template.Metadata.Annotations["mountkeeper.io/runtime-config"]}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "mountkeeper" {
+			info.image = c.Image
+		}
+	}
+	return info
+}
