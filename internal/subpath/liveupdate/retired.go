@@ -25,7 +25,8 @@ import (
 // there.
 //
 // The scan runs on the scanner goroutine alone, only while retired versions exist: kicked
-// after each update and then every scanInterval. Never on an update's goroutine nor under
+// after each update (retireGrace later, one scan for the kicks meanwhile) and then every
+// scanInterval. Never on an update's goroutine nor under
 // any lock a request or a save takes: the scan reads no file's attributes, but some procfs
 // reads can still wait (procheld.go), and a scan that waits must hold up nothing but the
 // freeing of old versions, which then stay charged. One scan runs at a time; a kick while it
@@ -290,7 +291,7 @@ func (f *Follower) stopScannerIfIdleLocked() {
 }
 
 // startScannerLocked starts the goroutine that scans while retired versions exist: at each
-// kick (retire) and every scanInterval. Callers hold f.mu.
+// kick (retire), retireGrace after it, and every scanInterval. Callers hold f.mu.
 func (f *Follower) startScannerLocked() {
 	if f.scanner != nil || f.ctx.Err() != nil {
 		return
@@ -307,10 +308,51 @@ func (f *Follower) startScannerLocked() {
 				return
 			case <-t.C:
 			case <-kick:
+				// What the kick retired cannot be freed before retireGrace: the scan waits
+				// that long and serves every kick meanwhile. A rollout that updates many
+				// volumes at once retires a version each, and scans of /proc back to back
+				// would take the CPU their updates need.
+				select {
+				case <-stop:
+					return
+				case <-time.After(retireGrace):
+				}
+				select {
+				case <-kick:
+				default:
+				}
+			}
+			if !f.yieldToUpdates(stop) {
+				return
 			}
 			f.scan()
 		}
 	}()
+}
+
+// yieldToUpdates waits while updates are applied, scanInterval at most, and says whether the
+// scanner goes on (false: stopped). A scan reads the /proc of every process on the node, and
+// freeing old versions can wait: the updates of a rollout, which containers wait for, get
+// the CPU first, and a stream of updates holds up the scan no longer than scanInterval.
+func (f *Follower) yieldToUpdates(stop chan struct{}) bool {
+	for deadline := time.Now().Add(f.scanInterval); time.Now().Before(deadline) && f.updating(); {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(scanYieldPoll):
+		}
+	}
+	return true
+}
+
+// scanYieldPoll is how often a scan that yields looks whether the updates are done.
+const scanYieldPoll = 10 * time.Millisecond
+
+// updating says whether a worker applies updates or volumes wait for one.
+func (f *Follower) updating() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.busy > 0 || len(f.queue) > 0
 }
 
 // scanStalled is how long a scan may run before status reports it (scanningFor): one that
