@@ -322,37 +322,9 @@ func (f *Follower) startScannerLocked() {
 				default:
 				}
 			}
-			if !f.yieldToUpdates(stop) {
-				return
-			}
 			f.scan()
 		}
 	}()
-}
-
-// yieldToUpdates waits while updates are applied, scanInterval at most, and says whether the
-// scanner goes on (false: stopped). A scan reads the /proc of every process on the node, and
-// freeing old versions can wait: the updates of a rollout, which containers wait for, get
-// the CPU first, and a stream of updates holds up the scan no longer than scanInterval.
-func (f *Follower) yieldToUpdates(stop chan struct{}) bool {
-	for deadline := time.Now().Add(f.scanInterval); time.Now().Before(deadline) && f.updating(); {
-		select {
-		case <-stop:
-			return false
-		case <-time.After(scanYieldPoll):
-		}
-	}
-	return true
-}
-
-// scanYieldPoll is how often a scan that yields looks whether the updates are done.
-const scanYieldPoll = 10 * time.Millisecond
-
-// updating says whether a worker applies updates or volumes wait for one.
-func (f *Follower) updating() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.busy > 0 || len(f.queue) > 0
 }
 
 // scanStalled is how long a scan may run before status reports it (scanningFor): one that
