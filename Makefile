@@ -97,6 +97,7 @@ bench: tools build
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench Memory -benchtime 1x ./nri/ | grep -E 'memory:|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench '^BenchmarkSynchronize$$' -benchtime 3x -count 1 ./nri/ | grep -E 'synchronize:|resources:|^ok|FAIL'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench '^BenchmarkLiveFanOut$$' -benchtime 3x -count 1 ./nri/ | grep -E 'fan-out:|^ok|FAIL'
+	$(PRIVATE_NS) $(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -count 1 ./nri/ | grep -E 'scale:|^ok|FAIL' | sed 's/^ *scale_bench_test.go:[0-9]*: //'
 	$(PRIVATE_NS) $(GO) test -run '^$$' -bench . -benchtime 200x -count 3 ./internal/subpath/... | grep -E 'ratio|^ok|FAIL'
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) MOUNTKEEPER_HOOK_BINARY=$(CURDIR)/$(HOOKBIN) $(PRIVATE_NS) $(GO) test -run '^$$' -bench RuncRunHook -benchtime 100x -count 3 ./hook/ | grep -E 'ratio|^ok|FAIL|SKIP'
 	MOUNTKEEPER_BINARY=$(CURDIR)/$(BIN) $(GO) test -tags e2e -run '^$$' -bench PodStart -benchtime 150x -timeout 30m ./test/e2e/ | grep -E 'ratio|^ok|FAIL'

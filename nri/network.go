@@ -172,6 +172,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	p.syncMu.Lock() // a Synchronize the runtime cut may still be here
 	defer p.syncMu.Unlock()
 	p.syncNow(ctrs) // the subPath copies: the rest after answering (reconcile.go)
+	if p.syncAnswered != nil {
+		defer p.syncAnswered()
+	}
 	net := p.mounter()
 	if net == nil {
 		return nil, nil

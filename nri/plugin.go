@@ -63,6 +63,9 @@ type Plugin struct {
 
 	syncMu    sync.Mutex  // one Synchronize at a time
 	reconcile *reconciler // what Synchronize leaves for after its answer (reconcile.go)
+	// syncAnswered, set by tests, is called when Synchronize has done its part, before it
+	// answers: a test makes the answer late, as on a node too busy to answer in time.
+	syncAnswered func()
 
 	metrics    *metrics.Metrics          // nil counts nothing
 	fallbacks  *metrics.SubPathFallbacks // nil counts nothing

@@ -48,8 +48,9 @@ type reconciler struct {
 	running bool
 	idle    *sync.Cond     // signalled when running goes false
 	run     func(*syncJob) // does a job
-	// hold, set by tests, is called before each job: it can keep the reconciler waiting.
-	hold func()
+	// hold, set by tests, is called before each job, and step between two of its steps:
+	// either can keep the reconciler waiting.
+	hold, step func()
 }
 
 func newReconciler(run func(*syncJob)) *reconciler {
@@ -149,7 +150,12 @@ func (p *Plugin) syncNow(ctrs []*api.Container) {
 
 // reconcileJob is the reconciler's part of a Synchronize.
 func (p *Plugin) reconcileJob(j *syncJob) {
-	stop := func() bool { return p.reconcile.superseded(j.gen) }
+	stop := func() bool {
+		if p.reconcile.step != nil {
+			p.reconcile.step()
+		}
+		return p.reconcile.superseded(j.gen)
+	}
 	if f := j.live; f != nil {
 		f.Keep(j.running, j.mark)
 	}

@@ -177,3 +177,76 @@ func waitGoroutinesIn(t testing.TB, fn string, want int) int {
 	}
 	return got
 }
+
+// TestContainerDuringResume holds the reconciler in the middle of resuming a restarted
+// agent's live paths (two of six followed again) and, in that window, creates a new pod's
+// container and stops a listed one not resumed yet: the new one gets its live copy and follows
+// its volume; the stopped one is not resumed when the reconciler goes on.
+func TestContainerDuringResume(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	const n = 6
+	s := newScaleNode(t, n)
+	p := NewPlugin(s.cfg, true, &specmodtest.Host{}, quietLogger())
+	mid, release := make(chan struct{}), make(chan struct{})
+	var steps atomic.Int32
+	// Step 1 is before the resume; then one before each path: step 4 comes after two.
+	p.reconcile.step = func() {
+		if steps.Add(1) != 4 {
+			return
+		}
+		close(mid)
+		select { // bounded: a reconciler held here must fail the test, not hang it
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+	}
+	socket := s.dir + "/nri.sock"
+	rt := startRuntimeWith(t, socket, s.snapshot)
+	defer rt.Stop()
+	stop := runPluginStoppable(t, p, socket)
+	rt.waitSynced(t)
+	select {
+	case <-mid:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reconciler did not reach its fourth step within 20s")
+	}
+	if st := p.Status().LiveSubPaths; st == nil || st.Paths != 2 {
+		t.Fatalf("live paths in the middle of the resume: %+v, want 2", st)
+	}
+	// In the window: the last listed container stops (its copy stays mounted until it is
+	// removed), a new one comes.
+	last := n - 1
+	if _, err := rt.StopContainer(context.Background(), &adaptation.StopContainerRequest{Pod: s.pods[last], Container: s.ctrs[last]}); err != nil {
+		t.Fatal(err)
+	}
+	pod, ctr, vol := s.newPod(t, "new")
+	newFile := create(t, rt, pod, ctr) // fails the test unless bound from a live copy
+	close(release)
+	waitLive(t, p, n) // the n-1 listed and left, and the new one
+	p.reconcile.stop()
+	if st := p.Status().LiveSubPaths; st == nil || st.Paths != n {
+		t.Errorf("live paths after the resume: %+v, want %d: the container stopped during it is not resumed", st, n)
+	}
+	if err := rt.RemoveContainer(context.Background(), &adaptation.RemoveContainerRequest{Pod: s.pods[last], Container: s.ctrs[last]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.files[last]); !os.IsNotExist(err) {
+		t.Errorf("the copy of the container stopped during the resume is left after its removal: %v", err)
+	}
+	old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": "v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(old); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
+	for deadline := time.Now().Add(20 * time.Second); read(newFile) != "v2" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	}
+	if got := read(newFile); got != "v2" {
+		t.Errorf("the container created during the resume reads %q after its volume's update, want v2", got)
+	}
+	stop()
+}

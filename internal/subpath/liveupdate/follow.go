@@ -325,8 +325,8 @@ func (f *Follower) kick(dir string) {
 // left (or the Follower closes).
 func (f *Follower) work() {
 	defer f.workers.Done()
+	applied := false
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for len(f.queue) > 0 && f.ctx.Err() == nil {
 		dir := f.queue[0]
 		f.queue = f.queue[1:]
@@ -336,7 +336,7 @@ func (f *Follower) work() {
 		}
 		vw.queued, vw.running = false, true
 		f.mu.Unlock()
-		f.pass(dir)
+		applied = f.pass(dir) || applied
 		f.mu.Lock()
 		vw.running = false
 		if vw.again && f.vols[dir] == vw {
@@ -345,10 +345,15 @@ func (f *Follower) work() {
 		}
 	}
 	f.busy--
+	f.mu.Unlock()
+	if applied {
+		f.save() // what it applied is in the file before it ends: Close waits for the workers
+	}
 }
 
-// pass applies the update of every live path of volume dir, if ..data changed.
-func (f *Follower) pass(dir string) {
+// pass applies the update of every live path of volume dir, if ..data changed, and says
+// whether one changed (saved soon: saveSoon).
+func (f *Follower) pass(dir string) bool {
 	f.mu.Lock()
 	var lps []*livePath
 	for _, lp := range f.paths {
@@ -362,15 +367,16 @@ func (f *Follower) pass(dir string) {
 	// (in path order), none left for the next one because the rename came between two.
 	data, err := os.Readlink(filepath.Join(dir, "..data"))
 	if err != nil {
-		return
+		return false
 	}
 	changed := false
 	for _, lp := range lps {
 		changed = f.update(lp, data) || changed
 	}
 	if changed {
-		f.save()
+		f.saveSoon()
 	}
+	return changed
 }
 
 // update puts what lp's subPath names now on lp's path, if ..data, which named data at the

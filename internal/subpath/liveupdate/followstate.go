@@ -63,6 +63,31 @@ func (f *Follower) save() {
 	if f.saveAsked.Swap(0) == 0 {
 		return // a write that began after this was asked for served it
 	}
+	f.writeState()
+}
+
+// saveSoon asks for a save without waiting for one under way: that one's writer writes again
+// for it. An update worker goes on with the next volume meanwhile (a rollout's updates would
+// otherwise queue behind each other's writes of the whole file), and saves before it ends
+// (work), so that Close, which waits for the workers, finds everything they applied saved.
+func (f *Follower) saveSoon() {
+	if f.statePath == "" {
+		return
+	}
+	f.saveAsked.Add(1)
+	for f.saveMu.TryLock() {
+		for f.saveAsked.Swap(0) != 0 {
+			f.writeState()
+		}
+		f.saveMu.Unlock()
+		if f.saveAsked.Load() == 0 {
+			return // else asked between the last write and the unlock, by one that found it locked
+		}
+	}
+}
+
+// writeState writes the state file as it is now. Callers hold saveMu.
+func (f *Follower) writeState() {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

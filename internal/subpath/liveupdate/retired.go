@@ -25,7 +25,8 @@ import (
 // there.
 //
 // The scan runs on the scanner goroutine alone, only while retired versions exist: kicked
-// after each update and then every scanInterval. Never on an update's goroutine nor under
+// after each update (retireGrace later, one scan for the kicks meanwhile) and then every
+// scanInterval. Never on an update's goroutine nor under
 // any lock a request or a save takes: the scan reads no file's attributes, but some procfs
 // reads can still wait (procheld.go), and a scan that waits must hold up nothing but the
 // freeing of old versions, which then stay charged. One scan runs at a time; a kick while it
@@ -290,7 +291,7 @@ func (f *Follower) stopScannerIfIdleLocked() {
 }
 
 // startScannerLocked starts the goroutine that scans while retired versions exist: at each
-// kick (retire) and every scanInterval. Callers hold f.mu.
+// kick (retire), retireGrace after it, and every scanInterval. Callers hold f.mu.
 func (f *Follower) startScannerLocked() {
 	if f.scanner != nil || f.ctx.Err() != nil {
 		return
@@ -307,6 +308,19 @@ func (f *Follower) startScannerLocked() {
 				return
 			case <-t.C:
 			case <-kick:
+				// What the kick retired cannot be freed before retireGrace: the scan waits
+				// that long and serves every kick meanwhile. A rollout that updates many
+				// volumes at once retires a version each, and scans of /proc back to back
+				// would take the CPU their updates need.
+				select {
+				case <-stop:
+					return
+				case <-time.After(retireGrace):
+				}
+				select {
+				case <-kick:
+				default:
+				}
 			}
 			f.scan()
 		}
