@@ -14,6 +14,8 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 	"github.com/mountkeeper/mountkeeper/specmod/specmodtest"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // hungCopies never answers (a copy below a dead filesystem) until release is closed, and
@@ -93,6 +95,10 @@ func TestSubPathCopiesOfUserNamespacedContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyPath := "/run/copies/pod/0"
+	// A pod of its own: the bounded check of another test's hung copy of kubeletMounts may
+	// still hold their key.
+	target := "/var/lib/kubelet/pods/uid-2/volume-subpaths/cfg/app/0"
+	mounts := []oci.Mount{{Source: target, Destination: "/etc/app.conf"}}
 	for _, tc := range []struct {
 		name             string
 		userns, idmaps   bool
@@ -108,7 +114,7 @@ func TestSubPathCopiesOfUserNamespacedContainers(t *testing.T) {
 				ids.fs[copyPath] = "tmpfs"
 			}
 			e := &engine.Engine{Config: cfg, Host: &specmodtest.Host{}, SubPaths: repairs, SubPathCopies: cps, Idmap: ids}
-			d, err := e.Decide(context.Background(), engine.Request{Handler: "plain", Container: ctr, Mounts: kubeletMounts, UserNamespace: tc.userns})
+			d, err := e.Decide(context.Background(), engine.Request{Handler: "plain", Container: ctr, Mounts: mounts, UserNamespace: tc.userns})
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -121,13 +127,13 @@ func TestSubPathCopiesOfUserNamespacedContainers(t *testing.T) {
 				}
 				return
 			}
-			if len(d.Fallbacks) != 1 || d.Fallbacks[0].Target.Path != subPathTarget ||
+			if len(d.Fallbacks) != 1 || d.Fallbacks[0].Target.Path != target ||
 				!strings.Contains(d.Fallbacks[0].Error(), "cannot idmap the copy's tmpfs (Linux 6.3 or newer can)") ||
 				!strings.Contains(d.Fallbacks[0].Error(), "kubelet's bind") {
-				t.Errorf("fallbacks %v, want one for %s saying the copy tmpfs cannot be idmapped", d.Fallbacks, subPathTarget)
+				t.Errorf("fallbacks %v, want one for %s saying the copy tmpfs cannot be idmapped", d.Fallbacks, target)
 			}
-			if !slices.Equal(cps.removed, []string{ctr.ID}) || !slices.Equal(repairs.sources, []string{subPathTarget}) {
-				t.Errorf("removed copies of %q, repaired %q; want the container's copies removed and %s repaired in place", cps.removed, repairs.sources, subPathTarget)
+			if !slices.Equal(cps.removed, []string{ctr.ID}) || !slices.Equal(repairs.sources, []string{target}) {
+				t.Errorf("removed copies of %q, repaired %q; want the container's copies removed and %s repaired in place", cps.removed, repairs.sources, target)
 			}
 		})
 	}
