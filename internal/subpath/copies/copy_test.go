@@ -336,10 +336,13 @@ func testFIFO(t *testing.T) {
 // the root of a filesystem of its own (not the node's copy tmpfs, nodeDir).
 func tmpfsBytes(t *testing.T, dir, nodeDir string) (int64, bool) {
 	t.Helper()
-	var sfs, node unix.Statfs_t
+	var sfs unix.Statfs_t
 	subpathtest.Must(t, unix.Statfs(dir, &sfs))
-	subpathtest.Must(t, unix.Statfs(nodeDir, &node))
-	return int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, sfs.Fsid != node.Fsid
+	// By device, not statfs' fsid: tmpfs reports fsid 0 before Linux 5.13 (Debian's 5.10).
+	var st, node unix.Stat_t
+	subpathtest.Must(t, unix.Stat(dir, &st))
+	subpathtest.Must(t, unix.Stat(nodeDir, &node))
+	return int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, st.Dev != node.Dev
 }
 
 // testPinnedCopies: a container of the attacker pod pins each copy it gets (its descriptor
