@@ -2,6 +2,7 @@ package configs_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mountkeeper/mountkeeper/configs"
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/specmod"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
@@ -712,5 +716,41 @@ func TestCheckLiveChange(t *testing.T) {
 	err := was.CheckLiveChange(parse("runtimeClasses: {x: {mounts: [{source: /s, destination: /d}]}}\n"))
 	if err == nil || !strings.Contains(err.Error(), `stateDir changed from "/var/lib/a" to "/var/lib/mountkeeper"`) || !strings.Contains(err.Error(), "restart the agent") {
 		t.Errorf("a reload that moves stateDir (to the default): %v, want it refused, naming the key and the restart", err)
+	}
+}
+
+// TestLiveClassOnThisKernel: with the kernel's own answer (the kernel matrix runs this on
+// Debian's 5.10, 6.1 and 6.12), a class of live subPath updates loads where the kernel can
+// mount beneath a mount (Linux 6.5 or newer) and is refused at load elsewhere, naming the
+// kernel's reason and the value to use; a podOptIn class likewise, a kubelet class always loads.
+func TestLiveClassOnThisKernel(t *testing.T) {
+	kernel := mounttable.CanMountBeneath()
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	release := unix.ByteSliceToString(uts.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("kernel release %q: %v", release, err)
+	}
+	// move_mount checks privilege before its flags: only root gets the kernel's answer.
+	if beneath := major > 6 || major == 6 && minor >= 5; os.Geteuid() == 0 && beneath != (kernel == nil) {
+		t.Fatalf("Linux %s: the kernel can mount beneath: %v; want that from 6.5 on", release, kernel)
+	}
+	for _, v := range []string{configs.SubPathUpdatesLive, configs.SubPathUpdatesPodOptIn, configs.SubPathUpdatesKubelet} {
+		_, err := configs.Parse([]byte("runtimeClasses:\n  c:\n    subPathUpdates: " + v + "\n    mounts:\n      - {source: /srv, destination: /d}\n"))
+		switch {
+		case kernel == nil || v == configs.SubPathUpdatesKubelet:
+			if err != nil {
+				t.Errorf("Linux %s: subPathUpdates: %s refused: %v", release, v, err)
+			}
+		case err == nil:
+			t.Errorf("Linux %s cannot mount beneath (%v), yet subPathUpdates: %s loads", release, kernel, v)
+		case !strings.Contains(err.Error(), "Linux 6.5 or newer), and this kernel cannot: "+kernel.Error()+"; use kubelet"):
+			t.Errorf("Linux %s: subPathUpdates: %s refused with %q; want the kernel's reason and the value to use", release, v, err)
+		default:
+			t.Logf("Linux %s: subPathUpdates: %s refused at load: %v", release, v, err)
+		}
 	}
 }

@@ -156,7 +156,7 @@ func (e *Engine) decide(ctx context.Context, r *Request) (Decision, error) {
 	class, rc, ok := e.Config.Class(r.Handler)
 	d := Decision{Class: class, Configured: ok}
 	if r.Stage == BeforeCreate && e.SubPaths != nil && e.Config.SubPathRepair {
-		f, err := e.fixSubPaths(r.Container.ID, r.Mounts)
+		f, err := e.fixSubPaths(r.Container.ID, r.Mounts, r.UserNamespace)
 		d.Copies, d.Repairs, d.Fallbacks = f.copies, f.repairs, f.fallbacks
 		if ok {
 			d.LiveNotes = markLive(rc, r.PodAnnotations, r.UserNamespace, d.Copies, r.Mounts)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sirupsen/logrus"
 
@@ -33,7 +34,11 @@ type subPathFix struct {
 // every subPath of a check that did not finish in time (subPathCopies.timeout; the copies stop
 // and remove what they wrote). The error refuses the container for the one case where
 // mountkeeper itself left a subPath without kubelet's bind (subpath.ErrNotMounted).
-func (e *Engine) fixSubPaths(id string, mounts []oci.Mount) (subPathFix, error) {
+//
+// In a container with a user namespace (userns) the runtime binds a copy idmapped: where the
+// kernel cannot idmap the copy's tmpfs (before Linux 6.3) the container gets no copy
+// (idmappableCopies).
+func (e *Engine) fixSubPaths(id string, mounts []oci.Mount, userns bool) (subPathFix, error) {
 	var sources []string
 	for _, m := range mounts {
 		if _, ok := subpath.ParseTarget(e.Config.KubeletRoot, m.Source); ok {
@@ -55,6 +60,7 @@ func (e *Engine) fixSubPaths(id string, mounts []oci.Mount) (subPathFix, error) 
 		rest := sources
 		if e.SubPathCopies != nil {
 			f.copies, rest, f.fallbacks = e.SubPathCopies.CopySources(ctx, id, sources)
+			rest = e.idmappableCopies(id, userns, &f, rest)
 		}
 		repairs, fallbacks, err := e.SubPaths.RepairSources(rest)
 		f.repairs, f.fallbacks = repairs, append(f.fallbacks, fallbacks...)
@@ -97,4 +103,28 @@ func (d Decision) LogRepairs(log *logrus.Entry) {
 		}
 		log.WithFields(fields).Warn(f.Error())
 	}
+}
+
+// idmappableCopies keeps f's copies for a container with a user namespace only where the
+// kernel can idmap them, as the runtime will (CopyMountOptions): tmpfs gained idmapped mounts
+// in Linux 6.3, and before that the runtime's idmapped bind of a copy fails, so the container
+// would not start. There the copies are removed and their subPaths keep kubelet's bind
+// (repaired in place if stale, as other volumes' are), each a Fallback saying why: the
+// container starts as kubelet alone would start it. It returns the sources to repair.
+func (e *Engine) idmappableCopies(id string, userns bool, f *subPathFix, rest []string) []string {
+	if !userns || e.Idmap == nil || len(f.copies) == 0 {
+		return rest
+	}
+	err := e.Idmap.Check(f.copies[0].Path) // every copy of the container is on its pod's tmpfs
+	if err == nil {
+		return rest
+	}
+	_ = e.SubPathCopies.Remove(id) // what cannot be removed now, the next Synchronize sweeps
+	for _, c := range f.copies {
+		rest = append(rest, c.Target.Path)
+		f.fallbacks = append(f.fallbacks, subpath.Fallback{Target: c.Target, Reason: subpath.ReasonError, Err: fmt.Errorf(
+			"the container has a user namespace, so its private copy would be bound idmapped, and this kernel cannot idmap the copy's tmpfs (Linux 6.3 or newer can): %w", err)})
+	}
+	f.copies = nil
+	return rest
 }

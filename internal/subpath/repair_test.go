@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
 
 	"github.com/mountkeeper/mountkeeper/test/privatens"
@@ -575,6 +576,21 @@ func testSwapAfterCheck(t *testing.T) {
 // content. Mounting beneath (Linux >= 6.5) leaves the stale bind on top, which runc refuses
 // and Stale still reports; the older detach-then-attach leaves kubelet's placeholder, which
 // Stale reports as ErrNotMounted.
+// What the failures of the path without MOVE_MOUNT_BENEATH leave, for the cases on such a
+// kernel too.
+var (
+	noBeneathDetach = struct {
+		wantErr      string
+		notMounted   bool
+		wantAttaches int
+	}{wantErr: "injected detach failure", wantAttaches: 1}
+	noBeneathPrivate = struct {
+		wantErr      string
+		notMounted   bool
+		wantAttaches int
+	}{wantErr: "the new bind could not be made private, so it was detached too, and the placeholder is left without a mount (Stale reports it): injected failure to make private", notMounted: true, wantAttaches: 2}
+)
+
 func testFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -583,17 +599,29 @@ func testFailures(t *testing.T) {
 		notMounted   bool // the placeholder is left: Stale says ErrNotMounted
 		wantAttaches int
 		privateBind  bool
+		// beneathOnly: the failure is injected in a step only the MOVE_MOUNT_BENEATH path
+		// takes; a kernel without it (< 6.5) takes the other path and repairs.
+		beneathOnly bool
+		// oldKernel: what a kernel without MOVE_MOUNT_BENEATH does instead (the case of the
+		// same name with "no beneath, "), nil if the same.
+		oldKernel *struct {
+			wantErr      string
+			notMounted   bool
+			wantAttaches int
+		}
 	}{
 		{name: "attaching beneath fails", host: &hookHost{failAttach: map[int]bool{1: true}},
 			wantErr: "injected failure before attach", wantAttaches: 1},
-		{name: "fails after attaching beneath", host: &hookHost{failAfterAttach: map[int]bool{1: true}},
+		{name: "fails after attaching beneath", host: &hookHost{failAfterAttach: map[int]bool{1: true}}, beneathOnly: true,
 			wantErr: "injected failure after attach", wantAttaches: 1},
-		{name: "detaching the stale bind fails", host: &hookHost{failDetach: map[int]bool{1: true}},
+		{name: "detaching the stale bind fails", host: &hookHost{failDetach: map[int]bool{1: true}}, oldKernel: &noBeneathDetach,
 			wantErr: "the new bind is beneath the stale one, which stays on top: injected detach failure", wantAttaches: 1},
-		{name: "making the new bind private fails", host: &hookHost{failPrivate: true}, privateBind: true,
+		{name: "making the new bind private fails", host: &hookHost{failPrivate: true}, privateBind: true, oldKernel: &noBeneathPrivate,
 			wantErr: "the new bind is beneath the stale one, which stays on top: injected failure to make private", wantAttaches: 1},
 		{name: "no beneath, detaching the stale bind fails", host: &hookHost{noBeneath: true, failDetach: map[int]bool{1: true}},
 			wantErr: "injected detach failure", wantAttaches: 1},
+		{name: "no beneath, making the new bind private fails", host: &hookHost{noBeneath: true, failPrivate: true}, privateBind: true,
+			wantErr: noBeneathPrivate.wantErr, notMounted: true, wantAttaches: 2},
 		{name: "no beneath, attach fails", host: &hookHost{noBeneath: true, failAttach: map[int]bool{2: true}},
 			wantErr:    "the stale bind was detached, but binding on the placeholder failed, which is left without a mount (Stale reports it): injected failure before attach",
 			notMounted: true, wantAttaches: 2},
@@ -604,6 +632,18 @@ func testFailures(t *testing.T) {
 			e.atomic(map[string]subpathtest.Entry{"app.conf": subpathtest.File("v2")})
 			r := NewRepairerWith(e.Root, tc.host)
 			_, err := r.Repair(tg)
+			if kernel := mounttable.CanMountBeneath(); tc.beneathOnly && kernel != nil {
+				// What runs on such a node: the repair detaches the stale bind first.
+				if err != nil || subpathtest.Show(t, tg.Path) != "v2" {
+					t.Fatalf("on a kernel without MOVE_MOUNT_BENEATH (%v) the repair should take the other path and succeed: %v, target shows %q", kernel, err, subpathtest.Show(t, tg.Path))
+				}
+				t.Logf("this kernel cannot mount beneath (%v): the repair took the other path and the injected failure was never reached", kernel)
+				return
+			}
+			if o := tc.oldKernel; o != nil && mounttable.CanMountBeneath() != nil {
+				t.Logf("this kernel cannot mount beneath: the failure is injected in the other path")
+				tc.wantErr, tc.notMounted, tc.wantAttaches = o.wantErr, o.notMounted, o.wantAttaches
+			}
 			if err == nil || !strings.Contains(err.Error(), "re-binding key app.conf of configMap volume cfg failed: ") ||
 				!strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Repair error = %v, want it to contain %q", err, tc.wantErr)

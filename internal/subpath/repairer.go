@@ -346,7 +346,14 @@ func (r *Repairer) replace(t Target, subpaths, stale *Node, staleMount Mount, tr
 		return fmt.Errorf("the stale bind was detached, but binding on the placeholder failed, which is left without a mount (Stale reports it): %w (%w)", err, ErrNotMounted)
 	}
 	if needsPrivate(staleMount, m) {
-		return r.host.MakePrivate(tree)
+		if err := r.host.MakePrivate(tree); err != nil {
+			// A bind left in the volume's peer group would take the volume's mount events
+			// into the container: it goes, and the placeholder is left, which Stale reports.
+			if derr := r.host.Detach(tree); derr != nil {
+				return fmt.Errorf("the new bind could not be made private (%w), nor detached: %w", err, derr)
+			}
+			return fmt.Errorf("the stale bind was detached, but the new bind could not be made private, so it was detached too, and the placeholder is left without a mount (Stale reports it): %w (%w)", err, ErrNotMounted)
+		}
 	}
 	return nil
 }

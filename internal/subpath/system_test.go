@@ -45,6 +45,18 @@ func TestSystemInNamespace(t *testing.T) {
 	t.Run("Mount", func(t *testing.T) {
 		var kstat unix.Stat_t
 		subpathtest.Must(t, unix.Stat(k.Root, &kstat))
+		// k.Root is a bind of itself: its root is its path within the filesystem below it,
+		// which is not its path where the temporary directory is a mount of its own (a
+		// tmpfs /tmp, as in the kernel matrix's guests).
+		below, err := mounttable.MountinfoOf(open(filepath.Dir(k.Root)).fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(below.Point, k.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kRoot := filepath.Join(below.Root, rel)
 		tests := []struct {
 			path, root, point string
 			shared            bool
@@ -52,7 +64,7 @@ func TestSystemInNamespace(t *testing.T) {
 			{path: fileTarget.Path, root: "/" + ts + "/token//deleted", point: fileTarget.Path, shared: true},
 			{path: dirTarget.Path, root: "/" + ts + "/dir//deleted", point: dirTarget.Path, shared: true},
 			{path: sec, root: "/", point: sec, shared: true},
-			{path: filepath.Join(k.Pod(), "volumes"), root: k.Root, point: k.Root, shared: true},
+			{path: filepath.Join(k.Pod(), "volumes"), root: kRoot, point: k.Root, shared: true},
 		}
 		for _, tt := range tests {
 			n := open(tt.path)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,11 +25,37 @@ var kernelPackages = []string{
 	"internal/hostmount",
 	"specmod",
 	"internal/engine",
+	"internal/subpath",
+	"internal/subpath/copies",
+	"internal/subpath/liveupdate",
+	"internal/netmount",
+	"configs",
 }
 
 // knownFailures are tests left out on kernels older than before, where the product falls
 // short today; TestKernels logs each one it leaves out.
-var knownFailures = []struct{ before, pkg, test, why string }{}
+var knownFailures = []struct{ before, pkg, test, why string }{
+	{"6.1", "internal/subpath/liveupdate", "TestHeldInodesOwnDescriptor",
+		"5.10's fdinfo has no ino: line, so which retired copies are held is unknown (the scan keeps them all); only live updates use it, and they are refused below 6.5"},
+	{"6.13", "internal/subpath/liveupdate", "TestFollowerInNamespace",
+		"on 6.12 a version held open by a descriptor was not counted as retired after the atomic updates (RetiredCopies 0, want 1): its pages would leave the pod's charge; not understood yet. Below 6.5 live updates are refused, which the package's other tests check there"},
+}
+
+// partial are packages of which only some tests run (run, a -test.run pattern), on some
+// kernels: those that take a path no other kernel takes, where the whole package costs minutes
+// under TCG. TestKernels logs where each one is left out.
+var partial = map[string]struct {
+	kernels  []string
+	run, why string
+}{
+	// The heal's mount swap without MOVE_MOUNT_BENEATH (< 6.5) runs for real on 6.1 (5.10
+	// takes the same path); 6.12 takes the host's path. The rest of the package mounts sshfs
+	// over and over with timing budgets made for the host, about 190 s under TCG.
+	"internal/netmount": {kernels: []string{"6.1"}, run: "^(TestSSHFSHeal|TestReplaceDeadReachesSlavesAndKeepsOneMount)$",
+		why: "the heal's path without MOVE_MOUNT_BENEATH (< 6.5); the whole package takes about 190 s under TCG"},
+	// Only the live-class refusal at load reads the kernel.
+	"configs": {kernels: []string{"5.10", "6.1", "6.12"}, run: "^TestLiveClassOnThisKernel$", why: "the load of a live class asks the kernel"},
+}
 
 // sourceOnly are tests that read the repository's source, not the kernel: they run in make
 // unit, and in a guest only cost time (walking the tree over virtiofs).
@@ -91,7 +118,7 @@ func TestKernels(t *testing.T) {
 			res, err := Run(context.Background(), k, Options{
 				Argv:    []string{"sh", "-c", guestScript(t, k, root, bin)},
 				Dir:     root,
-				Env:     guestEnv(),
+				Env:     append(guestEnv(), "MOUNTKEEPER_VM_KERNEL="+k.Name), // tests shorten their heaviest loops under TCG
 				Timeout: 15 * time.Minute,
 			})
 			t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
@@ -130,13 +157,22 @@ func guestScript(t *testing.T, k Kernel, root, bin string) string {
 	var b strings.Builder
 	b.WriteString("ns=$(readlink /proc/self/ns/mnt)\n")
 	for _, pkg := range kernelPackages {
+		run := ""
+		if p, ok := partial[pkg]; ok {
+			if !slices.Contains(p.kernels, k.Name) {
+				t.Logf("left out on %s: %s (runs on %s only: %s)", k.Name, pkg, strings.Join(p.kernels, ", "), p.why)
+				continue
+			}
+			run = " -test.run=" + shellQuote(p.run)
+			t.Logf("on %s only %s of %s: %s", k.Name, p.run, pkg, p.why)
+		}
 		fmt.Fprintf(&b, "echo '%s%s start'; s=$(date +%%s%%N)\n", pkgMarker, pkg)
 		skip := ""
 		if tests := leftOut(t, k, pkg); len(tests) > 0 {
 			skip = " -test.skip=" + shellQuote("^("+strings.Join(tests, "|")+")$")
 		}
-		fmt.Fprintf(&b, "cd %s && MOUNTKEEPER_PRIVATE_MOUNT_NS=$ns unshare -m --propagation private %s -test.v -test.count=1 -test.timeout=8m%s 2>&1\n",
-			shellQuote(filepath.Join(root, pkg)), shellQuote(filepath.Join(bin, binName(pkg))), skip)
+		fmt.Fprintf(&b, "cd %s && MOUNTKEEPER_PRIVATE_MOUNT_NS=$ns unshare -m --propagation private %s -test.v -test.count=1 -test.timeout=8m%s%s 2>&1\n",
+			shellQuote(filepath.Join(root, pkg)), shellQuote(filepath.Join(bin, binName(pkg))), run, skip)
 		fmt.Fprintf(&b, "echo \"%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms\"\n", pkgMarker, pkg)
 	}
 	return b.String()

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/internal/idmap"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/internal/subpath/subpathtest"
 
@@ -28,6 +29,7 @@ func TestCopiesInNamespace(t *testing.T) {
 		return
 	}
 	t.Run("kubelet's layout decides what is copied", testLayoutDecides)
+	t.Run("a copy can be idmapped where the kernel idmaps tmpfs (Linux 6.3)", testCopyIdmap)
 	t.Run("budget per pod", testPodBudget)
 	t.Run("entries cost a page", testEntriesCost)
 	t.Run("budget counted again by a new Copies", testBudgetAfterReload)
@@ -334,10 +336,13 @@ func testFIFO(t *testing.T) {
 // the root of a filesystem of its own (not the node's copy tmpfs, nodeDir).
 func tmpfsBytes(t *testing.T, dir, nodeDir string) (int64, bool) {
 	t.Helper()
-	var sfs, node unix.Statfs_t
+	var sfs unix.Statfs_t
 	subpathtest.Must(t, unix.Statfs(dir, &sfs))
-	subpathtest.Must(t, unix.Statfs(nodeDir, &node))
-	return int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, sfs.Fsid != node.Fsid
+	// By device, not statfs' fsid: tmpfs reports fsid 0 before Linux 5.13 (Debian's 5.10).
+	var st, node unix.Stat_t
+	subpathtest.Must(t, unix.Stat(dir, &st))
+	subpathtest.Must(t, unix.Stat(nodeDir, &node))
+	return int64(sfs.Blocks-sfs.Bfree) * sfs.Bsize, st.Dev != node.Dev
 }
 
 // testPinnedCopies: a container of the attacker pod pins each copy it gets (its descriptor
@@ -424,5 +429,40 @@ func testPinnedCopies(t *testing.T) {
 	}
 	if copies, _, fb := c.CopySources(context.Background(), "third", []string{third.Path}); len(copies) != 1 || len(fb) != 0 {
 		t.Errorf("a third pod's 4 MiB copy once the pinned copies are let go: copies %d, fallbacks %v; want its copy", len(copies), fb)
+	}
+}
+
+// testCopyIdmap: a container with a user namespace gets its copy bound idmapped, and the
+// engine keeps kubelet's bind instead where the kernel cannot idmap the copy (engine's
+// TestSubPathCopiesOfUserNamespacedContainers). What the kernel answers for a real copy:
+// idmappable from Linux 6.3, when tmpfs gained idmapped mounts; before, not supported (EINVAL
+// from 5.12, ENOSYS before), which is what makes the engine fall back there.
+func testCopyIdmap(t *testing.T) {
+	k := subpathtest.NewKubelet(t)
+	cm := k.Volume(subpathtest.Secret, "tok", false)
+	k.WriteAtomic(cm, map[string]subpathtest.Entry{"token": subpathtest.File("s3cr3t")})
+	target := subpathtest.Bind(k, subpath.ParseTarget, cm, "tok", "app", 0, "token")
+	c := newCopies(t, k, bigBudget)
+	cps, _, fbs := c.CopySources(context.Background(), "ctr", []string{target.Path})
+	if len(cps) != 1 || len(fbs) != 0 {
+		t.Fatalf("copies %+v, fallbacks %v", cps, fbs)
+	}
+	t.Cleanup(func() { subpathtest.Must(t, c.Remove("ctr")) })
+	var uts unix.Utsname
+	subpathtest.Must(t, unix.Uname(&uts))
+	release := unix.ByteSliceToString(uts.Release[:])
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("kernel release %q: %v", release, err)
+	}
+	err := idmap.Default.Check(cps[0].Path)
+	var ns *idmap.NotSupportedError
+	switch idmaps := major > 6 || major == 6 && minor >= 3; {
+	case idmaps && err != nil:
+		t.Errorf("on Linux %s a copy should be idmappable: %v", release, err)
+	case !idmaps && (!errors.As(err, &ns) || ns.FSType != "tmpfs"):
+		t.Errorf("on Linux %s a copy on tmpfs cannot be idmapped, yet the check answers %v; want a NotSupportedError naming tmpfs", release, err)
+	default:
+		t.Logf("Linux %s: a copy can be idmapped: %t (%v)", release, idmaps, err)
 	}
 }

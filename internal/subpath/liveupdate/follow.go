@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/internal/subpath"
 	"github.com/mountkeeper/mountkeeper/internal/subpath/copies"
 )
@@ -73,6 +74,9 @@ type Follower struct {
 	userns    map[string]int        // user namespace descriptors of containers, opened on need
 	// scanInterval is how often the retired copies are looked for in /proc while any exist.
 	scanInterval time.Duration
+	// canBeneath says whether the kernel can attach a mount beneath another (nil if it can):
+	// every update after the first needs it. A field for tests.
+	canBeneath func() error
 }
 
 // livePath is one live copy.
@@ -118,7 +122,7 @@ func NewFollower(c *copies.Copies, statePath string, onUpdate func(Update)) *Fol
 		copies: c, ops: systemLayers{}, statePath: statePath, onUpdate: onUpdate, ctx: ctx, cancel: cancel,
 		paths: map[string]*livePath{}, pending: map[string]*livePath{}, vols: map[string]*volWorker{}, counts: map[string]int64{},
 		pids: map[string]uint32{}, userns: map[string]int{},
-		scanInterval: 2 * time.Second,
+		scanInterval: 2 * time.Second, canBeneath: mounttable.CanMountBeneath,
 	}
 	if f.onUpdate == nil {
 		f.onUpdate = func(Update) {}
@@ -163,6 +167,12 @@ func (f *Follower) Track(id string, cps []copies.Copy) map[string]error {
 }
 
 func (f *Follower) track(id string, cp copies.Copy) error {
+	// Config load refuses live classes on such a kernel; this is the Follower's own guard, so
+	// that no caller makes a copy live that its second update could not replace (it would
+	// stay a mount point of its own and every update fail).
+	if err := f.canBeneath(); err != nil {
+		return fmt.Errorf("live updates need to mount beneath a mount (MOVE_MOUNT_BENEATH, Linux 6.5 or newer): %w: %w", subpath.ErrNoBeneath, err)
+	}
 	if cp.VolumeDir == "" {
 		return errors.New("the copy does not name its volume directory")
 	}

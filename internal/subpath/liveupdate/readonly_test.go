@@ -26,7 +26,7 @@ import (
 // container, is read-only, and writing the file or creating a file in the directory through
 // the path fails with EROFS, leaving the copy tmpfs as it was.
 func TestLiveCopiesReadOnly(t *testing.T) {
-	if !privatens.Run(t) {
+	if !privatens.Run(t) || !liveHere(t) {
 		return
 	}
 	s := newLiveSetup(t, bigBudget, payload(0))
@@ -131,7 +131,7 @@ func tryWrites(t *testing.T, file, dir string) {
 // first one met below its directory is a live directory subPath, whose read-only layer refuses
 // the removal of its entries (EROFS) before any mount point refuses its own (EBUSY).
 func TestRemoveReadOnlyLiveDirectory(t *testing.T) {
-	if !privatens.Run(t) {
+	if !privatens.Run(t) || !liveHere(t) {
 		return
 	}
 	k := subpathtest.NewKubelet(t)
@@ -176,7 +176,7 @@ func TestRemoveReadOnlyLiveDirectory(t *testing.T) {
 // agent runs meanwhile) inherits no descriptor of the emptying: they are directories inside a
 // clone of the whole copy tmpfs, every pod's secrets.
 func TestEmptyBaseLeaksNoDescriptor(t *testing.T) {
-	if !privatens.Run(t) {
+	if !privatens.Run(t) || !liveHere(t) {
 		return
 	}
 	s := newLiveSetup(t, bigBudget, payload(0))

@@ -22,7 +22,7 @@ import (
 // on beside the next) follows each path once; once every container is stopped, the goroutine
 // count is back to what it was before the first Follower.
 func TestFollowerWorkersEnd(t *testing.T) {
-	if !privatens.Run(t) {
+	if !privatens.Run(t) || !liveHere(t) {
 		return
 	}
 	const n = 12
