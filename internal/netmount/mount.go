@@ -147,6 +147,14 @@ func attemptMount(ctx context.Context, sys system, c Config, secretsDir string, 
 	}
 	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
 	defer cancel()
+	if st, ok := sys.(statdStarter); ok && needsStatd(s) {
+		// Before the mount, so that mount.nfs finds rpc.statd running and does not start
+		// it in this mount's scope. A failure is logged: mount.nfs then tries itself.
+		if serr := st.startStatd(mctx); serr != nil {
+			c.Log.WithError(serr).WithFields(logrus.Fields{"mount": s.Key(), "spec": s.String()}).
+				Warn("netmount: cannot start rpc.statd in a scope of its own: mount.nfs will start it in the mount's scope")
+		}
+	}
 	err = sys.mount(mctx, cmdSpec, unit, target, c.MountTimeout)
 	if err == nil {
 		return false, nil

@@ -3,10 +3,15 @@
 package netmount
 
 import (
+	"context"
 	"errors"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +157,13 @@ func waitGone(t *testing.T, m *Manager, sc *CgroupScoper, path string, timeout t
 	start := time.Now()
 	for {
 		mounted := len(mountsAt(t, path)) > 0
-		scopes := scopesLeft(t, sc)
+		var scopes []string
+		for _, u := range scopesLeft(t, sc) {
+			// The node's rpc.statd stays, in its own scope, with the daemon in it.
+			if u != statdUnit || len(cgroupProcs(t, sc.Dir(u))) == 0 {
+				scopes = append(scopes, u)
+			}
+		}
 		if !mounted && len(scopes) == 0 {
 			t.Logf("released: nothing mounted at %s, no scope left, %s after the last release",
 				path, time.Since(start).Round(time.Millisecond))
@@ -209,4 +220,193 @@ func TestNFSGuestShared(t *testing.T) {
 			waitGone(t, m, sc, path, 30*time.Second)
 		})
 	}
+}
+
+// statdPid is the pid in /run/rpc.statd.pid if that process lives, else 0.
+func statdPid(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile("/run/rpc.statd.pid")
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || unix.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// TestNFSGuestStatd: the rpc.statd the first NFSv3 mount needs runs in a scope of its own,
+// not in that mount's; it survives the release of that mount, and a second v3 mount (another
+// key) uses it: a POSIX lock through the mount (NLM, which needs statd) is granted.
+func TestNFSGuestStatd(t *testing.T) {
+	guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
+	}
+	if pid := statdPid(t); pid != 0 {
+		t.Logf("killing the rpc.statd (%d) an earlier test left, so that this one starts its own", pid)
+		unix.Kill(pid, unix.SIGKILL)
+		for statdPid(t) != 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3"}}
+	second := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3", "actimeo=1"}}
+	const grace = 300 * time.Millisecond
+	m, sc, _ := nfsManager(t, grace, first, second)
+	path, err := acquireEventually(t, m, 60*time.Second, first, "ctr-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := statdPid(t)
+	if pid == 0 {
+		t.Fatal("no rpc.statd runs after an NFSv3 mount")
+	}
+	cg, err := testsupport.CgroupV2(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "/" + sc.Parent + "/" + statdUnit
+	if cg != want {
+		t.Fatalf("rpc.statd (%d) runs in cgroup %s, want %s (its own, not the mount's %s)", pid, cg, want, unitFor(first.Key()))
+	}
+	m.Release("ctr-a")
+	waitGone(t, m, sc, path, 30*time.Second)
+	if statdPid(t) != pid {
+		t.Fatalf("rpc.statd (%d) did not survive the release of the mount that started it", pid)
+	}
+	path2, err := acquireEventually(t, m, 60*time.Second, second, "ctr-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statdPid(t); got != pid {
+		t.Errorf("the second v3 mount runs rpc.statd %d, want the first one's %d", got, pid)
+	}
+	f, err := os.OpenFile(filepath.Join(path2, "lockfile"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	start := time.Now()
+	err = unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
+	f.Close()
+	if err != nil {
+		t.Errorf("a POSIX lock on the second v3 mount: %v", err)
+	} else {
+		t.Logf("POSIX lock granted over NLM in %s", time.Since(start).Round(time.Millisecond))
+	}
+	m.Release("ctr-b")
+	waitGone(t, m, sc, path2, 30*time.Second)
+}
+
+// dStateTasks counts the threads of this process in uninterruptible sleep (D).
+func dStateTasks(t *testing.T) int {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range tasks {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && strings.HasPrefix(string(data[i+1:]), " D") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNFSGuestDeadServer: nfsd stopped under a hard NFSv4.2 mount in use. A new claim of
+// another mount of that server is refused within the create budget naming the server; the
+// release of the dead mount returns at once and the mount goes (umount, then umount -l after
+// UnmountTimeout). It runs last: it stops the guest's nfsd, and starts it again at the end.
+func TestNFSGuestDeadServer(t *testing.T) {
+	root := guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
+	}
+	nfsd := func(threads string) {
+		t.Helper()
+		if out, err := exec.Command(filepath.Join(root, "usr", "sbin", "rpc.nfsd"), threads).CombinedOutput(); err != nil {
+			t.Fatalf("rpc.nfsd %s: %v: %s", threads, err, out)
+		}
+	}
+	a := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac"}}
+	b := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac", "ro"}}
+	root2, err := liveCgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &CgroupScoper{Root: root2, Parent: "mountkeeper-nfs-dead.slice"}
+	stateDir := t.TempDir()
+	const unmountTimeout = 3 * time.Second
+	m, err := NewManager(Config{StateDir: stateDir, Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
+		UnmountTimeout: unmountTimeout, RetryBackoff: time.Second, FirstWait: 100 * time.Millisecond,
+		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{a, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			nfsd("8")
+		}
+		m.Close()
+		if err := emergencyCleanup(filepath.Join(root2, sc.Parent), stateDir); err != nil {
+			t.Error(err)
+		}
+	})
+	path, err := acquireEventually(t, m, 60*time.Second, a, "ctr-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
+		t.Fatalf("read %q, want %q", got, nfsContent)
+	}
+	before := dStateTasks(t)
+	nfsd("0")
+	stopped = true
+	const readers = 3
+	for i := 0; i < readers; i++ {
+		go os.Stat(filepath.Join(path, "hello")) // hangs: a hard mount, the server gone
+	}
+	time.Sleep(2 * time.Second)
+	t.Logf("threads of the test process in D state: %d before nfsd stopped, %d with %d readers stuck", before, dStateTasks(t), readers)
+
+	// The create budget: the runtime's 2 s NRI request timeout.
+	const budget = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	start := time.Now()
+	_, err = m.Acquire(ctx, b, "ctr-b")
+	cancel()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a claim of a new mount of the stopped server succeeded")
+	}
+	if took > budget {
+		t.Errorf("the claim took %s, more than the create budget %s", took, budget)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("refusal %q does not name the server", err)
+	}
+	t.Logf("new claim refused in %s: %v", took.Round(time.Millisecond), err)
+
+	start = time.Now()
+	m.Release("ctr-a")
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("Release of the dead mount took %s", d)
+	}
+	for len(mountsAt(t, path)) > 0 {
+		if time.Since(start) > 4*unmountTimeout {
+			t.Fatalf("the dead mount is still mounted %s after its release", time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the dead mount was gone from mountinfo %s after its release (grace 200ms, umount bounded by %s, then umount -l); threads in D state then: %d",
+		time.Since(start).Round(time.Millisecond), unmountTimeout, dStateTasks(t))
 }
