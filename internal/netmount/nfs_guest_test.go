@@ -204,6 +204,12 @@ func TestNFSGuestShared(t *testing.T) {
 			if err != nil || p2 != path {
 				t.Fatalf("second claim = %s, %v; want %s", p2, err, path)
 			}
+			for _, u := range scopesLeft(t, sc) {
+				if u != statdUnit {
+					t.Errorf("scope %s is left while mounted: a kernel mount's scope is removed once mount.nfs has exited (processes: %v)",
+						u, cgroupProcs(t, sc.Dir(u)))
+				}
+			}
 			mi := mountsAt(t, path)
 			if len(mi) != 1 || !strings.HasPrefix(mi[0].FSType, "nfs") {
 				t.Fatalf("mountinfo at %s: %+v; want one nfs mount", path, mi)
