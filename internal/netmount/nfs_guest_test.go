@@ -413,6 +413,9 @@ func TestNFSGuestDeadServer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("the dead mount was gone from mountinfo %s after its release (grace 200ms, umount bounded by %s, then umount -l); threads in D state then: %d",
-		time.Since(start).Round(time.Millisecond), unmountTimeout, dStateTasks(t))
+	t.Logf("the dead mount was gone from mountinfo %s after its release (grace 200ms, umount bounded by %s, then umount -f, then umount -l); threads in D state then: %d; totals %+v",
+		time.Since(start).Round(time.Millisecond), unmountTimeout, dStateTasks(t), m.Totals())
+	if tot := m.Totals(); tot.ForcedUnmounts+tot.LazyUnmounts == 0 {
+		t.Errorf("the release of the dead mount was not escalated: totals %+v", tot)
+	}
 }

@@ -19,8 +19,18 @@ func (m *Manager) unmount(e *entry) {
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 	err := m.sys.unmount(ctx, e.hostPath, false)
 	cancel()
+	if f, ok := m.sys.(forceUnmounter); ok && errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
+		// A dead NFS server: umount -f aborts the RPCs in flight, which also frees the
+		// threads stuck on the mount (they get EIO).
+		log.WithError(err).Warn("netmount: unmount did not finish in time: forcing it (umount -f)")
+		m.count(func(t *Totals) { t.ForcedUnmounts++ })
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+		err = f.forceUnmount(ctx, e.hostPath)
+		cancel()
+	}
 	if errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
 		log.WithError(err).Warn("netmount: unmount did not finish in time: unmounting lazily")
+		m.count(func(t *Totals) { t.LazyUnmounts++ })
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 		err = m.sys.unmount(ctx, e.hostPath, true)
 		cancel()
@@ -80,4 +90,18 @@ func (m *Manager) unmount(e *entry) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// count updates the Manager's totals.
+func (m *Manager) count(f func(*Totals)) {
+	m.mu.Lock()
+	f(&m.totals)
+	m.mu.Unlock()
+}
+
+// forceUnmounter forces an unmount (umount -f, MNT_FORCE): the step between a plain umount
+// that did not finish and a lazy one, for a kernel client whose server is gone. liveSystem
+// implements it; the tests' fake systems need not.
+type forceUnmounter interface {
+	forceUnmount(ctx context.Context, target string) error
 }
