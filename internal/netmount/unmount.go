@@ -11,25 +11,33 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 )
 
-// unmount unmounts e (umount, then umount -l if that does not finish within UnmountTimeout),
-// removes its state, host directory and scope.
+// unmount unmounts e, removes its state, host directory and scope. A umount that does not
+// finish within UnmountTimeout, or fails on a mount that does not answer its probe (busy with
+// threads stuck on a dead server), is escalated: umount -f where the system can, then umount -l.
 func (m *Manager) unmount(e *entry) {
 	defer m.wg.Done()
 	log := m.logFor(e)
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 	err := m.sys.unmount(ctx, e.hostPath, false)
 	cancel()
-	if f, ok := m.sys.(forceUnmounter); ok && errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
-		// A dead NFS server: umount -f aborts the RPCs in flight, which also frees the
+	dead := errors.Is(err, bounded.ErrNoAnswer)
+	if err != nil && !dead && m.ctx.Err() == nil && errors.Is(m.sys.probe(e.hostPath), bounded.ErrNoAnswer) {
+		// "Busy" may be threads stuck on a dead server: a mount that does not answer is
+		// escalated too, or it would be kept, and retried, for as long as the server is gone.
+		log.WithError(err).Warn("netmount: unmount failed and the mount does not answer (a dead server?)")
+		dead = true
+	}
+	if f, ok := m.sys.(forceUnmounter); ok && dead && m.ctx.Err() == nil {
+		// umount -f aborts the RPCs in flight to a dead NFS server, which also frees the
 		// threads stuck on the mount (they get EIO).
-		log.WithError(err).Warn("netmount: unmount did not finish in time: forcing it (umount -f)")
+		log.WithError(err).Warn("netmount: forcing the unmount (umount -f)")
 		m.count(func(t *Totals) { t.ForcedUnmounts++ })
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 		err = f.forceUnmount(ctx, e.hostPath)
 		cancel()
 	}
-	if errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
-		log.WithError(err).Warn("netmount: unmount did not finish in time: unmounting lazily")
+	if dead && err != nil && m.ctx.Err() == nil {
+		log.WithError(err).Warn("netmount: unmounting lazily (umount -l)")
 		m.count(func(t *Totals) { t.LazyUnmounts++ })
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 		err = m.sys.unmount(ctx, e.hostPath, true)
