@@ -28,8 +28,9 @@ func (m *Manager) unmount(e *entry) {
 		dead = true
 	}
 	if f, ok := m.sys.(forceUnmounter); ok && dead && m.ctx.Err() == nil {
-		// umount -f aborts the RPCs in flight to a dead NFS server, which also frees the
-		// threads stuck on the mount (they get EIO).
+		// umount -f (MNT_FORCE) asks a kernel client to abort its RPCs in flight. On 6.1 with
+		// a stopped nfsd it did not end the unmount nor free the threads stuck on the mount
+		// (TestNFSGuestDeadServer): the lazy unmount below is what detaches it.
 		log.WithError(err).Warn("netmount: forcing the unmount (umount -f)")
 		m.count(func(t *Totals) { t.ForcedUnmounts++ })
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
