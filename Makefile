@@ -69,7 +69,7 @@ unit: tools
 # The kernel-dependent packages' unit tests on Debian's 5.10, 6.1 and 6.12 kernels, one QEMU
 # guest after another (test/vm; docs/development.md). QEMU without KVM is CPU-bound: niced.
 kernels: tools
-	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^TestKernels$$' -v $(TESTFLAGS) ./test/vm/
+	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^(TestKernels|TestNFS)$$' -v $(TESTFLAGS) ./test/vm/
 
 # TestUpstreamSubPath has a target of its own (and its own timeout): upstream.
 e2e: tools build

@@ -29,8 +29,10 @@ type MountStatus struct {
 }
 
 // Totals count the deaths and recoveries of every mount a Manager held since it started:
-// unlike the sums over Status, they do not drop when a mount is released.
-type Totals struct{ Deaths, Recoveries int }
+// unlike the sums over Status, they do not drop when a mount is released. ForcedUnmounts and
+// LazyUnmounts count the releases whose umount did not finish within UnmountTimeout and were
+// escalated (unmount.go).
+type Totals struct{ Deaths, Recoveries, ForcedUnmounts, LazyUnmounts int }
 
 // Totals returns the Manager's deaths and recoveries so far.
 func (m *Manager) Totals() Totals {

@@ -172,14 +172,23 @@ func (l *liveSystem) probe(target string) error {
 }
 
 func (l *liveSystem) unmount(ctx context.Context, target string, lazy bool) error {
+	if lazy {
+		return l.umount(ctx, target, "-l")
+	}
+	return l.umount(ctx, target)
+}
+
+func (l *liveSystem) forceUnmount(ctx context.Context, target string) error {
+	return l.umount(ctx, target, "-f")
+}
+
+// umount runs umount(8) with flags on target, within ctx.
+func (l *liveSystem) umount(ctx context.Context, target string, flags ...string) error {
 	umount, err := l.env.LookPath("umount")
 	if err != nil {
 		return err
 	}
-	args := []string{target}
-	if lazy {
-		args = []string{"-l", target}
-	}
+	args := append(flags, target)
 	cmd := exec.CommandContext(ctx, umount, args...)
 	cmd.Env = withPath(os.Environ())
 	cmd.WaitDelay = time.Second

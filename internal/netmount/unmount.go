@@ -11,16 +11,35 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 )
 
-// unmount unmounts e (umount, then umount -l if that does not finish within UnmountTimeout),
-// removes its state, host directory and scope.
+// unmount unmounts e, removes its state, host directory and scope. A umount that does not
+// finish within UnmountTimeout, or fails on a mount that does not answer its probe (busy with
+// threads stuck on a dead server), is escalated: umount -f where the system can, then umount -l.
 func (m *Manager) unmount(e *entry) {
 	defer m.wg.Done()
 	log := m.logFor(e)
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 	err := m.sys.unmount(ctx, e.hostPath, false)
 	cancel()
-	if errors.Is(err, bounded.ErrNoAnswer) && m.ctx.Err() == nil {
-		log.WithError(err).Warn("netmount: unmount did not finish in time: unmounting lazily")
+	dead := errors.Is(err, bounded.ErrNoAnswer)
+	if err != nil && !dead && m.ctx.Err() == nil && errors.Is(m.sys.probe(e.hostPath), bounded.ErrNoAnswer) {
+		// "Busy" may be threads stuck on a dead server: a mount that does not answer is
+		// escalated too, or it would be kept, and retried, for as long as the server is gone.
+		log.WithError(err).Warn("netmount: unmount failed and the mount does not answer (a dead server?)")
+		dead = true
+	}
+	if f, ok := m.sys.(forceUnmounter); ok && dead && m.ctx.Err() == nil {
+		// umount -f (MNT_FORCE) asks a kernel client to abort its RPCs in flight. On 6.1 with
+		// a stopped nfsd it did not end the unmount nor free the threads stuck on the mount
+		// (TestNFSGuestDeadServer): the lazy unmount below is what detaches it.
+		log.WithError(err).Warn("netmount: forcing the unmount (umount -f)")
+		m.count(func(t *Totals) { t.ForcedUnmounts++ })
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
+		err = f.forceUnmount(ctx, e.hostPath)
+		cancel()
+	}
+	if dead && err != nil && m.ctx.Err() == nil {
+		log.WithError(err).Warn("netmount: unmounting lazily (umount -l)")
+		m.count(func(t *Totals) { t.LazyUnmounts++ })
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.UnmountTimeout)
 		err = m.sys.unmount(ctx, e.hostPath, true)
 		cancel()
@@ -80,4 +99,18 @@ func (m *Manager) unmount(e *entry) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// count updates the Manager's totals.
+func (m *Manager) count(f func(*Totals)) {
+	m.mu.Lock()
+	f(&m.totals)
+	m.mu.Unlock()
+}
+
+// forceUnmounter forces an unmount (umount -f, MNT_FORCE): the step between a plain umount
+// that did not finish and a lazy one, for a kernel client whose server is gone. liveSystem
+// implements it; the tests' fake systems need not.
+type forceUnmounter interface {
+	forceUnmount(ctx context.Context, target string) error
 }

@@ -107,8 +107,11 @@ install_kernels() {
 	done
 	rm -rf "$apt_dir"
 }
+# shellcheck source=install_nfs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/install_nfs.sh"
 if $ONLY_KERNELS; then
 	install_kernels
+	install_nfs
 	echo "$BIN"
 	exit 0
 fi
@@ -131,6 +134,7 @@ if $ONLY_DEMO; then
 	exit 0
 fi
 install_kernels
+install_nfs
 if ! stamp_ok golangci-lint "$GOLANGCI_LINT_VERSION"; then
 	echo "install.sh: building golangci-lint $GOLANGCI_LINT_VERSION into $BIN (about 3 minutes cold)" >&2
 	CGO_ENABLED=0 GOBIN=$BIN go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION >&2

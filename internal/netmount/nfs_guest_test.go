@@ -1,0 +1,421 @@
+//go:build guestnfs
+
+package netmount
+
+import (
+	"context"
+	"errors"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
+	"golang.org/x/sys/unix"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+)
+
+// These tests mount NFS for real through the Manager, mount(8) and mount.nfs. They need a
+// kernel nfsd serving 127.0.0.1:/export and no NFS client installed when they begin: the
+// guest of test/vm's TestNFS (nfs.go there) sets that up and runs them; the host never
+// compiles them (build tag guestnfs).
+
+// guestNFSEnv is set by the guest once its nfsd serves /export; its value is the directory
+// holding the unpacked client (usr/sbin/mount.nfs and what it runs).
+const guestNFSEnv = "MOUNTKEEPER_GUEST_NFS_ROOT"
+
+// nfsClientFiles are what installing nfs-common puts where mount(8) and mount.nfs look.
+var nfsClientFiles = []string{"mount.nfs", "mount.nfs4", "umount.nfs", "umount.nfs4", "start-statd", "rpc.statd", "sm-notify"}
+
+const nfsContent = "served by the guest's nfsd\n"
+
+func guestNFS(t *testing.T) (clientRoot string) {
+	t.Helper()
+	root := os.Getenv(guestNFSEnv)
+	if root == "" {
+		t.Fatalf("%s is not set: these tests run in test/vm's NFS guest only", guestNFSEnv)
+	}
+	return root
+}
+
+// installNFSClient copies the client into /usr/sbin, as installing nfs-common would; the
+// guest's root is a throwaway overlay.
+func installNFSClient(t *testing.T, root string) {
+	t.Helper()
+	for _, f := range nfsClientFiles {
+		src := filepath.Join(root, "usr", "sbin", f)
+		dst := filepath.Join("/usr/sbin", f)
+		if target, err := os.Readlink(src); err == nil {
+			os.Remove(dst)
+			if err := os.Symlink(target, dst); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		in, err := os.Open(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+		if err != nil {
+			in.Close()
+			t.Fatal(err)
+		}
+		_, err = io.Copy(out, in)
+		in.Close()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// nfsManager is a Manager with its mount scopes under a cgroup of the test's own, removed
+// (and checked empty) at the end.
+func nfsManager(t *testing.T, grace time.Duration, wanted ...netspec.Spec) (*Manager, *CgroupScoper, string) {
+	t.Helper()
+	root, err := liveCgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &CgroupScoper{Root: root, Parent: "mountkeeper-nfs-test.slice"}
+	if err := os.MkdirAll(filepath.Join(root, sc.Parent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stateDir := t.TempDir()
+	m, err := NewManager(Config{StateDir: stateDir, Grace: grace, MountTimeout: 60 * time.Second,
+		RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond,
+		Scoper: sc, Log: testLogger(t), Wanted: wanted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		if err := emergencyCleanup(filepath.Join(root, sc.Parent), stateDir); err != nil {
+			t.Error(err)
+		}
+	})
+	return m, sc, stateDir
+}
+
+// scopesLeft lists the mount scopes (cgroups) below sc's parent.
+func scopesLeft(t *testing.T, sc *CgroupScoper) []string {
+	t.Helper()
+	units, err := sc.Units()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return units
+}
+
+// TestNFSGuestNoClient: a node without mount.nfs refuses an NFS mount naming the packages;
+// once the client is installed (no restart), the next claim mounts. It runs first: the
+// other tests need the client.
+func TestNFSGuestNoClient(t *testing.T) {
+	root := guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err == nil {
+		t.Fatal("/usr/sbin/mount.nfs exists before the test installed it")
+	}
+	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2"}}
+	m, sc, _ := nfsManager(t, 200*time.Millisecond, spec)
+	start := time.Now()
+	_, err := acquireEventually(t, m, 10*time.Second, spec, "ctr-a")
+	var pe *PreflightError
+	if err == nil || !errors.As(err, &pe) && !strings.Contains(err.Error(), "nfs-common") {
+		t.Fatalf("Acquire without mount.nfs = %v; want a refusal naming nfs-common", err)
+	}
+	for _, want := range []string{"mount.nfs", "nfs-common", "nfs-utils"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not name %s", err, want)
+		}
+	}
+	t.Logf("refused in %s: %v", time.Since(start).Round(time.Millisecond), err)
+
+	installNFSClient(t, root)
+	start = time.Now()
+	path, err := acquireEventually(t, m, 60*time.Second, spec, "ctr-a")
+	if err != nil {
+		t.Fatalf("Acquire after the client was installed: %v", err)
+	}
+	t.Logf("mounted %s after the client was installed, in %s", spec, time.Since(start).Round(time.Millisecond))
+	if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
+		t.Errorf("read %q, want %q", got, nfsContent)
+	}
+	m.Release("ctr-a")
+	waitGone(t, m, sc, path, 30*time.Second)
+}
+
+// waitGone waits until nothing is mounted at path and no scope is left below sc's parent.
+func waitGone(t *testing.T, m *Manager, sc *CgroupScoper, path string, timeout time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		mounted := len(mountsAt(t, path)) > 0
+		var scopes []string
+		for _, u := range scopesLeft(t, sc) {
+			// The node's rpc.statd stays, in its own scope, with the daemon in it.
+			if u != statdUnit || len(cgroupProcs(t, sc.Dir(u))) == 0 {
+				scopes = append(scopes, u)
+			}
+		}
+		if !mounted && len(scopes) == 0 {
+			t.Logf("released: nothing mounted at %s, no scope left, %s after the last release",
+				path, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("%s after the last release: mounted at %s: %v, scopes left: %v", timeout, path, mounted, scopes)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestNFSGuestShared: for NFSv4.2 and NFSv3, two claims share one host mount; after the last
+// release and the grace period nothing is mounted and no scope is left.
+func TestNFSGuestShared(t *testing.T) {
+	guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		spec netspec.Spec
+	}{
+		{"v4.2", netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2"}}},
+		{"v3", netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const grace = 500 * time.Millisecond
+			m, sc, _ := nfsManager(t, grace, c.spec)
+			m.Ensure(c.spec)
+			start := time.Now()
+			path, err := acquireEventually(t, m, 60*time.Second, c.spec, "ctr-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("mounted %s in %s", c.spec, time.Since(start).Round(time.Millisecond))
+			p2, err := acquire(t, m, 5*time.Second, c.spec, "ctr-b")
+			if err != nil || p2 != path {
+				t.Fatalf("second claim = %s, %v; want %s", p2, err, path)
+			}
+			for _, u := range scopesLeft(t, sc) {
+				if u != statdUnit {
+					t.Errorf("scope %s is left while mounted: a kernel mount's scope is removed once mount.nfs has exited (processes: %v)",
+						u, cgroupProcs(t, sc.Dir(u)))
+				}
+			}
+			mi := mountsAt(t, path)
+			if len(mi) != 1 || !strings.HasPrefix(mi[0].FSType, "nfs") {
+				t.Fatalf("mountinfo at %s: %+v; want one nfs mount", path, mi)
+			}
+			if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
+				t.Errorf("read %q, want %q", got, nfsContent)
+			}
+			m.Release("ctr-a")
+			time.Sleep(2 * grace)
+			if len(mountsAt(t, path)) != 1 {
+				t.Fatalf("released with a claim left: %s is no longer mounted", path)
+			}
+			m.Release("ctr-b")
+			waitGone(t, m, sc, path, 30*time.Second)
+		})
+	}
+}
+
+// statdPid is the pid in /run/rpc.statd.pid if that process lives, else 0.
+func statdPid(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile("/run/rpc.statd.pid")
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || unix.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// TestNFSGuestStatd: the rpc.statd the first NFSv3 mount needs runs in a scope of its own,
+// not in that mount's; it survives the release of that mount, and a second v3 mount (another
+// key) uses it: a POSIX lock through the mount (NLM, which needs statd) is granted.
+func TestNFSGuestStatd(t *testing.T) {
+	guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
+	}
+	if pid := statdPid(t); pid != 0 {
+		t.Logf("killing the rpc.statd (%d) an earlier test left, so that this one starts its own", pid)
+		unix.Kill(pid, unix.SIGKILL)
+		for statdPid(t) != 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3"}}
+	second := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3", "actimeo=1"}}
+	const grace = 300 * time.Millisecond
+	m, sc, _ := nfsManager(t, grace, first, second)
+	path, err := acquireEventually(t, m, 60*time.Second, first, "ctr-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := statdPid(t)
+	if pid == 0 {
+		t.Fatal("no rpc.statd runs after an NFSv3 mount")
+	}
+	cg, err := testsupport.CgroupV2(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "/" + sc.Parent + "/" + statdUnit
+	if cg != want {
+		t.Fatalf("rpc.statd (%d) runs in cgroup %s, want %s (its own, not the mount's %s)", pid, cg, want, unitFor(first.Key()))
+	}
+	m.Release("ctr-a")
+	waitGone(t, m, sc, path, 30*time.Second)
+	if statdPid(t) != pid {
+		t.Fatalf("rpc.statd (%d) did not survive the release of the mount that started it", pid)
+	}
+	path2, err := acquireEventually(t, m, 60*time.Second, second, "ctr-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statdPid(t); got != pid {
+		t.Errorf("the second v3 mount runs rpc.statd %d, want the first one's %d", got, pid)
+	}
+	f, err := os.OpenFile(filepath.Join(path2, "lockfile"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	start := time.Now()
+	err = unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
+	f.Close()
+	if err != nil {
+		t.Errorf("a POSIX lock on the second v3 mount: %v", err)
+	} else {
+		t.Logf("POSIX lock granted over NLM in %s", time.Since(start).Round(time.Millisecond))
+	}
+	m.Release("ctr-b")
+	waitGone(t, m, sc, path2, 30*time.Second)
+}
+
+// dStateTasks counts the threads of this process in uninterruptible sleep (D).
+func dStateTasks(t *testing.T) int {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range tasks {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && strings.HasPrefix(string(data[i+1:]), " D") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNFSGuestDeadServer: nfsd stopped under a hard NFSv4.2 mount in use. A new claim of
+// another mount of that server is refused within the create budget naming the server; the
+// release of the dead mount returns at once and the mount goes (umount, then umount -l after
+// UnmountTimeout). It runs last: it stops the guest's nfsd, and starts it again at the end.
+func TestNFSGuestDeadServer(t *testing.T) {
+	root := guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
+	}
+	nfsd := func(threads string) {
+		t.Helper()
+		if out, err := exec.Command(filepath.Join(root, "usr", "sbin", "rpc.nfsd"), threads).CombinedOutput(); err != nil {
+			t.Fatalf("rpc.nfsd %s: %v: %s", threads, err, out)
+		}
+	}
+	a := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac"}}
+	b := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac", "ro"}}
+	root2, err := liveCgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &CgroupScoper{Root: root2, Parent: "mountkeeper-nfs-dead.slice"}
+	stateDir := t.TempDir()
+	const unmountTimeout = 3 * time.Second
+	m, err := NewManager(Config{StateDir: stateDir, Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
+		UnmountTimeout: unmountTimeout, RetryBackoff: time.Second, FirstWait: 100 * time.Millisecond,
+		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{a, b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if stopped {
+			nfsd("8")
+		}
+		m.Close()
+		if err := emergencyCleanup(filepath.Join(root2, sc.Parent), stateDir); err != nil {
+			t.Error(err)
+		}
+	})
+	path, err := acquireEventually(t, m, 60*time.Second, a, "ctr-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
+		t.Fatalf("read %q, want %q", got, nfsContent)
+	}
+	before := dStateTasks(t)
+	nfsd("0")
+	stopped = true
+	const readers = 3
+	for i := 0; i < readers; i++ {
+		go os.Stat(filepath.Join(path, "hello")) // hangs: a hard mount, the server gone
+	}
+	time.Sleep(2 * time.Second)
+	t.Logf("threads of the test process in D state: %d before nfsd stopped, %d with %d readers stuck", before, dStateTasks(t), readers)
+
+	// The create budget: the runtime's 2 s NRI request timeout.
+	const budget = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	start := time.Now()
+	_, err = m.Acquire(ctx, b, "ctr-b")
+	cancel()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a claim of a new mount of the stopped server succeeded")
+	}
+	if took > budget {
+		t.Errorf("the claim took %s, more than the create budget %s", took, budget)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("refusal %q does not name the server", err)
+	}
+	t.Logf("new claim refused in %s: %v", took.Round(time.Millisecond), err)
+
+	start = time.Now()
+	m.Release("ctr-a")
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("Release of the dead mount took %s", d)
+	}
+	for len(mountsAt(t, path)) > 0 {
+		if time.Since(start) > 4*unmountTimeout {
+			t.Fatalf("the dead mount is still mounted %s after its release", time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the dead mount was gone from mountinfo %s after its release (grace 200ms, umount bounded by %s, then umount -f, then umount -l); threads in D state then: %d; totals %+v",
+		time.Since(start).Round(time.Millisecond), unmountTimeout, dStateTasks(t), m.Totals())
+	if tot := m.Totals(); tot.ForcedUnmounts+tot.LazyUnmounts == 0 {
+		t.Errorf("the release of the dead mount was not escalated: totals %+v", tot)
+	}
+}

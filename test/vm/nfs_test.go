@@ -1,0 +1,112 @@
+//go:build kernels
+
+package vm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/test/testenv"
+)
+
+// nfsKernel is the one kernel NFS is mounted on: Debian 12's, the README's platform. A guest
+// costs about a minute of the suite's time under TCG (an NFSv4 mount alone takes 6-8 s).
+const nfsKernel = "6.1"
+
+// nfsPackage holds the guest-only NFS tests (build tag guestnfs, names TestNFSGuest*).
+const nfsPackage = "internal/netmount"
+
+// NFSRoot is where test/tools/install.sh (install_nfs) unpacks Debian 12's NFS server and
+// client debs.
+func NFSRoot() string { return filepath.Join(filepath.Dir(KernelsDir()), "nfs", "root") }
+
+// nfsServerScript starts the kernel nfsd in the guest, serving a tmpfs at /export to
+// 127.0.0.1, with the server's programs run from the unpacked debs: mount.nfs (the client)
+// stays uninstalled, so that the tests see a node without it first. The v4 lease and grace
+// are 10 s, set before nfsd starts, or the first v4 mount waits out a 90 s grace period.
+const nfsServerScript = `set -e
+N=$1
+cp -a "$N/usr/lib/x86_64-linux-gnu/." /usr/lib/x86_64-linux-gnu/
+grep -q '^_rpc:' /etc/passwd || echo '_rpc:x:990:65534::/run/rpcbind:/usr/sbin/nologin' >>/etc/passwd
+grep -q '^statd:' /etc/passwd || echo 'statd:x:991:65534::/var/lib/nfs:/usr/sbin/nologin' >>/etc/passwd
+mkdir -p /var/lib/nfs/sm /var/lib/nfs/sm.bak /var/lib/nfs/v4recovery /run/rpcbind /export
+touch /var/lib/nfs/etab /var/lib/nfs/rmtab
+mount -t tmpfs -o mode=0755 tmpfs /export
+printf 'served by the guest'"'"'s nfsd\n' >/export/hello
+echo '/export 127.0.0.1(rw,no_root_squash,fsid=0,no_subtree_check,insecure)' >/etc/exports
+modprobe nfsd
+mount -t nfsd nfsd /proc/fs/nfsd
+echo 10 >/proc/fs/nfsd/nfsv4leasetime
+echo 10 >/proc/fs/nfsd/nfsv4gracetime
+"$N/usr/sbin/rpcbind" -w
+"$N/usr/sbin/exportfs" -ra
+"$N/usr/sbin/rpc.mountd"
+"$N/usr/sbin/rpc.nfsd" 8
+`
+
+// TestNFS mounts NFSv4.2 and NFSv3 for real, through the Manager and mount.nfs, on Debian 12's
+// kernel in a guest whose own nfsd serves the export: the guest-only tests of
+// internal/netmount (nfs_guest_test.go), reported as TestNFS/6.1/internal_netmount/TestX.
+func TestNFS(t *testing.T) {
+	Require(t)
+	k, err := LoadKernel(filepath.Join(KernelsDir(), nfsKernel))
+	if err != nil {
+		testenv.Skip(t, "kernel %s missing (bash test/tools/install.sh kernels installs it): %v", nfsKernel, err)
+	}
+	nfs := NFSRoot()
+	if _, err := os.Stat(filepath.Join(nfs, "usr", "sbin", "mount.nfs")); err != nil {
+		testenv.Skip(t, "the NFS debs are missing (bash test/tools/install.sh kernels unpacks them): %v", err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := TempDir(t)
+	exe := filepath.Join(bin, binName(nfsPackage))
+	cmd := exec.Command("go", "test", "-c", "-tags", "guestnfs", "-o", exe, "./"+nfsPackage)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c -tags guestnfs ./%s: %v\n%s", nfsPackage, err, out)
+	}
+	script := filepath.Join(bin, "nfs-server.sh")
+	if err := os.WriteFile(script, []byte(nfsServerScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	guest := fmt.Sprintf(`s=$(date +%%s%%N)
+sh %s %s >/dev/ttyS1 2>&1 || { echo "the NFS server did not start"; exit 1; }
+echo "nfsd started in $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
+echo '%s%s start'; s=$(date +%%s%%N)
+cd %s && MOUNTKEEPER_GUEST_NFS_ROOT=%s %s -test.v -test.count=1 -test.timeout=8m -test.run '^TestNFSGuest' 2>&1
+echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
+`, shellQuote(script), shellQuote(nfs), pkgMarker, nfsPackage, shellQuote(filepath.Join(root, nfsPackage)), shellQuote(nfs), shellQuote(exe), pkgMarker, nfsPackage)
+	t.Run(k.Name, func(t *testing.T) {
+		res, err := Run(context.Background(), k, Options{Argv: []string{"sh", "-c", guest}, Dir: root, Env: guestEnv(), Timeout: 12 * time.Minute})
+		t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
+		if err != nil {
+			t.Fatalf("%v\nconsole:\n%s\noutput:\n%s", err, res.Console, res.Output)
+		}
+		pkgs := splitPackages(string(res.Output))
+		if len(pkgs) == 0 {
+			t.Fatalf("the guest ran no NFS test (exit %d):\n%s", res.ExitCode, res.Output)
+		}
+		for _, p := range pkgs {
+			t.Run(binName(p.name), func(t *testing.T) {
+				t.Logf("%s on %s: %s", p.name, k.Name, p.took)
+				// The figures the NFS tests measure (mount, refusal and release times,
+				// threads in D state), which a passing test's replay does not show.
+				for _, line := range strings.Split(p.output, "\n") {
+					if strings.Contains(line, "nfs_guest_test.go:") {
+						t.Log(strings.TrimSpace(line))
+					}
+				}
+				reportPackage(t, k, p)
+			})
+		}
+	})
+}
