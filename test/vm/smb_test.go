@@ -15,10 +15,11 @@ import (
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
-// smbKernel is the one kernel the SMB tests run on: Debian 12's, the README's own platform.
-// One kernel keeps the matrix's time down; the cifs client and ksmbd are the same modules on
-// the others.
-var smbKernel = "6.1 6.12"
+// smbKernel is the kernel the SMB tests run on (server and client in one guest): Debian 13's.
+// Debian 12's 6.1.176 was the choice, but its ksmbd oopses in smb2_open (opinfo_put on NULL)
+// at the cifs client's first open, whatever the share's filesystem and with leases and
+// oplocks off, and the mount never returns. One kernel keeps the matrix's time down.
+var smbKernel = "6.12"
 
 // smbPackage holds the guest-only SMB tests (build tag smbguest).
 const smbPackage = "internal/netmount"
@@ -115,7 +116,7 @@ EOF
 chmod 755 /usr/sbin/mount.cifs
 modprobe ksmbd
 mkdir -p %[2]s
-mount -t tmpfs -o mode=0755,size=64m smbshare %[2]s
+mount -t tmpfs -o mode=0777,size=64m smbshare %[2]s
 printf 'hello from ksmbd\n' >%[2]s/hello.txt
 mkdir -p /etc/ksmbd
 cat >/etc/ksmbd/ksmbd.conf <<'EOF'
