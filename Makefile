@@ -67,9 +67,10 @@ unit: tools
 	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
 # The kernel-dependent packages' unit tests on Debian's 5.10, 6.1 and 6.12 kernels, one QEMU
-# guest after another (test/vm; docs/development.md). QEMU without KVM is CPU-bound: niced.
+# guest after another, and SMB mounted for real in a guest (TestSMB) (test/vm; docs/development.md).
+# QEMU without KVM is CPU-bound: niced.
 kernels: tools
-	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^TestKernels$$' -v $(TESTFLAGS) ./test/vm/
+	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^(TestKernels|TestSMB)$$' -v $(TESTFLAGS) ./test/vm/
 
 # TestUpstreamSubPath has a target of its own (and its own timeout): upstream.
 e2e: tools build
