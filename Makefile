@@ -52,6 +52,7 @@ vet: tools
 	$(GO) vet -tags e2e ./test/e2e/
 	$(MOUNTKEEPER_BIN)/golangci-lint run --timeout 15m ./...
 	$(GO) vet -tags kernels ./test/vm/
+	$(GO) vet -tags smbguest ./internal/netmount/
 
 # Everything the tests need; demo-tools only what `make demo` uses (containerd, runc, sshd,
 # sshfs: docs/development.md has its cold time).
@@ -67,9 +68,11 @@ unit: tools
 	$(PRIVATE_NS) $(GO) test -count=1 $(TESTFLAGS) ./...
 
 # The kernel-dependent packages' unit tests on Debian's 5.10, 6.1 and 6.12 kernels, one QEMU
-# guest after another (test/vm; docs/development.md). QEMU without KVM is CPU-bound: niced.
+# guest after another, and NFS and SMB mounted for real in a guest each (TestNFS, TestSMB)
+# (test/vm; docs/development.md).
+# QEMU without KVM is CPU-bound: niced.
 kernels: tools
-	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^(TestKernels|TestNFS)$$' -v $(TESTFLAGS) ./test/vm/
+	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^(TestKernels|TestNFS|TestSMB)$$' -v $(TESTFLAGS) ./test/vm/
 
 # TestUpstreamSubPath has a target of its own (and its own timeout): upstream.
 e2e: tools build

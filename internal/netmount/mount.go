@@ -175,7 +175,7 @@ func attemptMount(ctx context.Context, sys system, c Config, secretsDir string, 
 		}
 		cleared = true
 	}
-	return cleared, redactError(s, err)
+	return cleared, redactError(s, explainMountError(s, err))
 }
 
 // removeFailedScope removes the scope of e's failed attempt, cleared by attemptMount: its

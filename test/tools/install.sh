@@ -4,7 +4,7 @@
 # into a cache directory, so a second run is fast. `install.sh demo` installs only what
 # `make demo` uses (containerd, runc, sshd, sshfs, FUSE, busybox for its image) and stops after
 # runc. `install.sh kernels` installs only what the kernel matrix (test/vm) uses: QEMU,
-# virtiofsd, busybox and the Debian kernels below.
+# virtiofsd, busybox, the Debian kernels and the SMB fixture's packages below.
 # Prints the cache's bin directory on its last line.
 set -euo pipefail
 
@@ -107,11 +107,50 @@ install_kernels() {
 	done
 	rm -rf "$apt_dir"
 }
+
+# The SMB fixture of the kernel matrix (test/vm TestSMB): the kernel's own SMB server, ksmbd,
+# with its userland (ksmbd-tools, which needs libnl-genl-3-200), and the client's mount helper
+# (cifs-utils' mount.cifs). Only the guest uses them: they are downloaded, not installed (a
+# host mount.cifs would change what the host's tests see), and unpacked into
+# $CACHE/smb/root with /sbin and /lib moved below /usr, which the guest copies into its
+# overlay (/usr is merged there). Pinned to bookworm's versions, from bookworm's archive.
+SMB_DEBS=(cifs-utils=2:7.0-2 ksmbd-tools=3.4.7-1 libnl-genl-3-200=3.7.0-0.2+b1)
+install_smb() {
+	local sdir=$CACHE/smb apt_dir deb
+	local -a apt_opts
+	stamp_ok smb "${SMB_DEBS[*]}" && [ -x "$sdir/root/usr/sbin/mount.cifs" ] && return 0
+	apt_dir=$sdir/apt
+	rm -rf "$sdir"
+	mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs" "$sdir/root"
+	: >"$apt_dir/status"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main" >"$apt_dir/sources.list"
+	apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+		-o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "Dir::State::status=$apt_dir/status"
+		-o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false -o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false -o APT::Sandbox::User=root)
+	echo "install.sh: fetching the SMB fixture's packages into $sdir: ${SMB_DEBS[*]}" >&2
+	apt-get -qq "${apt_opts[@]}" update >&2
+	(cd "$apt_dir/debs" && apt-get -qq "${apt_opts[@]}" download "${SMB_DEBS[@]}" >&2)
+	for deb in "$apt_dir/debs"/*.deb; do
+		dpkg-deb -x "$deb" "$sdir/root"
+	done
+	for d in sbin lib; do
+		if [ -d "$sdir/root/$d" ]; then
+			mkdir -p "$sdir/root/usr/$d"
+			cp -a "$sdir/root/$d/." "$sdir/root/usr/$d/"
+			rm -rf "${sdir:?}/root/$d"
+		fi
+	done
+	[ -x "$sdir/root/usr/sbin/mount.cifs" ] && [ -e "$sdir/root/usr/sbin/ksmbd.mountd" ] ||
+		{ echo "install.sh: the SMB packages gave no mount.cifs or ksmbd.mountd" >&2; exit 1; }
+	rm -rf "$apt_dir"
+	echo "${SMB_DEBS[*]}" >"$BIN/.smb"
+}
 # shellcheck source=install_nfs.sh
 . "$(dirname "${BASH_SOURCE[0]}")/install_nfs.sh"
 if $ONLY_KERNELS; then
 	install_kernels
 	install_nfs
+	install_smb
 	echo "$BIN"
 	exit 0
 fi
@@ -135,6 +174,7 @@ if $ONLY_DEMO; then
 fi
 install_kernels
 install_nfs
+install_smb
 if ! stamp_ok golangci-lint "$GOLANGCI_LINT_VERSION"; then
 	echo "install.sh: building golangci-lint $GOLANGCI_LINT_VERSION into $BIN (about 3 minutes cold)" >&2
 	CGO_ENABLED=0 GOBIN=$BIN go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION >&2
