@@ -53,6 +53,7 @@ vet: tools
 	$(MOUNTKEEPER_BIN)/golangci-lint run --timeout 15m ./...
 	$(GO) vet -tags kernels ./test/vm/
 	$(GO) vet -tags smbguest ./internal/netmount/
+	$(GO) vet -tags guestnfs ./internal/netmount/
 
 # Everything the tests need; demo-tools only what `make demo` uses (containerd, runc, sshd,
 # sshfs: docs/development.md has its cold time).
