@@ -125,13 +125,6 @@ func TestHelmChart(t *testing.T) {
 		n.deletePluginPod(t, plugin)
 		startPlugin(t)
 	}
-	// A subtest run alone leaves the release with its plugin pod, which the uninstall subtest
-	// removes in a whole run: remove it before the node is torn down, as that run does.
-	t.Cleanup(func() {
-		if plugin != "" {
-			n.deletePluginPod(t, plugin)
-		}
-	})
 	atV1 := func(t *testing.T) {
 		t.Helper()
 		if plugin == "" {
