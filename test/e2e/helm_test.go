@@ -94,6 +94,8 @@ func TestHelmChart(t *testing.T) {
 		out := helm("install", "mountkeeper", chart, "--namespace", deployNS, "--create-namespace", "--values", values("e2e-v1", helmClass("mk-helm", "a")))
 		t.Logf("helm install:\n%s", out)
 		n.namespaceStandIns(deployNS)
+		// Also reads the DaemonSet's pod template, which startPlugin starts a pod from.
+		n.checkChartObjects(t, "e2e-v1", []string{"mk-helm"})
 		release = "v1"
 	}
 	startPlugin := func(t *testing.T) {
@@ -113,6 +115,7 @@ func TestHelmChart(t *testing.T) {
 		out := helm("upgrade", "mountkeeper", chart, "--namespace", deployNS,
 			"--values", values("e2e-v2", helmClass("mk-helm", "a", "b"), helmClass("mk-helm-extra", "c")))
 		t.Logf("helm upgrade:\n%s", out)
+		n.checkChartObjects(t, "e2e-v2", []string{"mk-helm", "mk-helm-extra"})
 		release = "v2+extra"
 	}
 	// The rolling update's step on this node: the old pod goes, one from the new template
@@ -141,7 +144,6 @@ func TestHelmChart(t *testing.T) {
 
 	t.Run("install: the objects, the plugin pod from the DaemonSet, a class pod with its mount", func(t *testing.T) {
 		installV1(t)
-		n.checkChartObjects(t, "e2e-v1", []string{"mk-helm"})
 		// The node listener's RBAC (metrics.nodeListener, on by default); no PodMonitor or
 		// PrometheusRule by default: this API server has no Prometheus Operator CRDs, and the
 		// install above would have failed on them.
@@ -165,7 +167,6 @@ func TestHelmChart(t *testing.T) {
 	t.Run("upgrade: a new image tag, a mount and a class added; the new pod serves them", func(t *testing.T) {
 		atV1(t)
 		upgradeV2Extra(t)
-		n.checkChartObjects(t, "e2e-v2", []string{"mk-helm", "mk-helm-extra"})
 		rollPlugin(t)
 		id := n.runPod(t, "helm-ab", "mk-helm", "exec sleep 3600", false, nil, nil)
 		for _, d := range []string{"a", "b"} {
