@@ -176,7 +176,7 @@ func (n *kubeNode) patchFullNode(pods []fullPod, ids, uids map[string]string, se
 		pending = slices.DeleteFunc(pending, func(p fullPod) bool {
 			file, dir, err := n.containerSeqs(ids[p.name])
 			if err != nil {
-				errs = append(errs, fmt.Sprintf("pod %s: %v", p.name, err))
+				errs = append(errs, fmt.Sprintf("pod %s (%s): %v; its mounts at %s: %s", p.name, p.class(), err, liveDirPath, n.containerMountsAt(ids[p.name], liveDirPath)))
 				return false
 			}
 			if p.live {
@@ -250,4 +250,23 @@ func (n *kubeNode) ctrdLogSince(offset int64, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// containerMountsAt is the mountinfo lines of a running container at path, for messages.
+func (n *kubeNode) containerMountsAt(id, path string) string {
+	pid, err := n.ctrd.CRI().ContainerPid(n.ctx, id)
+	if err != nil {
+		return err.Error()
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == path {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, " | ")
 }
