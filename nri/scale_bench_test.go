@@ -14,7 +14,6 @@ import (
 
 	"github.com/containerd/nri/pkg/adaptation"
 
-	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/privatens"
 )
 
@@ -197,16 +196,7 @@ func liveFanOut(t testing.TB, s *scaleNode, vols, rounds int) []time.Duration {
 			}
 			done <- left
 		}()
-		for j, vol := range s.vols[:vols] {
-			old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": want})
-			swapped[j] = time.Now()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.RemoveAll(old); err != nil {
-				t.Fatal(err)
-			}
-		}
+		swapVolumes(t, s.vols[:vols], want, swapped)
 		if left := <-done; left > 0 {
 			t.Fatalf("%d of %d copies did not show %s within 60s", left, vols, want)
 		}

@@ -271,16 +271,7 @@ func BenchmarkLiveFanOut(b *testing.B) {
 			}
 			done <- left
 		}()
-		for j, vol := range s.vols {
-			old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": want})
-			swapped[j] = time.Now()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := os.RemoveAll(old); err != nil {
-				b.Fatal(err)
-			}
-		}
+		swapVolumes(b, s.vols, want, swapped)
 		if left := <-done; left > 0 {
 			b.Fatalf("%d of %d copies did not show %s within 60s", left, n, want)
 		}
@@ -298,4 +289,20 @@ func BenchmarkLiveFanOut(b *testing.B) {
 	}
 	b.Logf("live fan-out: %d volumes updated at once, %d rounds: swap to copy updated p50 %s, p99 %s (goal 100 ms: %s), max %s",
 		n, b.N, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), verdict, most.Round(100*time.Microsecond))
+}
+
+// swapVolumes updates each volume's app.conf to want as kubelet does (an atomic swap of its
+// data directory, the old one removed), recording when each swap happened in swapped.
+func swapVolumes(tb testing.TB, vols []string, want string, swapped []time.Time) {
+	tb.Helper()
+	for j, vol := range vols {
+		old, err := harness.WriteAtomic(vol, map[string]string{"app.conf": want})
+		swapped[j] = time.Now()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.RemoveAll(old); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
