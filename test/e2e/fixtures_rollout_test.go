@@ -413,8 +413,15 @@ func (r *helmRollout) helm(t *testing.T, args ...string) string {
 // uninstall uninstalls the chart and removes every pod, before the node's cleanup: no
 // DaemonSet controller recreating the agent pod then.
 func (r *helmRollout) uninstall(t *testing.T) {
-	n := r.n
-	r.helm(t, "uninstall", "mountkeeper", "--wait", "--timeout", "60s")
+	uninstallRelease(t, r.n, func(args ...string) { r.helm(t, args...) })
+}
+
+// uninstallRelease runs helm uninstall (through helm, which adds the namespace) and deletes
+// every pod left, waiting until none is: the agent goes before the class pods' containers are
+// torn down by the node's cleanup, which otherwise races the agent's own shutdown.
+func uninstallRelease(t *testing.T, n *deployNode, helm func(args ...string)) {
+	t.Helper()
+	helm("uninstall", "mountkeeper", "--wait", "--timeout", "60s")
 	pods, err := n.api.ListPods(n.ctx, "")
 	if err != nil {
 		t.Fatal(err)

@@ -89,6 +89,8 @@ func TestHelmUpgradeAddsClassSameImage(t *testing.T) {
 	}
 
 	helm("install", "mountkeeper", chart, "--create-namespace", "--values", values("a"))
+	// Deferred, not a Cleanup: ctx (the node's too) ends when the test function returns.
+	defer uninstallRelease(t, n, helm)
 	agent := n.waitAgentPod(t)
 	if err := n.ctrd.Restart(ctx); err != nil { // the operator's restart after the install
 		t.Fatal(err)
