@@ -154,6 +154,14 @@ func (n *kubeNode) runUpstream(bin, label string) *upstreamRun {
 		"--node-schedulable-timeout", "2m",
 		"--system-pods-startup-timeout", "1m")
 	cmd.Dir = run.dir
+	// e2e.test makes a temporary directory per process while it builds its spec tree (the
+	// kubectl kuberc specs, even when the focus leaves them out) and never removes it: kept
+	// under the run's directory, it goes with the node's.
+	tmp := filepath.Join(run.dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// ginkgo and its e2e.test processes form a group, killed with it if the test dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
