@@ -105,9 +105,6 @@ func TestScanFreesOnlyWhatItLookedFor(t *testing.T) {
 		t.Errorf("version 1, held open, was removed: %v", err)
 	}
 	held.Close()
-	// Not waited for here: that the version is freed once closed is TestFollowerInNamespace's
-	// and TestScanWaitsOffLock's. Inode numbers repeat from one test's tmpfs to the next, and
-	// a descriptor an earlier test of the package left on its (now detached) tmpfs with the
-	// same number counts as held (procheld.go: a detached mount's device is not known).
+	waitRetired(t, s.f, 0)
 	s.f.Stop("ctr1")
 }
