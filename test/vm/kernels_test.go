@@ -37,8 +37,6 @@ var kernelPackages = []string{
 var knownFailures = []struct{ before, pkg, test, why string }{
 	{"6.1", "internal/subpath/liveupdate", "TestHeldInodesOwnDescriptor",
 		"5.10's fdinfo has no ino: line, so which retired copies are held is unknown (the scan keeps them all); only live updates use it, and they are refused below 6.5"},
-	{"6.13", "internal/subpath/liveupdate", "TestFollowerInNamespace",
-		"on 6.12 a version held open by a descriptor was not counted as retired after the atomic updates (RetiredCopies 0, want 1): its pages would leave the pod's charge; not understood yet. Below 6.5 live updates are refused, which the package's other tests check there"},
 }
 
 // partial are packages of which only some tests run (run, a -test.run pattern), on some

@@ -71,8 +71,9 @@ func TestLiveCopiesReadOnly(t *testing.T) {
 	}
 
 	// The detached clone a base or layer is made from is read-only before it is attached.
-	_, tree, err := privateClone(s.fileCopy+".v1", -1)
+	n, tree, err := privateClone(s.fileCopy+".v1", -1)
 	subpathtest.Must(t, err)
+	defer n.Close() // left open, it holds version 1's inode for the tests after this one
 	defer tree.Close()
 	var sfs unix.Statfs_t
 	subpathtest.Must(t, unix.Fstatfs(tree.FD(), &sfs))

@@ -152,7 +152,11 @@ func (f *Follower) scan() {
 	// Each pod's copies are on its own tmpfs: inode numbers are per device.
 	want := map[string]map[uint64]bool{}
 	dirs := map[string]bool{}
-	for _, r := range f.retired {
+	// Only the versions looked for can be found free: one retired while /proc is read (a
+	// scan can outlast retireGrace: under load, or where system calls are slow) waits for
+	// the next scan, else a version held open would be freed and uncharged under its reader.
+	lookedFor := slices.Clone(f.retired)
+	for _, r := range lookedFor {
 		root := c.PodTmpfs(r.path)
 		if want[root] == nil {
 			want[root] = map[uint64]bool{}
@@ -180,8 +184,8 @@ func (f *Follower) scan() {
 	}
 	f.mu.Lock()
 	var free []*retiredCopy
-	for _, r := range f.retired {
-		if !held[c.PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
+	for _, r := range lookedFor {
+		if slices.Contains(f.retired, r) && !held[c.PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
