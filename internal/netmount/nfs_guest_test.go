@@ -306,6 +306,157 @@ func TestNFSGuestStatd(t *testing.T) {
 	waitGone(t, m, sc, path2, 30*time.Second)
 }
 
+// TestNFSGuestStale: the export removed and made anew under a held NFSv4.2 mount, as after a
+// server failover: the client's file handle of the root is stale (a plain mount answers
+// ESTALE). The prober finds the held mount dead and mounts anew in its place; a container's
+// rslave bind of it, made before, reads the new export's data without being made anew.
+func TestNFSGuestStale(t *testing.T) {
+	root := guestNFS(t)
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
+	}
+	sbin := filepath.Join(root, "usr", "sbin")
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, out)
+		}
+	}
+	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2"}}
+	cgRoot, err := liveCgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := &CgroupScoper{Root: cgRoot, Parent: "mountkeeper-nfs-stale.slice"}
+	stateDir := t.TempDir()
+	m, err := NewManager(Config{StateDir: stateDir, Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
+		RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond, ProbeInterval: 200 * time.Millisecond,
+		Uses:   map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}},
+		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		if err := emergencyCleanup(filepath.Join(cgRoot, sc.Parent), stateDir); err != nil {
+			t.Error(err)
+		}
+	})
+	path, err := acquireEventually(t, m, 60*time.Second, spec, "ctr-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A container's class mount: an rbind of the host path, made rslave.
+	ctrs := t.TempDir()
+	ctr := filepath.Join(ctrs, "a")
+	if err := os.MkdirAll(ctr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := makePrivateDir(ctrs); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A plain mount of the same export, not held by the Manager: it shows what the kernel
+	// client answers once the export is made anew.
+	plain := filepath.Join(ctrs, "plain")
+	if err := os.Mkdir(plain, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run("mount", "-t", "nfs", "-o", "vers=4.2", "127.0.0.1:/", plain)
+	t.Cleanup(func() {
+		unix.Unmount(ctr, unix.MNT_DETACH)
+		unix.Unmount(plain, unix.MNT_DETACH)
+		unix.Unmount(ctrs, unix.MNT_DETACH)
+		os.RemoveAll(ctrs)
+	})
+	if got := readBounded(t, filepath.Join(ctr, "hello")); got != nfsContent {
+		t.Fatalf("the container's bind reads %q, want %q", got, nfsContent)
+	}
+	before := m.Totals()
+
+	// The failover: the export removed, its filesystem replaced by a new one with other
+	// content, exported again.
+	const failedOver = "served after the failover\n"
+	start := time.Now()
+	run(filepath.Join(sbin, "exportfs"), "-ua")
+	run(filepath.Join(sbin, "exportfs"), "-f")
+	if err := unix.Unmount("/export", 0); err != nil {
+		if err := unix.Unmount("/export", unix.MNT_DETACH); err != nil {
+			t.Fatalf("unmount the export's tmpfs: %v", err)
+		}
+	}
+	run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/export")
+	if err := os.WriteFile("/export/hello", []byte(failedOver), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(filepath.Join(sbin, "exportfs"), "-ra")
+	t.Logf("export re-created in %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+
+	var staleErr error
+	for time.Since(start) < 10*time.Second {
+		done := make(chan error, 1)
+		go func() { _, err := os.ReadFile(filepath.Join(plain, "hello")); done <- err }()
+		select {
+		case staleErr = <-done:
+		case <-time.After(5 * time.Second):
+			staleErr = errors.New("no answer within 5s")
+		}
+		if errors.Is(staleErr, unix.ESTALE) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !errors.Is(staleErr, unix.ESTALE) {
+		t.Fatalf("a plain mount of the re-created export answers %v, want ESTALE: the test does not make the handle stale", staleErr)
+	}
+	t.Logf("the plain mount answers %v after %s", staleErr, time.Since(start).Round(time.Millisecond))
+
+	var detected time.Duration
+	readsNew := func() bool {
+		done := make(chan string, 1)
+		go func() { b, _ := os.ReadFile(filepath.Join(ctr, "hello")); done <- string(b) }()
+		select {
+		case got := <-done:
+			return got == failedOver
+		case <-time.After(5 * time.Second):
+			return false
+		}
+	}
+	for !readsNew() {
+		if detected == 0 && m.Totals().Deaths > before.Deaths {
+			detected = time.Since(start)
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the container's bind does not read the re-created export 20s later; totals %+v, status %+v", m.Totals(), m.Status())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	readAgain := time.Since(start)
+	if detected == 0 {
+		detected = readAgain
+	}
+	eventually(t, "status mounted after the recovery", func() bool {
+		st := m.Status()[0]
+		return st.State == "mounted" && st.Recoveries > 0
+	})
+	tot := m.Totals()
+	if tot.Deaths != before.Deaths+1 || tot.Recoveries != before.Recoveries+1 {
+		t.Errorf("totals %+v after one failover, before %+v: want one death and one recovery more", tot, before)
+	}
+	if n := len(mountsAt(t, path)); n != 1 {
+		t.Errorf("%d mounts at the host path after the heal, want 1", n)
+	}
+	t.Logf("ESTALE: death counted within %s, the container's rslave bind reads the new export %s after the re-export (prober every 200ms); totals %+v",
+		detected.Round(time.Millisecond), readAgain.Round(time.Millisecond), tot)
+	m.Release("ctr-a")
+}
+
 // dStateTasks counts the threads of this process in uninterruptible sleep (D).
 func dStateTasks(t *testing.T) int {
 	t.Helper()
