@@ -307,9 +307,10 @@ func TestNFSGuestStatd(t *testing.T) {
 }
 
 // TestNFSGuestStale: the export removed and made anew under a held NFSv4.2 mount, as after a
-// server failover: the client's file handle of the root is stale (a plain mount answers
-// ESTALE). The prober finds the held mount dead and mounts anew in its place; a container's
-// rslave bind of it, made before, reads the new export's data without being made anew.
+// server failover to another filesystem: the client's file handle of the mount's root names a
+// filesystem the server no longer has (ESTALE, which a plain mount shows). The prober finds
+// the held mount dead and mounts anew in its place; a container's rslave bind of it, made
+// before, reads the new export's data without being made anew.
 func TestNFSGuestStale(t *testing.T) {
 	root := guestNFS(t)
 	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
@@ -322,7 +323,50 @@ func TestNFSGuestStale(t *testing.T) {
 			t.Fatalf("%s %v: %v: %s", name, args, err, out)
 		}
 	}
-	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2"}}
+	// An export of its own below the NFSv4 root, on a tmpfs, with a filesystem id that the
+	// failover changes (the root export and its content stay as the other tests need them).
+	const dir = "/export/stale"
+	exports, err := os.ReadFile("/etc/exports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := func(fsid string, content string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir)
+		if err := os.WriteFile(filepath.Join(dir, "hello"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		line := dir + " 127.0.0.1(rw,no_root_squash,fsid=" + fsid + ",no_subtree_check,insecure)\n"
+		if err := os.WriteFile("/etc/exports", append(append([]byte{}, exports...), line...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(filepath.Join(sbin, "exportfs"), "-ra")
+	}
+	unexport := func() {
+		t.Helper()
+		if err := os.WriteFile("/etc/exports", exports, 0o644); err != nil {
+			t.Error(err)
+		}
+		if out, err := exec.Command(filepath.Join(sbin, "exportfs"), "-ra").CombinedOutput(); err != nil {
+			t.Errorf("exportfs -ra: %v: %s", err, out)
+		}
+		exec.Command(filepath.Join(sbin, "exportfs"), "-f").Run()
+		if err := unix.Unmount(dir, 0); err != nil {
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				t.Errorf("unmount %s: %v", dir, err)
+			}
+		}
+	}
+	export("101", nfsContent)
+	t.Cleanup(func() {
+		unexport()
+		os.Remove(dir)
+	})
+
+	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/stale", Options: []string{"vers=4.2"}}
 	cgRoot, err := liveCgroup2Root()
 	if err != nil {
 		t.Fatal(err)
@@ -355,69 +399,57 @@ func TestNFSGuestStale(t *testing.T) {
 	if err := makePrivateDir(ctrs); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		t.Fatal(err)
-	}
 	// A plain mount of the same export, not held by the Manager: it shows what the kernel
 	// client answers once the export is made anew.
 	plain := filepath.Join(ctrs, "plain")
 	if err := os.Mkdir(plain, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run("mount", "-t", "nfs", "-o", "vers=4.2", "127.0.0.1:/", plain)
 	t.Cleanup(func() {
 		unix.Unmount(ctr, unix.MNT_DETACH)
 		unix.Unmount(plain, unix.MNT_DETACH)
 		unix.Unmount(ctrs, unix.MNT_DETACH)
-		os.RemoveAll(ctrs)
 	})
+	if err := unix.Mount(path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	run("mount", "-t", "nfs", "-o", "vers=4.2", "127.0.0.1:/stale", plain)
 	if got := readBounded(t, filepath.Join(ctr, "hello")); got != nfsContent {
 		t.Fatalf("the container's bind reads %q, want %q", got, nfsContent)
 	}
 	before := m.Totals()
 
-	// The failover: the export removed, its filesystem replaced by a new one with other
-	// content, exported again.
+	// The failover: the export removed, its filesystem replaced by another with other
+	// content (and another id), exported again.
 	const failedOver = "served after the failover\n"
-	start := time.Now()
-	run(filepath.Join(sbin, "exportfs"), "-ua")
-	run(filepath.Join(sbin, "exportfs"), "-f")
-	if err := unix.Unmount("/export", 0); err != nil {
-		if err := unix.Unmount("/export", unix.MNT_DETACH); err != nil {
-			t.Fatalf("unmount the export's tmpfs: %v", err)
-		}
-	}
-	run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/export")
-	if err := os.WriteFile("/export/hello", []byte(failedOver), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(filepath.Join(sbin, "exportfs"), "-ra")
-	t.Logf("export re-created in %s", time.Since(start).Round(time.Millisecond))
-	start = time.Now()
+	start := time.Now() // the failover's start: the prober may find the mount dead before it ends
+	unexport()
+	export("102", failedOver)
+	t.Logf("export removed and re-created in %s", time.Since(start).Round(time.Millisecond))
 
-	var staleErr error
-	for time.Since(start) < 10*time.Second {
+	statRoot := func(p string) error {
 		done := make(chan error, 1)
-		go func() { _, err := os.ReadFile(filepath.Join(plain, "hello")); done <- err }()
+		go func() {
+			var stx unix.Statx_t
+			done <- unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_FORCE_SYNC, unix.STATX_MODE, &stx)
+		}()
 		select {
-		case staleErr = <-done:
+		case err := <-done:
+			return err
 		case <-time.After(5 * time.Second):
-			staleErr = errors.New("no answer within 5s")
+			return errors.New("no answer within 5s")
 		}
-		if errors.Is(staleErr, unix.ESTALE) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	if !errors.Is(staleErr, unix.ESTALE) {
-		t.Fatalf("a plain mount of the re-created export answers %v, want ESTALE: the test does not make the handle stale", staleErr)
+	_, cachedErr := os.Stat(plain)
+	if err := statRoot(plain); !errors.Is(err, unix.ESTALE) {
+		t.Fatalf("a plain mount of the re-created export answers %v to a stat of its root, want ESTALE: the test does not make the handle stale", err)
 	}
-	t.Logf("the plain mount answers %v after %s", staleErr, time.Since(start).Round(time.Millisecond))
+	_, readErr := os.ReadFile(filepath.Join(plain, "hello"))
+	t.Logf("the plain mount's root: ESTALE (a stat from the attribute cache: %v; a read below it: %v)", cachedErr, readErr)
 
-	var detected time.Duration
 	readsNew := func() bool {
 		done := make(chan string, 1)
 		go func() { b, _ := os.ReadFile(filepath.Join(ctr, "hello")); done <- string(b) }()
@@ -429,22 +461,27 @@ func TestNFSGuestStale(t *testing.T) {
 		}
 	}
 	for !readsNew() {
-		if detected == 0 && m.Totals().Deaths > before.Deaths {
-			detected = time.Since(start)
-		}
 		if time.Since(start) > 20*time.Second {
 			t.Fatalf("the container's bind does not read the re-created export 20s later; totals %+v, status %+v", m.Totals(), m.Status())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	readAgain := time.Since(start)
-	if detected == 0 {
-		detected = readAgain
-	}
 	eventually(t, "status mounted after the recovery", func() bool {
 		st := m.Status()[0]
 		return st.State == "mounted" && st.Recoveries > 0
 	})
+	st := m.Status()[0]
+	var detected, healed time.Duration
+	if st.LastDeath != nil && st.LastRecovery != nil {
+		detected, healed = st.LastDeath.Sub(start), st.LastRecovery.Sub(*st.LastDeath)
+	}
+	m.mu.Lock()
+	cause := m.entries[spec.Key()].heal.lastCause
+	m.mu.Unlock()
+	if cause == nil || !errors.Is(cause, unix.ESTALE) || !strings.Contains(cause.Error(), "re-created") {
+		t.Errorf("the death's cause is %v, want ESTALE said to be a re-created export", cause)
+	}
 	tot := m.Totals()
 	if tot.Deaths != before.Deaths+1 || tot.Recoveries != before.Recoveries+1 {
 		t.Errorf("totals %+v after one failover, before %+v: want one death and one recovery more", tot, before)
@@ -452,9 +489,10 @@ func TestNFSGuestStale(t *testing.T) {
 	if n := len(mountsAt(t, path)); n != 1 {
 		t.Errorf("%d mounts at the host path after the heal, want 1", n)
 	}
-	t.Logf("ESTALE: death counted within %s, the container's rslave bind reads the new export %s after the re-export (prober every 200ms); totals %+v",
-		detected.Round(time.Millisecond), readAgain.Round(time.Millisecond), tot)
+	t.Logf("ESTALE: found dead %s after the failover began (prober every 200ms), new mount in place %s later; the container's rslave bind reads the new export %s after the failover began; cause %v; totals %+v",
+		detected.Round(time.Millisecond), healed.Round(time.Millisecond), readAgain.Round(time.Millisecond), cause, tot)
 	m.Release("ctr-a")
+	waitGone(t, m, sc, path, 30*time.Second)
 }
 
 // dStateTasks counts the threads of this process in uninterruptible sleep (D).
