@@ -400,7 +400,8 @@ func TestNFSGuestStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A plain mount of the same export, not held by the Manager: it shows what the kernel
-	// client answers once the export is made anew.
+	// client answers once the export is made anew (it shares the held mount's superblock, so
+	// it is asked nothing before the held mount is found dead).
 	plain := filepath.Join(ctrs, "plain")
 	if err := os.Mkdir(plain, 0o755); err != nil {
 		t.Fatal(err)
@@ -443,6 +444,15 @@ func TestNFSGuestStale(t *testing.T) {
 			return errors.New("no answer within 5s")
 		}
 	}
+	// Nothing reads below the mount until it is found dead: an idle container's mount must be
+	// found dead too (a read below it would make the client fetch the root's attributes anew).
+	for m.Totals().Deaths == before.Deaths {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the held mount is not found dead 10s after its export was re-created; status %+v", m.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("found dead %s after the failover began", time.Since(start).Round(time.Millisecond))
 	_, cachedErr := os.Stat(plain)
 	if err := statRoot(plain); !errors.Is(err, unix.ESTALE) {
 		t.Fatalf("a plain mount of the re-created export answers %v to a stat of its root, want ESTALE: the test does not make the handle stale", err)
