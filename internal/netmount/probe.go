@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
@@ -26,7 +28,7 @@ func probeMount(sys system, s netspec.Spec, unit, path string) error {
 			return err
 		}
 	}
-	return sys.probe(path)
+	return staleCause(sys.probe(path))
 }
 
 // unusable is the rule for a probe's answer (probeMount). A mount that answers is used, one
@@ -87,4 +89,15 @@ func liveMount(ctx context.Context, sys system, c Config, s netspec.Spec, hostPa
 		return false, nil
 	}
 	return false, unmountUnusable(ctx, sys, hostPath, perr, c.UnmountTimeout)
+}
+
+// staleCause says what a probe's ESTALE means. A kernel client (NFS) has no daemon to die: a
+// server whose export was removed and made anew (a failover, a re-created export) answers
+// ESTALE for the file handle of the mount's root for good, so that mount is dead and only a
+// new mount, which looks the root up afresh, reads the export again.
+func staleCause(probeErr error) error {
+	if errors.Is(probeErr, unix.ESTALE) {
+		return fmt.Errorf("its server no longer knows the mount's root (the export was removed or re-created, as after a failover): %w", probeErr)
+	}
+	return probeErr
 }

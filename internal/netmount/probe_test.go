@@ -42,6 +42,8 @@ func TestProbeRule(t *testing.T) {
 	}{
 		{name: "answers", heals: true},
 		{name: "fails (ENOTCONN)", probeErr: syscall.ENOTCONN, heals: true, wantErr: "not connected", wantDeadForHeal: true, wantDeadElsewhere: true},
+		{name: "stale root (ESTALE: the export re-created)", probeErr: &os.PathError{Op: "stat", Path: "/m", Err: syscall.ESTALE}, heals: true,
+			wantErr: "export was removed or re-created", wantDeadForHeal: true, wantDeadElsewhere: true},
 		{name: "does not answer in time", probeErr: noAnswer, heals: true, wantErr: "no answer", wantDeadForHeal: true},
 		{name: "daemon gone though the stat answers", heals: true, gone: errors.New("its daemon is gone (no process in scope x)"),
 			wantErr: "daemon is gone", wantDeadForHeal: true, wantDeadElsewhere: true},

@@ -165,8 +165,15 @@ var probes = bounded.NewGroup(64)
 func (l *liveSystem) probe(target string) error {
 	_, err := bounded.Do(probes, ProbeTimeout, bounded.Key{Paths: []string{target}, Call: "probe " + target},
 		"stat "+target, func() (struct{}, error) {
-			_, err := os.Stat(target)
-			return struct{}{}, err
+			// Forced to the server: a kernel client (NFS) answers a plain stat of its root from
+			// its attribute cache for up to a minute, and would not see its root's file handle
+			// gone stale (ESTALE: the export re-created) until then. STATX_MODE: NFS asks its
+			// server nothing for STATX_TYPE alone, forced or not.
+			var stx unix.Statx_t
+			if err := unix.Statx(unix.AT_FDCWD, target, unix.AT_STATX_FORCE_SYNC, unix.STATX_MODE, &stx); err != nil {
+				return struct{}{}, &os.PathError{Op: "stat", Path: target, Err: err}
+			}
+			return struct{}{}, nil
 		})
 	return err
 }
