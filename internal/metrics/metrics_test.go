@@ -50,6 +50,21 @@ func TestNetworkCountersDoNotDropOnRelease(t *testing.T) {
 	}
 }
 
+// TestEscalatedUnmountsAreScraped: the releases of a dead mount that needed umount -f, and of
+// those the ones that needed umount -l too (the Manager's Totals, which TestNFSGuestDeadServer
+// checks against a stopped nfsd), are reported by how they were escalated.
+func TestEscalatedUnmountsAreScraped(t *testing.T) {
+	m := New("test")
+	mgr := &fakeManager{totals: netmount.Totals{ForcedUnmounts: 3, LazyUnmounts: 1}}
+	m.Register(NetworkMounts(mgr.status, mgr.total))
+	f := scrapeAll(t, m)
+	for how, want := range map[string]float64{"force": 3, "lazy": 1} {
+		if got := f.Value("mountkeeper_network_unmounts_escalated_total", map[string]string{"how": how}); got != want {
+			t.Errorf("escalated unmounts {how=%s} = %v, want %v", how, got, want)
+		}
+	}
+}
+
 // TestGuardRefusalsAreScraped: refusals the guard recorded in the state dir, by class and
 // reason, are what the agent reports.
 func TestGuardRefusalsAreScraped(t *testing.T) {

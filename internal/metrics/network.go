@@ -7,7 +7,8 @@ import (
 )
 
 // NetworkMounts reports a netmount.Manager's mounts at scrape time: how many are in each state
-// (from its Status), and how many deaths and recoveries there were (from its Totals, which
+// (from its Status), and how many deaths, recoveries and escalated unmounts there were (from
+// its Totals, which
 // count released mounts too, so these counters never go down while the agent runs). It lives
 // here, not in netmount, so that the hook binary, which mounts through netmount, does not link
 // Prometheus (its package init costs every hook's start-up).
@@ -27,12 +28,15 @@ var (
 		"Times a held network mount was found dead (daemon gone, ENOTCONN, no answer).", nil, nil)
 	recoveriesDesc = prometheus.NewDesc("mountkeeper_network_mount_recoveries_total",
 		"Times a dead network mount was replaced under the running containers.", nil, nil)
+	escalatedDesc = prometheus.NewDesc("mountkeeper_network_unmounts_escalated_total",
+		"Releases of a network mount whose umount did not finish within the unmount timeout (a dead server), by how it was escalated: force (umount -f), lazy (umount -l, after force did not finish either).", []string{"how"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- mountsDesc
 	ch <- deathsDesc
 	ch <- recoveriesDesc
+	ch <- escalatedDesc
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -46,6 +50,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	t := c.totals()
 	ch <- prometheus.MustNewConstMetric(deathsDesc, prometheus.CounterValue, float64(t.Deaths))
 	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(t.Recoveries))
+	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.ForcedUnmounts), "force")
+	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.LazyUnmounts), "lazy")
 }
 
 func netmountStates() []string { return netmount.States }
