@@ -43,11 +43,12 @@ var Enums = map[string]map[string][]string{
 		"outcome": {Added, Refused, NoClass},
 		"reason":  append(append([]string{""}, engine.Reasons...), ReasonOther),
 	},
-	"mountkeeper_config_reloads_total":       {"result": {Applied, Rejected}},
-	"mountkeeper_network_mounts":             {"state": netmountStates()},
-	"mountkeeper_guard_refusals_total":       {"reason": guardReasons()},
-	"mountkeeper_subpath_fallbacks_total":    {"reason": subpath.Reasons},
-	"mountkeeper_live_subpath_updates_total": {"result": liveupdate.UpdateResults},
+	"mountkeeper_config_reloads_total":             {"result": {Applied, Rejected}},
+	"mountkeeper_network_mounts":                   {"state": netmountStates()},
+	"mountkeeper_network_unmounts_escalated_total": {"how": {EscalatedForce, EscalatedLazy}},
+	"mountkeeper_guard_refusals_total":             {"reason": guardReasons()},
+	"mountkeeper_subpath_fallbacks_total":          {"reason": subpath.Reasons},
+	"mountkeeper_live_subpath_updates_total":       {"result": liveupdate.UpdateResults},
 }
 
 // Metrics holds mountkeeper's collectors.

@@ -50,8 +50,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	t := c.totals()
 	ch <- prometheus.MustNewConstMetric(deathsDesc, prometheus.CounterValue, float64(t.Deaths))
 	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(t.Recoveries))
-	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.ForcedUnmounts), "force")
-	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.LazyUnmounts), "lazy")
+	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.ForcedUnmounts), EscalatedForce)
+	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.LazyUnmounts), EscalatedLazy)
 }
+
+// The how label of mountkeeper_network_unmounts_escalated_total: umount -f, then umount -l.
+const (
+	EscalatedForce = "force"
+	EscalatedLazy  = "lazy"
+)
 
 func netmountStates() []string { return netmount.States }
