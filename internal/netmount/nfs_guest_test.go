@@ -330,7 +330,9 @@ func TestNFSGuestStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	export := func(fsid string, content string) {
+	// mountFS mounts a tmpfs holding content at dir, on top of what is there; publish exports
+	// dir with filesystem id fsid in one `exportfs -ra`, which drops any other id of dir.
+	mountFS := func(content string) {
 		t.Helper()
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -339,11 +341,15 @@ func TestNFSGuestStale(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "hello"), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	publish := func(fsid string) {
+		t.Helper()
 		line := dir + " 127.0.0.1(rw,no_root_squash,fsid=" + fsid + ",no_subtree_check,insecure)\n"
 		if err := os.WriteFile("/etc/exports", append(append([]byte{}, exports...), line...), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		run(filepath.Join(sbin, "exportfs"), "-ra")
+		run(filepath.Join(sbin, "exportfs"), "-f")
 	}
 	unexport := func() {
 		t.Helper()
@@ -354,13 +360,20 @@ func TestNFSGuestStale(t *testing.T) {
 			t.Errorf("exportfs -ra: %v: %s", err, out)
 		}
 		exec.Command(filepath.Join(sbin, "exportfs"), "-f").Run()
-		if err := unix.Unmount(dir, 0); err != nil {
-			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				t.Errorf("unmount %s: %v", dir, err)
+		// Both filesystems of the failover are stacked at dir.
+		for i := 0; i < 3; i++ {
+			if err := unix.Unmount(dir, 0); err != nil {
+				if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+					if !errors.Is(err, unix.EINVAL) {
+						t.Errorf("unmount %s: %v", dir, err)
+					}
+					break
+				}
 			}
 		}
 	}
-	export("101", nfsContent)
+	mountFS(nfsContent)
+	publish("101")
 	t.Cleanup(func() {
 		unexport()
 		os.Remove(dir)
@@ -423,12 +436,14 @@ func TestNFSGuestStale(t *testing.T) {
 	}
 	before := m.Totals()
 
-	// The failover: the export removed, its filesystem replaced by another with other
-	// content (and another id), exported again.
+	// The failover: another filesystem with other content (and another id) takes the export's
+	// place in one step: mounted over the old one, then the export table swapped by one
+	// `exportfs -ra`. With the export removed first, a heal that came between the steps
+	// mounted the bare directory below it, and read nothing there.
 	const failedOver = "served after the failover\n"
 	start := time.Now() // the failover's start: the prober may find the mount dead before it ends
-	unexport()
-	export("102", failedOver)
+	mountFS(failedOver)
+	publish("102")
 	t.Logf("export removed and re-created in %s", time.Since(start).Round(time.Millisecond))
 
 	statRoot := func(p string) error {
