@@ -8,10 +8,9 @@ import (
 
 // NetworkMounts reports a netmount.Manager's mounts at scrape time: how many are in each state
 // (from its Status), and how many deaths, recoveries and escalated unmounts there were (from
-// its Totals, which
-// count released mounts too, so these counters never go down while the agent runs). It lives
-// here, not in netmount, so that the hook binary, which mounts through netmount, does not link
-// Prometheus (its package init costs every hook's start-up).
+// its Totals, which count released mounts too, so these counters never go down while the agent
+// runs). It lives here, not in netmount, so that the hook binary, which mounts through
+// netmount, does not link Prometheus (its package init costs every hook's start-up).
 func NetworkMounts(status func() []netmount.MountStatus, totals func() netmount.Totals) prometheus.Collector {
 	return collector{status, totals}
 }

@@ -155,8 +155,9 @@ func (f *Follower) scan() {
 	// Only the versions looked for can be found free: one retired while /proc is read (a
 	// scan can outlast retireGrace: under load, or where system calls are slow) waits for
 	// the next scan, else a version held open would be freed and uncharged under its reader.
-	lookedFor := slices.Clone(f.retired)
-	for _, r := range lookedFor {
+	lookedFor := make(map[*retiredCopy]bool, len(f.retired))
+	for _, r := range f.retired {
+		lookedFor[r] = true
 		root := c.PodTmpfs(r.path)
 		if want[root] == nil {
 			want[root] = map[uint64]bool{}
@@ -184,8 +185,8 @@ func (f *Follower) scan() {
 	}
 	f.mu.Lock()
 	var free []*retiredCopy
-	for _, r := range lookedFor {
-		if slices.Contains(f.retired, r) && !held[c.PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
+	for _, r := range f.retired {
+		if lookedFor[r] && !held[c.PodTmpfs(r.path)].holds(r) && time.Since(r.at) >= retireGrace {
 			free = append(free, r)
 		}
 	}
