@@ -76,32 +76,37 @@ func installNFSClient(t *testing.T, root string) {
 	}
 }
 
-// nfsManager is a Manager with its mount scopes under a cgroup of the test's own, removed
-// (and checked empty) at the end.
-func nfsManager(t *testing.T, grace time.Duration, wanted ...netspec.Spec) (*Manager, *CgroupScoper, string) {
+// nfsManager is a Manager with the guest tests' usual timings (nfsManagerIn).
+func nfsManager(t *testing.T, grace time.Duration, wanted ...netspec.Spec) (*Manager, *CgroupScoper) {
+	t.Helper()
+	return nfsManagerIn(t, "mountkeeper-nfs-test.slice", Config{Grace: grace, MountTimeout: 60 * time.Second,
+		RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond, Wanted: wanted})
+}
+
+// nfsManagerIn is a Manager of cfg with its mount scopes under a cgroup of the test's own
+// (parent), its state in a temporary directory, both removed (and checked empty) at the end.
+func nfsManagerIn(t *testing.T, parent string, cfg Config) (*Manager, *CgroupScoper) {
 	t.Helper()
 	root, err := liveCgroup2Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := &CgroupScoper{Root: root, Parent: "mountkeeper-nfs-test.slice"}
+	sc := &CgroupScoper{Root: root, Parent: parent}
 	if err := os.MkdirAll(filepath.Join(root, sc.Parent), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	stateDir := t.TempDir()
-	m, err := NewManager(Config{StateDir: stateDir, Grace: grace, MountTimeout: 60 * time.Second,
-		RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond,
-		Scoper: sc, Log: testLogger(t), Wanted: wanted})
+	cfg.StateDir, cfg.Scoper, cfg.Log = t.TempDir(), sc, testLogger(t)
+	m, err := NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		m.Close()
-		if err := emergencyCleanup(filepath.Join(root, sc.Parent), stateDir); err != nil {
+		if err := emergencyCleanup(filepath.Join(root, sc.Parent), cfg.StateDir); err != nil {
 			t.Error(err)
 		}
 	})
-	return m, sc, stateDir
+	return m, sc
 }
 
 // scopesLeft lists the mount scopes (cgroups) below sc's parent.
@@ -123,7 +128,7 @@ func TestNFSGuestNoClient(t *testing.T) {
 		t.Fatal("/usr/sbin/mount.nfs exists before the test installed it")
 	}
 	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2"}}
-	m, sc, _ := nfsManager(t, 200*time.Millisecond, spec)
+	m, sc := nfsManager(t, 200*time.Millisecond, spec)
 	start := time.Now()
 	_, err := acquireEventually(t, m, 10*time.Second, spec, "ctr-a")
 	var pe *PreflightError
@@ -192,7 +197,7 @@ func TestNFSGuestShared(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const grace = 500 * time.Millisecond
-			m, sc, _ := nfsManager(t, grace, c.spec)
+			m, sc := nfsManager(t, grace, c.spec)
 			m.Ensure(c.spec)
 			start := time.Now()
 			path, err := acquireEventually(t, m, 60*time.Second, c.spec, "ctr-a")
@@ -260,7 +265,7 @@ func TestNFSGuestStatd(t *testing.T) {
 	first := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3"}}
 	second := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3", "actimeo=1"}}
 	const grace = 300 * time.Millisecond
-	m, sc, _ := nfsManager(t, grace, first, second)
+	m, sc := nfsManager(t, grace, first, second)
 	path, err := acquireEventually(t, m, 60*time.Second, first, "ctr-a")
 	if err != nil {
 		t.Fatal(err)
@@ -380,25 +385,9 @@ func TestNFSGuestStale(t *testing.T) {
 	})
 
 	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/stale", Options: []string{"vers=4.2"}}
-	cgRoot, err := liveCgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := &CgroupScoper{Root: cgRoot, Parent: "mountkeeper-nfs-stale.slice"}
-	stateDir := t.TempDir()
-	m, err := NewManager(Config{StateDir: stateDir, Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
+	m, sc := nfsManagerIn(t, "mountkeeper-nfs-stale.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
 		RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond, ProbeInterval: 200 * time.Millisecond,
-		Uses:   map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}},
-		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{spec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		if err := emergencyCleanup(filepath.Join(cgRoot, sc.Parent), stateDir); err != nil {
-			t.Error(err)
-		}
-	})
+		Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}, Wanted: []netspec.Spec{spec}})
 	path, err := acquireEventually(t, m, 60*time.Second, spec, "ctr-a")
 	if err != nil {
 		t.Fatal(err)
@@ -558,27 +547,16 @@ func TestNFSGuestDeadServer(t *testing.T) {
 	}
 	a := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac"}}
 	b := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac", "ro"}}
-	root2, err := liveCgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := &CgroupScoper{Root: root2, Parent: "mountkeeper-nfs-dead.slice"}
-	stateDir := t.TempDir()
 	const unmountTimeout = 3 * time.Second
-	m, err := NewManager(Config{StateDir: stateDir, Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
+	m, _ := nfsManagerIn(t, "mountkeeper-nfs-dead.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
 		UnmountTimeout: unmountTimeout, RetryBackoff: time.Second, FirstWait: 100 * time.Millisecond,
-		Scoper: sc, Log: testLogger(t), Wanted: []netspec.Spec{a, b}})
-	if err != nil {
-		t.Fatal(err)
-	}
+		Wanted: []netspec.Spec{a, b}})
+	// Registered after the Manager's cleanup, so it runs first: nfsd serves again before the
+	// Manager closes.
 	stopped := false
 	t.Cleanup(func() {
 		if stopped {
 			nfsd("8")
-		}
-		m.Close()
-		if err := emergencyCleanup(filepath.Join(root2, sc.Parent), stateDir); err != nil {
-			t.Error(err)
 		}
 	})
 	path, err := acquireEventually(t, m, 60*time.Second, a, "ctr-a")
