@@ -18,6 +18,8 @@ import (
 // be idmapped.
 type kernelSays struct{ cannot map[string]string }
 
+func (k kernelSays) CheckTmpfs() error { return k.Check("tmpfs") }
+
 func (k kernelSays) Check(source string) error {
 	if t, ok := k.cannot[source]; ok {
 		return &idmap.NotSupportedError{Source: source, FSType: t, Err: unix.EINVAL}

@@ -99,6 +99,8 @@ type SubPathCopies interface {
 	// CopySources returns the copies, the sources of other volumes, and the atomic-writer
 	// subPaths it could not copy; it stops when ctx ends, leaving nothing of a copy given up.
 	CopySources(ctx context.Context, id string, sources []string) ([]copies.Copy, []string, []subpath.Fallback)
+	// Copyable returns the targets of sources that CopySources would copy, copying nothing.
+	Copyable(sources []string) []subpath.Target
 	// Remove removes container id's copies.
 	Remove(id string) error
 }
@@ -127,6 +129,9 @@ type Engine struct {
 // wrapping *idmap.NotSupportedError if its filesystem cannot, another error if it cannot tell.
 type Idmapper interface {
 	Check(source string) error
+	// CheckTmpfs says, the same way, whether this kernel can idmap a tmpfs (Linux 6.3 or
+	// newer), which the subPath copies are on.
+	CheckTmpfs() error
 }
 
 // Decide returns the decision for one container, or a refusal (*Error). A refused decision

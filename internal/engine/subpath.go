@@ -36,8 +36,8 @@ type subPathFix struct {
 // mountkeeper itself left a subPath without kubelet's bind (subpath.ErrNotMounted).
 //
 // In a container with a user namespace (userns) the runtime binds a copy idmapped: where the
-// kernel cannot idmap the copy's tmpfs (before Linux 6.3) the container gets no copy
-// (idmappableCopies).
+// kernel cannot idmap the copies' tmpfs (before Linux 6.3) the container gets no copy
+// (copiesIdmappable).
 func (e *Engine) fixSubPaths(id string, mounts []oci.Mount, userns bool) (subPathFix, error) {
 	var sources []string
 	for _, m := range mounts {
@@ -59,8 +59,11 @@ func (e *Engine) fixSubPaths(id string, mounts []oci.Mount, userns bool) (subPat
 		var f subPathFix
 		rest := sources
 		if e.SubPathCopies != nil {
-			f.copies, rest, f.fallbacks = e.SubPathCopies.CopySources(ctx, id, sources)
-			rest = e.idmappableCopies(id, userns, &f, rest)
+			if err := e.copiesIdmappable(userns); err != nil {
+				f.fallbacks = uncopied(e.SubPathCopies.Copyable(sources), err)
+			} else {
+				f.copies, rest, f.fallbacks = e.SubPathCopies.CopySources(ctx, id, sources)
+			}
 		}
 		repairs, fallbacks, err := e.SubPaths.RepairSources(rest)
 		f.repairs, f.fallbacks = repairs, append(f.fallbacks, fallbacks...)
@@ -105,26 +108,26 @@ func (d Decision) LogRepairs(log *logrus.Entry) {
 	}
 }
 
-// idmappableCopies keeps f's copies for a container with a user namespace only where the
-// kernel can idmap them, as the runtime will (CopyMountOptions): tmpfs gained idmapped mounts
-// in Linux 6.3, and before that the runtime's idmapped bind of a copy fails, so the container
-// would not start. There the copies are removed and their subPaths keep kubelet's bind
-// (repaired in place if stale, as other volumes' are), each a Fallback saying why: the
-// container starts as kubelet alone would start it. It returns the sources to repair.
-func (e *Engine) idmappableCopies(id string, userns bool, f *subPathFix, rest []string) []string {
-	if !userns || e.Idmap == nil || len(f.copies) == 0 {
-		return rest
+// copiesIdmappable is nil where the container's copies can be bound as the runtime will bind
+// them: always without a user namespace; with one the runtime binds them idmapped, which the
+// kernel allows on their tmpfs from Linux 6.3 only (before, the bind fails and the container
+// would not start). It is the kernel's answer, asked before any copy is made.
+func (e *Engine) copiesIdmappable(userns bool) error {
+	if !userns || e.Idmap == nil {
+		return nil
 	}
-	err := e.Idmap.Check(f.copies[0].Path) // every copy of the container is on its pod's tmpfs
-	if err == nil {
-		return rest
-	}
-	_ = e.SubPathCopies.Remove(id) // what cannot be removed now, the next Synchronize sweeps
-	for _, c := range f.copies {
-		rest = append(rest, c.Target.Path)
-		f.fallbacks = append(f.fallbacks, subpath.Fallback{Target: c.Target, Reason: subpath.ReasonError, Err: fmt.Errorf(
+	return e.Idmap.CheckTmpfs()
+}
+
+// uncopied is a Fallback for each target that would have had a copy, had the kernel been
+// able to idmap it (copiesIdmappable's err): it keeps kubelet's bind, repaired in place if
+// stale, as other volumes' subPaths are, and the container starts as kubelet alone would
+// start it.
+func uncopied(targets []subpath.Target, err error) []subpath.Fallback {
+	out := make([]subpath.Fallback, 0, len(targets))
+	for _, t := range targets {
+		out = append(out, subpath.Fallback{Target: t, Reason: subpath.ReasonError, Err: fmt.Errorf(
 			"the container has a user namespace, so its private copy would be bound idmapped, and this kernel cannot idmap the copy's tmpfs (Linux 6.3 or newer can): %w", err)})
 	}
-	f.copies = nil
-	return rest
+	return out
 }

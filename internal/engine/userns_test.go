@@ -17,8 +17,16 @@ import (
 // fakeIdmap answers as the kernel would for the filesystem types in fs (source -> type):
 // a source listed there cannot be idmapped.
 type fakeIdmap struct {
-	fs    map[string]string
-	asked []string
+	fs      map[string]string
+	noTmpfs bool // a kernel before Linux 6.3: no tmpfs can be idmapped
+	asked   []string
+}
+
+func (f *fakeIdmap) CheckTmpfs() error {
+	if f.noTmpfs {
+		return &idmap.NotSupportedError{Source: "a new tmpfs", FSType: "tmpfs", Err: unix.EINVAL}
+	}
+	return nil
 }
 
 func (f *fakeIdmap) Check(source string) error {

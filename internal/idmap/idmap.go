@@ -80,14 +80,48 @@ func Check(source string, userns *os.File) error {
 		return fmt.Errorf("clone the mount at %s (open_tree): %w", source, err)
 	}
 	defer unix.Close(fd) // a detached clone is dissolved with its last descriptor
-	err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())})
+	return setIdmap(fd, userns, source, func() string { return FSType(int(src.Fd())) })
+}
+
+// setIdmap sets MOUNT_ATTR_IDMAP with userns on the detached mount fd, the mount of source
+// (for messages), whose type fsType names if the kernel refuses.
+func setIdmap(fd int, userns *os.File, source string, fsType func() string) error {
+	err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())})
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS):
-		return &NotSupportedError{Source: source, FSType: FSType(int(src.Fd())), Err: err}
+		return &NotSupportedError{Source: source, FSType: fsType(), Err: err}
 	}
 	return fmt.Errorf("idmap a clone of the mount at %s (mount_setattr MOUNT_ATTR_IDMAP): %w", source, err)
+}
+
+// tmpfsSource names the tmpfs CheckTmpfs makes, in its messages.
+const tmpfsSource = "a new tmpfs"
+
+// CheckTmpfs asks the kernel whether a tmpfs can be idmapped with userns (tmpfs gained
+// idmapped mounts in Linux 6.3): on a tmpfs made for the question and never attached anywhere
+// (fsopen, fsmount), so nothing on the node is touched and nothing is left when it returns.
+// Answers as Check.
+func CheckTmpfs(userns *os.File) error {
+	tmpfs := func() string { return "tmpfs" }
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if errors.Is(err, unix.ENOSYS) {
+		return &NotSupportedError{Source: tmpfsSource, FSType: tmpfs(), Err: err, Call: "fsopen"}
+	}
+	if err != nil {
+		return fmt.Errorf("make %s (fsopen): %w", tmpfsSource, err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("make %s (fsconfig): %w", tmpfsSource, err)
+	}
+	fd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("make %s (fsmount): %w", tmpfsSource, err)
+	}
+	defer unix.Close(fd) // a detached mount is dissolved with its last descriptor
+	return setIdmap(fd, userns, tmpfsSource, tmpfs)
 }
 
 // FSType names the filesystem type of the mount fd lies on, as mountinfo does ("" if it
@@ -113,6 +147,10 @@ type Prober struct {
 
 	mu     sync.Mutex
 	userns *os.File
+	// tmpfs is CheckTmpfs's answer once the kernel gave one (nil or a *NotSupportedError):
+	// it is the kernel's, and does not change.
+	tmpfs      error
+	tmpfsKnown bool
 }
 
 // Default is the process's prober.
@@ -135,6 +173,29 @@ func (p *Prober) Check(source string) error {
 	}
 	_, err = bounded.Do(bounded.Default, d, bounded.Key{Paths: []string{source}, Call: "idmap " + source}, "check whether "+source+" can be idmapped",
 		func() (struct{}, error) { return struct{}{}, Check(source, userns) })
+	return err
+}
+
+// CheckTmpfs is the package's CheckTmpfs with p's user namespace, asked once: the kernel's
+// answer is kept (an error that is not the kernel's answer is not).
+func (p *Prober) CheckTmpfs() error {
+	p.mu.Lock()
+	known, answer := p.tmpfsKnown, p.tmpfs
+	p.mu.Unlock()
+	if known {
+		return answer
+	}
+	userns, err := p.userNS()
+	if err != nil {
+		return err
+	}
+	err = CheckTmpfs(userns)
+	var ns *NotSupportedError
+	if err == nil || errors.As(err, &ns) {
+		p.mu.Lock()
+		p.tmpfs, p.tmpfsKnown = err, true
+		p.mu.Unlock()
+	}
 	return err
 }
 

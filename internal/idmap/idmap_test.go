@@ -34,6 +34,14 @@ func TestCheck(t *testing.T) {
 	case !testenv.KernelAtLeast(6, 3) && (!errors.As(err, &ns) || ns.FSType != "tmpfs" || !errors.Is(err, refusal)):
 		t.Errorf("tmpfs before Linux 6.3: %v, want a NotSupportedError for tmpfs (%s)", err, unix.ErrnoName(refusal))
 	}
+	// A tmpfs made for the question answers as the mounted one, asked twice (the second from
+	// what the Prober kept), and leaves no mount.
+	for range 2 {
+		terr := p.CheckTmpfs()
+		if (terr == nil) != (err == nil) || terr != nil && (!errors.As(terr, &ns) || ns.FSType != "tmpfs" || !errors.Is(terr, refusal)) {
+			t.Errorf("CheckTmpfs: %v; the check of a mounted tmpfs: %v", terr, err)
+		}
+	}
 	err = p.Check("/proc")
 	if !errors.As(err, &ns) || ns.FSType != "proc" || !errors.Is(err, refusal) {
 		t.Fatalf("/proc: %v, want a NotSupportedError for proc (%s)", err, unix.ErrnoName(refusal))

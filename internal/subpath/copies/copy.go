@@ -248,6 +248,39 @@ func (c *Copies) CopySources(ctx context.Context, id string, sources []string) (
 	return copies, rest, fallbacks
 }
 
+// Copyable returns the targets of sources that CopySources would copy (subPaths of
+// atomic-writer volumes), copying nothing: for a container whose copies could not be bound.
+func (c *Copies) Copyable(sources []string) []subpath.Target {
+	var out []subpath.Target
+	for _, src := range sources {
+		t, ok := subpath.ParseTarget(c.r.Root(), src)
+		if !ok {
+			continue
+		}
+		l, atomic, _ := c.locate(t)
+		if l != nil {
+			l.Close()
+		}
+		if atomic {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// locate finds t's volume. atomic says t is a subPath of an atomic-writer volume, the only
+// ones copied (else it is left to RepairSources); err is why one could not be located.
+func (c *Copies) locate(t subpath.Target) (l *subpath.Located, atomic bool, err error) {
+	l, err = c.r.Locate(t)
+	switch {
+	case errors.Is(err, subpath.ErrUnknownVolume), errors.Is(err, subpath.ErrNotMounted):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, err
+	}
+	return l, true, nil
+}
+
 // copyAttempts: an update that removes the timestamp directory while a directory is copied
 // makes the copy fail (ENOENT); the next attempt resolves ..data again.
 const copyAttempts = 3
@@ -271,12 +304,9 @@ func (c *Copies) copyAttempts(ctx context.Context, id string, t subpath.Target) 
 func (c *Copies) CopyTo(ctx context.Context, id string, t subpath.Target, dst string) (Copy, bool, error) {
 	err := subpath.ErrChanged
 	for range copyAttempts {
-		l, lerr := c.r.Locate(t)
-		switch {
-		case errors.Is(lerr, subpath.ErrUnknownVolume), errors.Is(lerr, subpath.ErrNotMounted):
-			return Copy{}, false, nil
-		case lerr != nil:
-			return Copy{}, true, lerr
+		l, atomic, lerr := c.locate(t)
+		if !atomic || lerr != nil {
+			return Copy{}, atomic, lerr
 		}
 		cp := Copy{Target: t, Kind: l.Kind, SubPath: l.Resolution.SubPath, Path: dst, VolumeDir: l.VolumePath, Data: readData(l.VolumeDir)}
 		var used Usage

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -103,6 +104,13 @@ func testLayoutDecides(t *testing.T) {
 	c := newCopies(t, k, bigBudget)
 
 	sources := []string{cmT.Path, hostFile.Path, hostDir.Path, pvc.Path, empty.Path, "/not/a/subpath"}
+	// Copyable names what CopySources copies, and copies nothing.
+	if got := c.Copyable(sources); !slices.Equal(got, []subpath.Target{cmT}) {
+		t.Errorf("Copyable = %+v, want the configMap key's target alone", got)
+	}
+	if entries, err := os.ReadDir(c.Dir); err == nil && len(entries) != 0 || err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Copyable left %v in %s (%v)", entries, c.Dir, err)
+	}
 	copies, rest, fallbacks := c.CopySources(context.Background(), "ctr", sources)
 	if len(copies) != 1 || copies[0].Target != cmT || subpathtest.Show(t, copies[0].Path) != "v1" {
 		t.Errorf("copies = %+v, want one of the configMap key reading v1", copies)
