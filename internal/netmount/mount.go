@@ -147,25 +147,10 @@ func attemptMount(ctx context.Context, sys system, c Config, secretsDir string, 
 	}
 	mctx, cancel := context.WithTimeout(ctx, c.MountTimeout)
 	defer cancel()
-	if st, ok := sys.(statdStarter); ok && needsStatd(s) {
-		// Before the mount, so that mount.nfs finds rpc.statd running and does not start
-		// it in this mount's scope. A failure is logged: mount.nfs then tries itself.
-		if serr := st.startStatd(mctx); serr != nil {
-			c.Log.WithError(serr).WithFields(logrus.Fields{"mount": s.Key(), "spec": s.String()}).
-				Warn("netmount: cannot start rpc.statd in a scope of its own: mount.nfs will start it in the mount's scope")
-		}
-	}
+	ensureStatd(mctx, sys, c.Log, s)
 	err = sys.mount(mctx, cmdSpec, unit, target, c.MountTimeout)
 	if err == nil {
-		if kernelClient(s.Type) {
-			// The kernel holds the mount and nothing runs in the scope once mount.nfs has
-			// exited: an empty scope would be left until the unmount, or for good in hook
-			// mode, which never unmounts.
-			if rerr := sys.removeScope(unit); rerr != nil {
-				c.Log.WithError(rerr).WithFields(logrus.Fields{"mount": s.Key(), "spec": s.String(), "scope": unit}).
-					Debug("netmount: the scope of a kernel mount still has processes: kept until the unmount")
-			}
-		}
+		removeKernelClientScope(sys, c.Log, s, unit)
 		return false, nil
 	}
 	if mounted, ierr := sys.isMounted(target); ierr == nil && !mounted {
@@ -200,5 +185,24 @@ func (m *Manager) saveState(e *entry) error {
 }
 
 // kernelClient says whether mounts of type typ are served by the kernel alone, with no daemon
-// left in the mount's scope once the helper exits (NFS; FUSE filesystems keep their daemon).
-func kernelClient(typ string) bool { return typ == "nfs" || typ == "nfs4" }
+// left in the mount's scope once the helper exits (NFS, CIFS, CephFS; FUSE filesystems keep
+// their daemon).
+func kernelClient(typ string) bool {
+	ft, err := netspec.Lookup(typ)
+	return err == nil && !ft.FUSE
+}
+
+// removeKernelClientScope removes the scope of a kernel client's mount (kernelClient) once its
+// helper has exited: the kernel holds the mount and nothing runs in the scope, which would
+// otherwise be left empty until the unmount, or for good in hook mode, which never unmounts.
+// Whatever the helper left running (rpc.statd where ensureStatd could not start it) keeps
+// the scope until the unmount.
+func removeKernelClientScope(sys system, log *logrus.Logger, s netspec.Spec, unit string) {
+	if !kernelClient(s.Type) {
+		return
+	}
+	if err := sys.removeScope(unit); err != nil {
+		log.WithError(err).WithFields(logrus.Fields{"mount": s.Key(), "spec": s.String(), "scope": unit}).
+			Debug("netmount: the scope of a kernel mount still has processes: kept until the unmount")
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
@@ -36,6 +38,20 @@ func needsStatd(s netspec.Spec) bool {
 		}
 	}
 	return version == "" || version == "2" || version == "3"
+}
+
+// ensureStatd starts the node's rpc.statd before a mount of s that needs it (needsStatd), so
+// that mount.nfs finds it running and does not start it in the mount's scope. A failure is
+// logged: mount.nfs then tries itself.
+func ensureStatd(ctx context.Context, sys system, log *logrus.Logger, s netspec.Spec) {
+	st, ok := sys.(statdStarter)
+	if !ok || !needsStatd(s) {
+		return
+	}
+	if err := st.startStatd(ctx); err != nil {
+		log.WithError(err).WithFields(logrus.Fields{"mount": s.Key(), "spec": s.String()}).
+			Warn("netmount: cannot start rpc.statd in a scope of its own: mount.nfs will start it in the mount's scope")
+	}
 }
 
 // statdStarter starts the node's rpc.statd where it belongs before a mount that needs it.
