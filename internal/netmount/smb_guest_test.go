@@ -181,6 +181,44 @@ func (s smbServer) readShare(t *testing.T, path string) {
 	}
 }
 
+// smbClass is a test's CIFS class on the fixture's share: the share user's password set to a
+// new one (pw) on the server and in the operator's credentials file (creds), and a Manager
+// logging into log.
+type smbClass struct {
+	srv      smbServer
+	pw       string
+	creds    string
+	spec     netspec.Spec
+	m        *Manager
+	stateDir string
+	log      *bytes.Buffer
+}
+
+func newSMBClass(t *testing.T) *smbClass {
+	t.Helper()
+	c := &smbClass{srv: needSMBServer(t), pw: randomPassword(t), creds: filepath.Join(t.TempDir(), "etc", "smb-credentials"), log: &bytes.Buffer{}}
+	c.srv.setPassword(t, c.pw)
+	c.writeCredentials(t, c.pw)
+	c.m, c.stateDir = smbManager(t, c.log)
+	c.spec = netspec.Spec{Type: "cifs", Source: c.srv.share, Options: []string{"credentials=" + c.creds, "vers=3.0"}}
+	return c
+}
+
+// writeCredentials makes pw the password of the class's credentials file.
+func (c *smbClass) writeCredentials(t *testing.T, pw string) {
+	t.Helper()
+	writeCredentials(t, c.creds, c.srv.user, pw)
+}
+
+// release releases the users' claims and waits for the mount to be gone after its grace.
+func (c *smbClass) release(t *testing.T, users ...string) {
+	t.Helper()
+	for _, u := range users {
+		c.m.Release(u)
+	}
+	eventually(t, "the mount is gone after its grace period", func() bool { return len(c.m.Status()) == 0 })
+}
+
 // filesHolding lists the files below dir that hold secret.
 func filesHolding(t *testing.T, dir, secret string) []string {
 	t.Helper()
@@ -207,14 +245,8 @@ func filesHolding(t *testing.T, dir, secret string) []string {
 // as the helper saw them, and every process's during the mount), in no log line, in no state
 // file, and not in mountinfo.
 func TestSMBCredentialsFile(t *testing.T) {
-	srv := needSMBServer(t)
-	pw := randomPassword(t)
-	srv.setPassword(t, pw)
-	creds := filepath.Join(t.TempDir(), "etc", "smb-credentials")
-	writeCredentials(t, creds, srv.user, pw)
-	var log bytes.Buffer
-	m, stateDir := smbManager(t, &log)
-	spec := netspec.Spec{Type: "cifs", Source: srv.share, Options: []string{"credentials=" + creds, "vers=3.0"}}
+	c := newSMBClass(t)
+	srv, pw, creds, m, spec := c.srv, c.pw, c.creds, c.m, c.spec
 	os.WriteFile(srv.argvLog, nil, 0o600)
 
 	stop := watchCmdlines(pw)
@@ -239,18 +271,17 @@ func TestSMBCredentialsFile(t *testing.T) {
 	if len(onCmdlines) > 0 {
 		t.Errorf("the password was on command lines during the mount: %q", onCmdlines)
 	}
-	if strings.Contains(log.String(), pw) {
-		t.Errorf("the password is in the log:\n%s", log.String())
+	if strings.Contains(c.log.String(), pw) {
+		t.Errorf("the password is in the log:\n%s", c.log.String())
 	}
-	if files := filesHolding(t, stateDir, pw); len(files) > 0 {
+	if files := filesHolding(t, c.stateDir, pw); len(files) > 0 {
 		t.Errorf("the password is in the state directory's files %v", files)
 	}
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(pw)) {
 		t.Errorf("the password is in mountinfo")
 	}
 
-	m.Release("ctr-1")
-	eventually(t, "the mount is gone after its grace period", func() bool { return len(m.Status()) == 0 })
+	c.release(t, "ctr-1")
 	if ok, _ := (&liveSystem{}).isMounted(path); ok {
 		t.Errorf("%s is still mounted after the release", path)
 	}
@@ -260,15 +291,10 @@ func TestSMBCredentialsFile(t *testing.T) {
 // authentication failed, and where to fix it (the credentials file), in the mount's status and
 // in Acquire's answer; the attempts go on, and the fixed file mounts at the next one.
 func TestSMBWrongPassword(t *testing.T) {
-	srv := needSMBServer(t)
-	pw := randomPassword(t)
-	srv.setPassword(t, pw)
-	creds := filepath.Join(t.TempDir(), "etc", "smb-credentials")
+	c := newSMBClass(t)
+	srv, creds, m, spec := c.srv, c.creds, c.m, c.spec
 	wrong := randomPassword(t)
-	writeCredentials(t, creds, srv.user, wrong)
-	var log bytes.Buffer
-	m, _ := smbManager(t, &log)
-	spec := netspec.Spec{Type: "cifs", Source: srv.share, Options: []string{"credentials=" + creds, "vers=3.0"}}
+	c.writeCredentials(t, wrong)
 
 	_, err := acquire(t, m, 30*time.Second, spec, "ctr-1")
 	if err == nil {
@@ -286,18 +312,17 @@ func TestSMBWrongPassword(t *testing.T) {
 	if len(st) != 1 || !strings.Contains(st[0].LastError, "authentication failed") {
 		t.Errorf("status %+v, want the mount's last error to say the authentication failed", st)
 	}
-	if strings.Contains(log.String(), wrong) || strings.Contains(err.Error(), wrong) {
+	if strings.Contains(c.log.String(), wrong) || strings.Contains(err.Error(), wrong) {
 		t.Errorf("the wrong password is in the log or the error")
 	}
 
-	writeCredentials(t, creds, srv.user, pw)
+	c.writeCredentials(t, c.pw)
 	path, err := acquireEventually(t, m, 40*time.Second, spec, "ctr-1")
 	if err != nil {
 		t.Fatalf("the fixed credentials file did not mount: %v", err)
 	}
 	srv.readShare(t, path)
-	m.Release("ctr-1")
-	eventually(t, "the mount is gone after its grace period", func() bool { return len(m.Status()) == 0 })
+	c.release(t, "ctr-1")
 }
 
 // Rotation, as docs/network-filesystems.md describes it: the password changes on the server,
@@ -305,14 +330,8 @@ func TestSMBWrongPassword(t *testing.T) {
 // containers (the kernel's SMB session stays authenticated), new containers share it, and the
 // next mount of the class reads the new password from the file.
 func TestSMBRotateCredentials(t *testing.T) {
-	srv := needSMBServer(t)
-	old := randomPassword(t)
-	srv.setPassword(t, old)
-	creds := filepath.Join(t.TempDir(), "etc", "smb-credentials")
-	writeCredentials(t, creds, srv.user, old)
-	var log bytes.Buffer
-	m, _ := smbManager(t, &log)
-	spec := netspec.Spec{Type: "cifs", Source: srv.share, Options: []string{"credentials=" + creds, "vers=3.0"}}
+	c := newSMBClass(t)
+	srv, m, spec := c.srv, c.m, c.spec
 	path, err := acquire(t, m, 30*time.Second, spec, "ctr-1")
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
@@ -322,7 +341,7 @@ func TestSMBRotateCredentials(t *testing.T) {
 	rotated := randomPassword(t)
 	srv.setPassword(t, rotated)
 	srv.readShare(t, path)
-	writeCredentials(t, creds, srv.user, rotated)
+	c.writeCredentials(t, rotated)
 	srv.readShare(t, path)
 	// Something written after the rotation goes through the old session too.
 	probe := filepath.Join(path, "after-rotation")
@@ -335,14 +354,11 @@ func TestSMBRotateCredentials(t *testing.T) {
 		t.Fatalf("a new container of the class: %q, %v; want the same mount %s", path2, err, path)
 	}
 
-	m.Release("ctr-1")
-	m.Release("ctr-2")
-	eventually(t, "the mount is gone after its grace period", func() bool { return len(m.Status()) == 0 })
+	c.release(t, "ctr-1", "ctr-2")
 	path3, err := acquire(t, m, 30*time.Second, spec, "ctr-3")
 	if err != nil {
 		t.Fatalf("the next mount, with the rotated password in the file: %v", err)
 	}
 	srv.readShare(t, path3)
-	m.Release("ctr-3")
-	eventually(t, "the mount is gone after its grace period", func() bool { return len(m.Status()) == 0 })
+	c.release(t, "ctr-3")
 }
