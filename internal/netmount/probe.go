@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,7 +29,47 @@ func probeMount(sys system, s netspec.Spec, unit, path string) error {
 			return err
 		}
 	}
-	return staleCause(sys.probe(path))
+	return staleCause(sys.probe(s, path))
+}
+
+// probeKey is what a probe of s mounted at target waits on (bounded.Key), from the super
+// options of that mount (mountinfo). One stuck probe per path, as for any host path; and, for
+// a kernel client (NFS, CIFS, Ceph), one per server: the kernel holds a connection per server
+// address, and when the server dies every mount of it hangs, whatever its options, so a probe
+// of a second mount would only add a thread stuck for as long. It is refused at once instead
+// (bounded.ErrNoAnswer), which is the truth: the mount does not answer either. A FUSE mount
+// has a daemon of its own, which may hang alone while the server serves another mount: per
+// path only.
+//
+// The server key is the server as the spec names it plus the address the kernel talks to
+// (addr= in the super options, where shown): a stuck probe is freed when its server answers
+// again at that address, which is when a new mount of it could answer too; a server moved to
+// another address (DNS) would never free it, but the new mount, at the new address, has a
+// key of its own, so its heal is not refused for good.
+func probeKey(s netspec.Spec, target, superOptions string) bounded.Key {
+	k := bounded.Key{Paths: []string{target}, Call: "probe " + target}
+	server, err := s.ServerAddress()
+	if err != nil {
+		return k // counted under "": the server cannot be told from the spec
+	}
+	k.Tag = server
+	if ft, err := netspec.Lookup(s.Type); err == nil && !ft.FUSE {
+		k.Server = server
+		if addr := superOption(superOptions, "addr"); addr != "" {
+			k.Server += " at " + addr
+		}
+	}
+	return k
+}
+
+// superOption is the value of name=value in a mount's comma-separated super options.
+func superOption(options, name string) string {
+	for _, o := range strings.Split(options, ",") {
+		if v, ok := strings.CutPrefix(o, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // unusable is the rule for a probe's answer (probeMount). A mount that answers is used, one
