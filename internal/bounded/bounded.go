@@ -49,6 +49,7 @@ type Group struct {
 	inFlight    map[string]*call // by Key.Call
 	stuck       map[string]*call // by each Key.Paths of a call that overran a caller's wait
 	servers     map[string]*call // by Key.Server of a call that overran a caller's wait
+	running     map[string]*call // by Key.Server of the call running (one at a time)
 	overran     map[*call]bool   // the calls that overran a caller's wait and still run
 	outstanding int
 }
@@ -64,7 +65,7 @@ type call struct {
 // NewGroup returns a group that runs at most max calls at a time.
 func NewGroup(max int) *Group {
 	return &Group{max: max, inFlight: map[string]*call{}, stuck: map[string]*call{},
-		servers: map[string]*call{}, overran: map[*call]bool{}}
+		servers: map[string]*call{}, running: map[string]*call{}, overran: map[*call]bool{}}
 }
 
 // Stuck counts the calls that overran a caller's wait and still run (each holds an OS thread,
@@ -90,8 +91,9 @@ func (g *Group) Outstanding() int {
 //   - a call with the same key.Call already running is joined, not started again;
 //   - while a call touching any of key.Paths has overrun a caller's wait (it is stuck), Do
 //     fails at once with the same "no answer" message, starting nothing;
-//   - while a call with the same key.Server is stuck, Do fails at once with a "no answer"
-//     naming the server and how long that call has been stuck, starting nothing;
+//   - calls with the same key.Server run one at a time, a caller waiting its turn within d;
+//     while one is stuck, Do fails at once with a "no answer" naming the server and how long
+//     that call has been stuck, starting nothing;
 //   - with the group's max calls outstanding, Do fails at once.
 //
 // A call that overruns is left to finish on its own goroutine (a hung stat cannot be cancelled)
@@ -112,20 +114,41 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 		t, _ := v.(T)
 		return t, err
 	}
+	// One timer for the whole wait: for a turn behind a call to the same server, and for f.
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	g.mu.Lock()
-	for _, k := range key.Paths {
-		if g.stuck[k] != nil {
-			g.mu.Unlock()
-			return zero, noAnswer(what, d)
+	var c *call
+	for c == nil {
+		for _, k := range key.Paths {
+			if g.stuck[k] != nil {
+				g.mu.Unlock()
+				return zero, noAnswer(what, d)
+			}
 		}
-	}
-	if s := g.servers[key.Server]; key.Server != "" && s != nil {
-		g.mu.Unlock()
-		return zero, fmt.Errorf("%s: %w: an earlier call waiting on %s has had none for %s (is the server dead?)",
-			what, ErrNoAnswer, key.Server, time.Since(s.start).Round(time.Second))
-	}
-	c := g.inFlight[key.Call]
-	if c == nil || key.Call == "" {
+		if s := g.servers[key.Server]; key.Server != "" && s != nil {
+			g.mu.Unlock()
+			return zero, fmt.Errorf("%s: %w: an earlier call waiting on %s has had none for %s (is the server dead?)",
+				what, ErrNoAnswer, key.Server, time.Since(s.start).Round(time.Second))
+		}
+		if j := g.inFlight[key.Call]; j != nil && key.Call != "" {
+			c = j
+			break
+		}
+		if r := g.running[key.Server]; key.Server != "" && r != nil {
+			// Calls waiting on one server run one at a time: were they started together
+			// (a prober's tick) on a server that just died, each would be left stuck. This
+			// one waits its turn within d; if the one running overruns meanwhile, this one
+			// is refused above.
+			g.mu.Unlock()
+			select {
+			case <-r.done:
+			case <-timer.C:
+				return zero, noAnswer(what, d)
+			}
+			g.mu.Lock()
+			continue
+		}
 		if g.outstanding >= g.max {
 			n := g.outstanding
 			g.mu.Unlock()
@@ -136,12 +159,13 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 		if key.Call != "" {
 			g.inFlight[key.Call] = c
 		}
+		if key.Server != "" {
+			g.running[key.Server] = c
+		}
 		go g.finish(c, run)
 	}
 	g.mu.Unlock()
 
-	timer := time.NewTimer(d)
-	defer timer.Stop()
 	select {
 	case <-c.done:
 		v, _ := c.v.(T)
@@ -179,6 +203,9 @@ func (g *Group) finish(c *call, run func() (any, error)) {
 	}
 	if g.servers[c.key.Server] == c {
 		delete(g.servers, c.key.Server)
+	}
+	if g.running[c.key.Server] == c {
+		delete(g.running, c.key.Server)
 	}
 	delete(g.overran, c)
 	close(c.done)

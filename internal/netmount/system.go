@@ -170,13 +170,13 @@ var probes = bounded.NewGroup(64)
 func (l *liveSystem) stuckCalls() map[string]int { return probes.Stuck() }
 
 func (l *liveSystem) probe(s netspec.Spec, target string) error {
-	// The address the kernel client talks to, from mountinfo (nothing is touched); "" if
-	// target is not mounted (yet) or its type does not show it.
-	var superOptions string
+	// The mount on top at target and the address its kernel client talks to, from mountinfo
+	// (nothing is touched); none if target is not mounted (yet).
+	var top mountRef
 	if infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target)); err == nil && len(infos) > 0 {
-		superOptions = infos[len(infos)-1].VFSOptions
+		top = mountRef{ID: infos[len(infos)-1].ID, SuperOptions: infos[len(infos)-1].VFSOptions}
 	}
-	_, err := bounded.Do(probes, ProbeTimeout, probeKey(s, target, superOptions),
+	_, err := bounded.Do(probes, ProbeTimeout, probeKey(s, target, top),
 		"stat "+target, func() (struct{}, error) {
 			// Forced to the server: a kernel client (NFS) answers a plain stat of its root from
 			// its attribute cache for up to a minute, and would not see its root's file handle
