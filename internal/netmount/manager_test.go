@@ -31,8 +31,8 @@ type fakeSystem struct {
 	probeErr     map[string]error
 	// probeFn, if set, answers the probes instead of probeErr; probes, if set, is the group
 	// whose stuck calls stuckCalls counts.
-	probeFn func(s netspec.Spec, target string) error
-	probes  *bounded.Group
+	probeFn      func(s netspec.Spec, target string) error
+	probes       *bounded.Group
 	mounted      map[string]bool
 	mountCalls   map[string][]time.Time // target -> start of each attempt
 	timeouts     []time.Duration        // the timeout of each attempt, in order
