@@ -549,11 +549,11 @@ func statChild(t *testing.T, path string, limit time.Duration) <-chan error {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() { done <- cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		<-done
+		<-exited // the caller may have taken the exit from done
 	})
 	return done
 }
@@ -581,12 +581,12 @@ func TestNFSGuestDeadServer(t *testing.T) {
 	spec := func(opts ...string) netspec.Spec {
 		return netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: append([]string{"vers=4.2", "noac"}, opts...)}
 	}
-	held := []netspec.Spec{spec(), spec("nosuid"), spec("nodev")}
+	held := []netspec.Spec{spec(), spec("nosuid"), spec("nodev"), spec("noexec")}
 	b := spec("ro")
 	const unmountTimeout = 3 * time.Second
 	const probeInterval = 300 * time.Millisecond
 	m, _ := nfsManagerIn(t, "mountkeeper-nfs-dead.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
-		UnmountTimeout: unmountTimeout, RetryBackoff: time.Second, FirstWait: 100 * time.Millisecond, ProbeInterval: probeInterval,
+		UnmountTimeout: unmountTimeout, RetryBackoff: time.Second, FirstWait: 100 * time.Millisecond,
 		Wanted: append(slices.Clone(held), b)})
 	// Registered after the Manager's cleanup, so it runs first: nfsd serves again before the
 	// Manager closes.
@@ -614,28 +614,6 @@ func TestNFSGuestDeadServer(t *testing.T) {
 	stoppedAt := time.Now()
 	for _, p := range paths {
 		statChild(t, filepath.Join(p, "hello"), 60*time.Second) // hangs: a hard mount, the server gone
-	}
-
-	// Many probe intervals, each probing every held mount and each heal attempt probing its
-	// mount: the test's threads in D state are the Manager's, and stay at the bound.
-	const bound = 1 // one server
-	time.Sleep(ProbeTimeout + 10*probeInterval)
-	var dState, stuck int
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		dState, stuck = dStateTasks(t), stuckTotal(m)
-		if dState == stuck || time.Now().After(deadline) {
-			break
-		}
-	}
-	t.Logf("dead server: %d mounts of it held, probed every %s; %s after nfsd stopped: threads of the test process in D state %d (before: %d), stuck calls %v (bound %d per server); deaths %d",
-		len(paths), probeInterval, time.Since(stoppedAt).Round(time.Millisecond), dState, before, m.Totals().StuckCalls, bound, m.Totals().Deaths)
-	if stuck != bound || dState != stuck {
-		t.Errorf("%d threads in D state, %d stuck calls counted (%v); want both %d", dState, stuck, m.Totals().StuckCalls, bound)
-	}
-	for _, st := range m.Status() {
-		if st.Key != b.Key() && st.State == "mounted" {
-			t.Errorf("mount %s of the dead server is %s: want it found dead (its probe refused: the server's is stuck)", st.Spec, st.State)
-		}
 	}
 
 	// The create budget: the runtime's 2 s NRI request timeout.
@@ -671,6 +649,33 @@ func TestNFSGuestDeadServer(t *testing.T) {
 		time.Since(start).Round(time.Millisecond), unmountTimeout, dStateTasks(t), m.Totals())
 	if tot := m.Totals(); tot.ForcedUnmounts+tot.LazyUnmounts == 0 {
 		t.Errorf("the release of the dead mount was not escalated: totals %+v", tot)
+	}
+
+	// The prober on: many probe intervals, each probing every held mount and each heal
+	// attempt probing its mount: the test's threads in D state are the Manager's, and stay at
+	// the bound.
+	const bound = 1 // one server
+	dReleased := dStateTasks(t)
+	cfg := m.config()
+	cfg.ProbeInterval = probeInterval
+	m.Reconfigure(cfg)
+	time.Sleep(ProbeTimeout + 10*probeInterval)
+	var dState, stuck int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		dState, stuck = dStateTasks(t), stuckTotal(m)
+		if dState == stuck || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("dead server: %d mounts of it held, probed every %s; %s after nfsd stopped: threads of the test process in D state %d (before: %d, after the release: %d), stuck calls %v (bound %d per server); deaths %d",
+		len(paths)-1, probeInterval, time.Since(stoppedAt).Round(time.Millisecond), dState, before, dReleased, m.Totals().StuckCalls, bound, m.Totals().Deaths)
+	if stuck != bound || dState != stuck {
+		t.Errorf("%d threads in D state, %d stuck calls counted (%v); want both %d", dState, stuck, m.Totals().StuckCalls, bound)
+	}
+	for _, st := range m.Status() {
+		if st.Key != b.Key() && st.Key != held[0].Key() && st.State == "mounted" {
+			t.Errorf("mount %s of the dead server is %s: want it found dead (its probe refused: the server's is stuck)", st.Spec, st.State)
+		}
 	}
 
 	// The server back: the held mounts answer, the stuck call returns, a new claim mounts.
