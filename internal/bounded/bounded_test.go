@@ -200,3 +200,28 @@ func TestGroupOneStuckCallPerServer(t *testing.T) {
 		t.Errorf("a call for the server once its stuck call finished = %d, %v; want 5, nil", v, err)
 	}
 }
+
+// TestGroupServerCallsOneAtATime: calls on one server started together (a prober's tick on
+// a server that just died) run one at a time: one is left stuck, the others are refused
+// without starting.
+func TestGroupServerCallsOneAtATime(t *testing.T) {
+	g := NewGroup(8)
+	block := make(chan struct{})
+	defer close(block)
+	var started atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := Key{Paths: []string{fmt.Sprint("/m/", i)}, Server: "filer:2049", Tag: "filer:2049"}
+			if _, err := Do(g, 50*time.Millisecond, key, "stat", func() (int, error) { started.Add(1); <-block; return 0, nil }); !errors.Is(err, ErrNoAnswer) {
+				t.Errorf("call %d on the dead server: %v, want no answer", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if started.Load() != 1 || g.Stuck()["filer:2049"] != 1 {
+		t.Errorf("%d calls started, stuck %v; want 1 and 1", started.Load(), g.Stuck())
+	}
+}
