@@ -23,7 +23,7 @@ import (
 // unit, answers: nil if it does; else why not: its daemon is gone (where the system can tell:
 // healer.daemonGone), an error (ENOTCONN), or no answer within ProbeTimeout (an error wrapping
 // bounded.ErrNoAnswer: the stat is left behind, and while it hangs no other probe of the
-// path starts, see package bounded).
+// mount, or of a kernel client's server, starts: see probeKey).
 func probeMount(sys system, s netspec.Spec, unit, path string) error {
 	if h, ok := sys.(healer); ok {
 		if err := h.daemonGone(s, unit); err != nil {
