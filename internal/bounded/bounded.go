@@ -58,6 +58,7 @@ type call struct {
 	key   Key
 	start time.Time
 	done  chan struct{}
+	stuck chan struct{} // closed when it overruns a caller's wait
 	v     any
 	err   error
 }
@@ -91,7 +92,8 @@ func (g *Group) Outstanding() int {
 //   - a call with the same key.Call already running is joined, not started again;
 //   - while a call touching any of key.Paths has overrun a caller's wait (it is stuck), Do
 //     fails at once with the same "no answer" message, starting nothing;
-//   - calls with the same key.Server run one at a time, a caller waiting its turn within d;
+//   - calls with the same key.Server run one at a time: a caller waits its turn (beyond d:
+//     the call before it answers or overruns within its own d), then waits d for its own;
 //     while one is stuck, Do fails at once with a "no answer" naming the server and how long
 //     that call has been stuck, starting nothing;
 //   - with the group's max calls outstanding, Do fails at once.
@@ -114,9 +116,6 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 		t, _ := v.(T)
 		return t, err
 	}
-	// One timer for the whole wait: for a turn behind a call to the same server, and for f.
-	timer := time.NewTimer(d)
-	defer timer.Stop()
 	g.mu.Lock()
 	var c *call
 	for c == nil {
@@ -138,13 +137,13 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 		if r := g.running[key.Server]; key.Server != "" && r != nil {
 			// Calls waiting on one server run one at a time: were they started together
 			// (a prober's tick) on a server that just died, each would be left stuck. This
-			// one waits its turn within d; if the one running overruns meanwhile, this one
-			// is refused above.
+			// one waits its turn, holding no thread: until the one running answers (then
+			// this one starts, with d of its own: a slow server that answers still passes),
+			// or overruns its caller's wait (then this one is refused above).
 			g.mu.Unlock()
 			select {
 			case <-r.done:
-			case <-timer.C:
-				return zero, noAnswer(what, d)
+			case <-r.stuck:
 			}
 			g.mu.Lock()
 			continue
@@ -154,7 +153,7 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 			g.mu.Unlock()
 			return zero, fmt.Errorf("%s: not started: %d earlier checks are still without an answer (is a network filesystem dead?)", what, n)
 		}
-		c = &call{key: key, start: time.Now(), done: make(chan struct{})}
+		c = &call{key: key, start: time.Now(), done: make(chan struct{}), stuck: make(chan struct{})}
 		g.outstanding++
 		if key.Call != "" {
 			g.inFlight[key.Call] = c
@@ -166,6 +165,8 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 	}
 	g.mu.Unlock()
 
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	select {
 	case <-c.done:
 		v, _ := c.v.(T)
@@ -181,7 +182,10 @@ func Do[T any](g *Group, d time.Duration, key Key, what string, f func() (T, err
 			if c.key.Server != "" {
 				g.servers[c.key.Server] = c
 			}
-			g.overran[c] = true
+			if !g.overran[c] {
+				g.overran[c] = true
+				close(c.stuck)
+			}
 		}
 		g.mu.Unlock()
 		return zero, noAnswer(what, d)

@@ -225,3 +225,22 @@ func TestGroupServerCallsOneAtATime(t *testing.T) {
 		t.Errorf("%d calls started, stuck %v; want 1 and 1", started.Load(), g.Stuck())
 	}
 }
+
+// TestGroupSlowServerAnswers: calls on one server that each answer within d, started
+// together, all answer, though in turn they take longer than d in all: a slow server that
+// answers is not taken for dead.
+func TestGroupSlowServerAnswers(t *testing.T) {
+	g := NewGroup(8)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := Key{Paths: []string{fmt.Sprint("/m/", i)}, Server: "filer:2049"}
+			if v, err := Do(g, 200*time.Millisecond, key, "stat", func() (int, error) { time.Sleep(100 * time.Millisecond); return 1, nil }); v != 1 || err != nil {
+				t.Errorf("call %d on a slow server = %d, %v; want 1, nil", i, v, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
