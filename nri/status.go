@@ -15,6 +15,10 @@ type Status struct {
 	LastReload *ReloadResult `json:"lastReload,omitempty"`
 	// NetworkMounts are the network filesystems the plugin holds on the host.
 	NetworkMounts []NetworkMount `json:"networkMounts,omitempty"`
+	// StuckCalls counts, by server (host:port), the agent's probes of network mounts that did
+	// not answer and still run: each is a thread in uninterruptible sleep until its server
+	// answers. At most one per server of a kernel client (NFS, CIFS, Ceph).
+	StuckCalls map[string]int `json:"stuckCalls,omitempty"`
 	// LiveSubPaths are the live subPath copies: how many are followed, the old versions still
 	// held open (retiredCopies, retiredBytes: charged to their pods until freed) and the
 	// updates so far by result.
@@ -44,6 +48,7 @@ type NetworkMount struct {
 // MountReporter is a Mounter that reports the mounts it holds, for Status.
 type MountReporter interface {
 	NetworkMounts() []NetworkMount
+	StuckCalls() map[string]int
 }
 
 // ReloadResult is the outcome of the last config reload.
@@ -60,7 +65,7 @@ func (p *Plugin) Status() Status {
 	net := p.net
 	p.mu.RUnlock()
 	if r, ok := net.(MountReporter); ok {
-		st.NetworkMounts = r.NetworkMounts()
+		st.NetworkMounts, st.StuckCalls = r.NetworkMounts(), r.StuckCalls()
 	}
 	st.LiveSubPaths = p.liveStatus()
 	return st

@@ -31,3 +31,5 @@ func (m managerMounter) NetworkMounts() []nri.NetworkMount {
 	}
 	return out
 }
+
+func (m managerMounter) StuckCalls() map[string]int { return m.Totals().StuckCalls }

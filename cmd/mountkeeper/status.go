@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/mountkeeper/mountkeeper/cmd/internal/cli"
@@ -59,6 +61,7 @@ func runStatus(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "last reload: %s, %s\n", r.At.Format("2006-01-02 15:04:05Z07:00"), verdict)
 	}
 	printNetworkMounts(stdout, st.NetworkMounts)
+	printStuckCalls(stdout, st.StuckCalls)
 	if l := st.LiveSubPaths; l != nil && (l.Paths > 0 || l.RetiredCopies > 0 || len(l.Updates) > 0) {
 		fmt.Fprintf(stdout, "live subPaths: %d followed, %d old versions held open (%d bytes), updates %v\n", l.Paths, l.RetiredCopies, l.RetiredBytes, l.Updates)
 	}
@@ -86,5 +89,21 @@ func printNetworkMounts(w io.Writer, mounts []nri.NetworkMount) {
 		if m.LastError != "" {
 			fmt.Fprintf(w, "    last error: %s\n", m.LastError)
 		}
+	}
+}
+
+// printStuckCalls lists the agent's threads hung on dead servers, by server.
+func printStuckCalls(w io.Writer, stuck map[string]int) {
+	if len(stuck) == 0 {
+		return
+	}
+	servers := make([]string, 0, len(stuck))
+	for s := range stuck {
+		servers = append(servers, s)
+	}
+	slices.Sort(servers)
+	fmt.Fprintln(w, "stuck probes (threads hung until the server answers; at most one per NFS, CIFS or Ceph server):")
+	for _, s := range servers {
+		fmt.Fprintf(w, "  %s: %d\n", cmp.Or(s, "(server unknown)"), stuck[s])
 	}
 }

@@ -153,3 +153,94 @@ func TestGroupRecoversAPanic(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupOneStuckCallPerServer: while a call waiting on a server is stuck, a call touching
+// another path but the same server fails at once naming the server, and is counted nowhere; a
+// call without a server, or with another, still runs. Stuck counts the stuck calls by tag
+// until they finish.
+func TestGroupOneStuckCallPerServer(t *testing.T) {
+	g := NewGroup(8)
+	block := make(chan struct{})
+	var started atomic.Int32
+	hang := func() (int, error) { started.Add(1); <-block; return 1, nil }
+	a := Key{Paths: []string{"/m/a"}, Server: "filer:2049@10.0.0.1", Tag: "filer:2049"}
+	if _, err := Do(g, 10*time.Millisecond, a, "stat /m/a", hang); !errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("first call: %v, want no answer", err)
+	}
+	b := Key{Paths: []string{"/m/b"}, Server: a.Server, Tag: a.Tag}
+	for range 100 {
+		// A short wait, so that a call started (the bound broken) fails on its message, not
+		// by hanging.
+		_, err := Do(g, 20*time.Millisecond, b, "stat /m/b", hang)
+		if !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "stat /m/b: no answer: an earlier call waiting on filer:2049@10.0.0.1 has had none for") {
+			t.Fatalf("call for the same server while one is stuck: %v", err)
+		}
+	}
+	// A FUSE mount of the same server (a daemon of its own): tagged, not gated.
+	fuse := Key{Paths: []string{"/m/c"}, Tag: a.Tag}
+	if _, err := Do(g, 10*time.Millisecond, fuse, "stat /m/c", hang); !errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("a call of another mount without a server was not started: %v", err)
+	}
+	other := Key{Paths: []string{"/m/d"}, Server: "filer:2049@10.0.0.2", Tag: a.Tag}
+	if v, err := Do(g, time.Hour, other, "stat /m/d", func() (int, error) { return 7, nil }); v != 7 || err != nil {
+		t.Errorf("a call for the server at another address = %d, %v; want 7, nil", v, err)
+	}
+	if got := g.Stuck(); len(got) != 1 || got["filer:2049"] != 2 || started.Load() != 2 {
+		t.Errorf("stuck %v after 2 calls started (%d), want map[filer:2049:2]", got, started.Load())
+	}
+	close(block)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(g.Stuck()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := g.Stuck(); len(got) != 0 {
+		t.Errorf("stuck %v once every call finished, want none", got)
+	}
+	if v, err := Do(g, time.Hour, b, "stat /m/b", func() (int, error) { return 5, nil }); v != 5 || err != nil {
+		t.Errorf("a call for the server once its stuck call finished = %d, %v; want 5, nil", v, err)
+	}
+}
+
+// TestGroupServerCallsOneAtATime: calls on one server started together (a prober's tick on
+// a server that just died) run one at a time: one is left stuck, the others are refused
+// without starting.
+func TestGroupServerCallsOneAtATime(t *testing.T) {
+	g := NewGroup(8)
+	block := make(chan struct{})
+	defer close(block)
+	var started atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := Key{Paths: []string{fmt.Sprint("/m/", i)}, Server: "filer:2049", Tag: "filer:2049"}
+			if _, err := Do(g, 50*time.Millisecond, key, "stat", func() (int, error) { started.Add(1); <-block; return 0, nil }); !errors.Is(err, ErrNoAnswer) {
+				t.Errorf("call %d on the dead server: %v, want no answer", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if started.Load() != 1 || g.Stuck()["filer:2049"] != 1 {
+		t.Errorf("%d calls started, stuck %v; want 1 and 1", started.Load(), g.Stuck())
+	}
+}
+
+// TestGroupSlowServerAnswers: calls on one server that each answer within d, started
+// together, all answer, though in turn they take longer than d in all: a slow server that
+// answers is not taken for dead.
+func TestGroupSlowServerAnswers(t *testing.T) {
+	g := NewGroup(8)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := Key{Paths: []string{fmt.Sprint("/m/", i)}, Server: "filer:2049"}
+			if v, err := Do(g, 200*time.Millisecond, key, "stat", func() (int, error) { time.Sleep(100 * time.Millisecond); return 1, nil }); v != 1 || err != nil {
+				t.Errorf("call %d on a slow server = %d, %v; want 1, nil", i, v, err)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -65,6 +65,20 @@ func TestEscalatedUnmountsAreScraped(t *testing.T) {
 	}
 }
 
+// TestStuckCallsAreScraped: the Manager's stuck probes by server (Totals.StuckCalls, which
+// TestNFSGuestDeadServer checks against the threads in D state) are a gauge per server.
+func TestStuckCallsAreScraped(t *testing.T) {
+	m := New("test")
+	mgr := &fakeManager{totals: netmount.Totals{StuckCalls: map[string]int{"filer:2049": 1, "h:22": 2}}}
+	m.Register(NetworkMounts(mgr.status, mgr.total))
+	f := scrapeAll(t, m)
+	for server, want := range mgr.totals.StuckCalls {
+		if got := f.Value("mountkeeper_network_stuck_calls", map[string]string{"server": server}); got != float64(want) {
+			t.Errorf("stuck calls {server=%s} = %v, want %v", server, got, want)
+		}
+	}
+}
+
 // TestGuardRefusalsAreScraped: refusals the guard recorded in the state dir, by class and
 // reason, are what the agent reports.
 func TestGuardRefusalsAreScraped(t *testing.T) {

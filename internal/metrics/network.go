@@ -29,6 +29,8 @@ var (
 		"Times a dead network mount was replaced under the running containers.", nil, nil)
 	escalatedDesc = prometheus.NewDesc("mountkeeper_network_unmounts_escalated_total",
 		"Releases of a network mount whose umount did not finish within the unmount timeout (a dead server), by how it was escalated: force (umount -f), lazy (umount -l, after force did not finish either).", []string{"how"}, nil)
+	stuckDesc = prometheus.NewDesc("mountkeeper_network_stuck_calls",
+		"The agent's probes of network mounts that did not answer and still run, by server (host:port): each holds a thread in uninterruptible sleep until the server answers. At most one per NFS, CIFS or Ceph server.", []string{"server"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
@@ -36,6 +38,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- deathsDesc
 	ch <- recoveriesDesc
 	ch <- escalatedDesc
+	ch <- stuckDesc
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -51,6 +54,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(t.Recoveries))
 	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.ForcedUnmounts), EscalatedForce)
 	ch <- prometheus.MustNewConstMetric(escalatedDesc, prometheus.CounterValue, float64(t.LazyUnmounts), EscalatedLazy)
+	// Only servers with stuck calls: a series per server ever probed would only grow.
+	for server, n := range t.StuckCalls {
+		ch <- prometheus.MustNewConstMetric(stuckDesc, prometheus.GaugeValue, float64(n), server)
+	}
 }
 
 // The how label of mountkeeper_network_unmounts_escalated_total: umount -f, then umount -l.

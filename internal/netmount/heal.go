@@ -94,8 +94,9 @@ func (m *Manager) startProber() {
 }
 
 // probeHeld probes one mounted entry, bounded by ProbeTimeout (a stat of a dead server's
-// mount can hang: the stat is left behind, and while it hangs no other probe of the path
-// starts, see package bounded), and starts its recovery if it is dead.
+// mount can hang: the stat is left behind, and while it hangs no other probe of the mount, or
+// of a kernel client's server, starts: see probeKey), and starts its recovery if it is dead. A
+// probe refused so is dead too: its server does not answer.
 func (m *Manager) probeHeld(e *entry) {
 	defer m.wg.Done()
 	cause := m.health(e)

@@ -3,6 +3,7 @@ package netmount
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"syscall"
 	"testing"
@@ -191,7 +192,7 @@ func TestTotalsSurviveReleaseAndRemount(t *testing.T) {
 		t.Fatal(err)
 	}
 	killAndWaitRecovered(1)
-	if got := m.Totals(); got != (Totals{Deaths: 1, Recoveries: 1}) {
+	if got := m.Totals(); !reflect.DeepEqual(got, Totals{Deaths: 1, Recoveries: 1}) {
 		t.Fatalf("totals after one death: %+v", got)
 	}
 
@@ -204,7 +205,7 @@ func TestTotalsSurviveReleaseAndRemount(t *testing.T) {
 			t.Fatalf("the released mount is not unmounted 15s later: %+v", m.Status())
 		}
 	}
-	if got := m.Totals(); got != (Totals{Deaths: 1, Recoveries: 1}) {
+	if got := m.Totals(); !reflect.DeepEqual(got, Totals{Deaths: 1, Recoveries: 1}) {
 		t.Errorf("totals after the release: %+v, want 1 death and 1 recovery still: a counter went down", got)
 	}
 
@@ -212,7 +213,7 @@ func TestTotalsSurviveReleaseAndRemount(t *testing.T) {
 		t.Fatal(err)
 	}
 	killAndWaitRecovered(2)
-	if got, st := m.Totals(), m.Status(); got != (Totals{Deaths: 2, Recoveries: 2}) || len(st) != 1 || st[0].Deaths != 1 {
+	if got, st := m.Totals(), m.Status(); !reflect.DeepEqual(got, Totals{Deaths: 2, Recoveries: 2}) || len(st) != 1 || st[0].Deaths != 1 {
 		t.Errorf("after the re-mount and a second death: totals %+v (want 2, 2), status %+v (its own count restarted at the re-mount)", got, st)
 	}
 	m.Release("ctr-b")

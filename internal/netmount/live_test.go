@@ -203,7 +203,7 @@ func TestSSHFS(t *testing.T) {
 		target := filepath.Join(path, "not-cached") // a lookup the stopped daemon must answer
 		before := runtime.NumGoroutine()
 		for i := range 20 {
-			if err := l.probe(target); !errors.Is(err, bounded.ErrNoAnswer) {
+			if err := l.probe(w.spec, target); !errors.Is(err, bounded.ErrNoAnswer) {
 				t.Fatalf("probe %d of the hung mount = %v, want no answer", i, err)
 			}
 		}
@@ -212,7 +212,7 @@ func TestSSHFS(t *testing.T) {
 		}
 		resume()
 		eventually(t, "a probe after SIGCONT answers not-exist", func() bool {
-			return errors.Is(l.probe(target), os.ErrNotExist)
+			return errors.Is(l.probe(w.spec, target), os.ErrNotExist)
 		})
 	})
 

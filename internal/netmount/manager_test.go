@@ -29,6 +29,10 @@ type fakeSystem struct {
 	mountFn      func(ctx context.Context, target string, attempt int) error
 	unmountFn    func(ctx context.Context, target string, lazy bool) error
 	probeErr     map[string]error
+	// probeFn, if set, answers the probes instead of probeErr; probes, if set, is the group
+	// whose stuck calls stuckCalls counts.
+	probeFn      func(s netspec.Spec, target string) error
+	probes       *bounded.Group
 	mounted      map[string]bool
 	mountCalls   map[string][]time.Time // target -> start of each attempt
 	timeouts     []time.Duration        // the timeout of each attempt, in order
@@ -70,7 +74,8 @@ func (f *fakeSystem) mount(ctx context.Context, s netspec.Spec, unit, target str
 	f.timeouts = append(f.timeouts, timeout)
 	attempt, fn := len(f.mountCalls[target]), f.mountFn
 	f.mu.Unlock()
-	if unit != "mount-"+filepath.Base(target) {
+	// A heal mounts at a staging path named key.attempt, in the scope of the key.
+	if key, _, _ := strings.Cut(filepath.Base(target), "."); unit != "mount-"+key {
 		return fmt.Errorf("unit %s for target %s", unit, target)
 	}
 	if fn != nil {
@@ -102,10 +107,25 @@ func (f *fakeSystem) isMounted(target string) (bool, error) {
 	return f.mounted[target], nil
 }
 
-func (f *fakeSystem) probe(target string) error {
+func (f *fakeSystem) probe(s netspec.Spec, target string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.probeErr[target]
+	fn := f.probeFn
+	err := f.probeErr[target]
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(s, target)
+	}
+	return err
+}
+
+func (f *fakeSystem) stuckCalls() map[string]int {
+	f.mu.Lock()
+	g := f.probes
+	f.mu.Unlock()
+	if g == nil {
+		return map[string]int{}
+	}
+	return g.Stuck()
 }
 
 func (f *fakeSystem) unmount(ctx context.Context, target string, lazy bool) error {

@@ -5,12 +5,14 @@ package netmount
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/mountkeeper/mountkeeper/test/testsupport"
 	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -530,10 +532,41 @@ func dStateTasks(t *testing.T) int {
 	return n
 }
 
-// TestNFSGuestDeadServer: nfsd stopped under a hard NFSv4.2 mount in use. A new claim of
-// another mount of that server is refused within the create budget naming the server; the
-// release of the dead mount returns at once and the mount goes (umount, then umount -l after
-// UnmountTimeout). It runs last: it stops the guest's nfsd, and starts it again at the end.
+// stuckTotal sums the Manager's stuck calls over its servers.
+func stuckTotal(m *Manager) int {
+	n := 0
+	for _, c := range m.Totals().StuckCalls {
+		n += c
+	}
+	return n
+}
+
+// statChild stats path in a child process, killed after limit: a reader of the test's own
+// that leaves no thread of the test process in D state. Its exit is on the channel.
+func statChild(t *testing.T, path string, limit time.Duration) <-chan error {
+	t.Helper()
+	cmd := exec.Command("timeout", "-s", "KILL", strconv.Itoa(int(limit.Seconds())), "stat", path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() { done <- cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited // the caller may have taken the exit from done
+	})
+	return done
+}
+
+// TestNFSGuestDeadServer: nfsd stopped under three hard NFSv4.2 mounts of one server (other
+// options each), in use by readers (child processes). The Manager's threads stuck on the
+// server stay at one (the bound: one stuck probe per server) over many probe intervals, and
+// are what Totals counts. A new claim of another mount of that server is refused within the
+// create budget naming the server; the release of a dead mount returns at once and the mount
+// goes (umount, then umount -l after UnmountTimeout). nfsd started again: the held mounts
+// answer, the stuck count drops to 0, a new claim succeeds (timed). nfsd stopped again: Close
+// returns in time though a thread is stuck. It runs last: it stops the guest's nfsd, and
+// starts it again at the end.
 func TestNFSGuestDeadServer(t *testing.T) {
 	root := guestNFS(t)
 	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
@@ -545,12 +578,16 @@ func TestNFSGuestDeadServer(t *testing.T) {
 			t.Fatalf("rpc.nfsd %s: %v: %s", threads, err, out)
 		}
 	}
-	a := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac"}}
-	b := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2", "noac", "ro"}}
+	spec := func(opts ...string) netspec.Spec {
+		return netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: append([]string{"vers=4.2", "noac"}, opts...)}
+	}
+	held := []netspec.Spec{spec(), spec("nosuid"), spec("nodev"), spec("noexec")}
+	b := spec("ro")
 	const unmountTimeout = 3 * time.Second
+	const probeInterval = 300 * time.Millisecond
 	m, _ := nfsManagerIn(t, "mountkeeper-nfs-dead.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
 		UnmountTimeout: unmountTimeout, RetryBackoff: time.Second, FirstWait: 100 * time.Millisecond,
-		Wanted: []netspec.Spec{a, b}})
+		Wanted: append(slices.Clone(held), b)})
 	// Registered after the Manager's cleanup, so it runs first: nfsd serves again before the
 	// Manager closes.
 	stopped := false
@@ -559,28 +596,31 @@ func TestNFSGuestDeadServer(t *testing.T) {
 			nfsd("8")
 		}
 	})
-	path, err := acquireEventually(t, m, 60*time.Second, a, "ctr-a")
-	if err != nil {
-		t.Fatal(err)
+	var paths []string
+	for i, s := range held {
+		path, err := acquireEventually(t, m, 60*time.Second, s, fmt.Sprint("ctr-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
+			t.Fatalf("read %q, want %q", got, nfsContent)
+		}
+		paths = append(paths, path)
 	}
-	if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
-		t.Fatalf("read %q, want %q", got, nfsContent)
-	}
+	path := paths[0]
 	before := dStateTasks(t)
 	nfsd("0")
 	stopped = true
-	const readers = 3
-	for i := 0; i < readers; i++ {
-		go os.Stat(filepath.Join(path, "hello")) // hangs: a hard mount, the server gone
+	stoppedAt := time.Now()
+	for _, p := range paths {
+		statChild(t, filepath.Join(p, "hello"), 60*time.Second) // hangs: a hard mount, the server gone
 	}
-	time.Sleep(2 * time.Second)
-	t.Logf("threads of the test process in D state: %d before nfsd stopped, %d with %d readers stuck", before, dStateTasks(t), readers)
 
 	// The create budget: the runtime's 2 s NRI request timeout.
 	const budget = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	start := time.Now()
-	_, err = m.Acquire(ctx, b, "ctr-b")
+	_, err := m.Acquire(ctx, b, "ctr-b")
 	cancel()
 	took := time.Since(start)
 	if err == nil {
@@ -595,7 +635,7 @@ func TestNFSGuestDeadServer(t *testing.T) {
 	t.Logf("new claim refused in %s: %v", took.Round(time.Millisecond), err)
 
 	start = time.Now()
-	m.Release("ctr-a")
+	m.Release("ctr-0")
 	if d := time.Since(start); d > 100*time.Millisecond {
 		t.Errorf("Release of the dead mount took %s", d)
 	}
@@ -610,4 +650,89 @@ func TestNFSGuestDeadServer(t *testing.T) {
 	if tot := m.Totals(); tot.ForcedUnmounts+tot.LazyUnmounts == 0 {
 		t.Errorf("the release of the dead mount was not escalated: totals %+v", tot)
 	}
+
+	// The prober on: many probe intervals, each probing every held mount and each heal
+	// attempt probing its mount: the test's threads in D state are the Manager's, and stay at
+	// the bound.
+	const bound = 1 // one server
+	dReleased := dStateTasks(t)
+	cfg := m.config()
+	cfg.ProbeInterval = probeInterval
+	m.Reconfigure(cfg)
+	time.Sleep(ProbeTimeout + 10*probeInterval)
+	var dState, stuck int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		dState, stuck = dStateTasks(t), stuckTotal(m)
+		if dState == stuck || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("dead server: %d mounts of it held, probed every %s; %s after nfsd stopped: threads of the test process in D state %d (before: %d, after the release: %d), stuck calls %v (bound %d per server); deaths %d",
+		len(paths)-1, probeInterval, time.Since(stoppedAt).Round(time.Millisecond), dState, before, dReleased, m.Totals().StuckCalls, bound, m.Totals().Deaths)
+	if stuck != bound || dState != stuck {
+		t.Errorf("%d threads in D state, %d stuck calls counted (%v); want both %d", dState, stuck, m.Totals().StuckCalls, bound)
+	}
+	for _, st := range m.Status() {
+		if st.Key != b.Key() && st.Key != held[0].Key() && st.State == "mounted" {
+			t.Errorf("mount %s of the dead server is %s: want it found dead (its probe refused: the server's is stuck)", st.Spec, st.State)
+		}
+	}
+
+	// The server back: the held mounts answer, the stuck call returns, a new claim mounts.
+	nfsd("8")
+	stopped = false
+	back := time.Now()
+	var reads, unstuck time.Duration
+	for deadline := back.Add(60 * time.Second); reads == 0 || unstuck == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("60s after nfsd started again: held mount answers after %s, stuck calls %v; status %+v", reads, m.Totals().StuckCalls, m.Status())
+		}
+		if reads == 0 {
+			if err := <-statChild(t, filepath.Join(paths[1], "hello"), 2*time.Second); err == nil {
+				reads = time.Since(back)
+			}
+		}
+		if unstuck == 0 && stuckTotal(m) == 0 {
+			unstuck = time.Since(back)
+		}
+	}
+	if _, err := acquireEventually(t, m, 60*time.Second, b, "ctr-b"); err != nil {
+		t.Fatalf("a claim of a new mount of the server once it is back: %v", err)
+	}
+	claimed := time.Since(back)
+	healed := time.Duration(0)
+	for deadline := back.Add(30 * time.Second); healed == 0; time.Sleep(100 * time.Millisecond) {
+		n := 0
+		for _, st := range m.Status() {
+			if st.State == "mounted" {
+				n++
+			}
+		}
+		if n == len(paths) { // paths[0] released, b claimed
+			healed = time.Since(back)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("not every mount mounted again 30s after nfsd started: %+v", m.Status())
+		}
+	}
+	t.Logf("recovery after nfsd started again: held mount answers a stat after %s, stuck calls 0 after %s, a new claim of the server mounted after %s, every held mount mounted after %s; threads in D state %d; totals %+v",
+		reads.Round(time.Millisecond), unstuck.Round(time.Millisecond), claimed.Round(time.Millisecond), healed.Round(time.Millisecond), dStateTasks(t), m.Totals())
+
+	// Dead again: the agent stops (SIGTERM: Close) in time though a thread is stuck.
+	nfsd("0")
+	stopped = true
+	for deadline := time.Now().Add(10 * time.Second); stuckTotal(m) == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no probe stuck 10s after nfsd stopped again: %+v", m.Status())
+		}
+	}
+	start = time.Now()
+	closed := make(chan struct{})
+	go func() { m.Close(); close(closed) }()
+	const closeBound = 5 * time.Second
+	select {
+	case <-closed:
+	case <-time.After(closeBound):
+		t.Fatalf("Close did not return within %s with %d threads in D state", closeBound, dStateTasks(t))
+	}
+	t.Logf("Close returned in %s with %d threads in D state (stuck calls %v)", time.Since(start).Round(time.Millisecond), dStateTasks(t), m.Totals().StuckCalls)
 }

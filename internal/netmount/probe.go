@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,14 +23,65 @@ import (
 // unit, answers: nil if it does; else why not: its daemon is gone (where the system can tell:
 // healer.daemonGone), an error (ENOTCONN), or no answer within ProbeTimeout (an error wrapping
 // bounded.ErrNoAnswer: the stat is left behind, and while it hangs no other probe of the
-// path starts, see package bounded).
+// mount, or of a kernel client's server, starts: see probeKey).
 func probeMount(sys system, s netspec.Spec, unit, path string) error {
 	if h, ok := sys.(healer); ok {
 		if err := h.daemonGone(s, unit); err != nil {
 			return err
 		}
 	}
-	return staleCause(sys.probe(path))
+	return staleCause(sys.probe(s, path))
+}
+
+// mountRef is the mount on top at a path, from mountinfo: ID 0 if nothing is mounted there.
+type mountRef struct {
+	ID           int    // the mount's ID
+	SuperOptions string // its super options (addr= for NFS and CIFS)
+}
+
+// probeKey is what a probe of s mounted at target waits on (bounded.Key), given the mount on
+// top there. One stuck probe per mount: keyed by the mount's ID, not only its path, so that
+// the mount a heal put on top of a hung one is probed, not refused for as long as the stat of
+// the hung one below hangs. And, for a kernel client (NFS, CIFS, Ceph), one per server: the
+// kernel holds a connection per server address, and when the server dies every mount of it
+// hangs, whatever its options, so a probe of a second mount would only add a thread stuck
+// for as long. It is refused at once instead (bounded.ErrNoAnswer), which is the truth: that
+// mount does not answer either. A FUSE mount has a daemon of its own, which may hang alone
+// while the server serves another mount: per mount only.
+//
+// The server key is the server as the spec names it plus the address the kernel talks to
+// (addr= in the super options, where shown): a stuck probe is freed when its server answers
+// again at that address, which is when a new mount of it there could answer too; a server
+// moved to another address (DNS) would never free it, but a new mount at the new address has
+// a key of its own, so the heal is not refused for good.
+func probeKey(s netspec.Spec, target string, top mountRef) bounded.Key {
+	path := target
+	if top.ID != 0 {
+		path += " (mount " + strconv.Itoa(top.ID) + ")"
+	}
+	k := bounded.Key{Paths: []string{path}, Call: "probe " + path}
+	server, err := s.ServerAddress()
+	if err != nil {
+		return k // counted under "": the server cannot be told from the spec
+	}
+	k.Tag = server
+	if ft, err := netspec.Lookup(s.Type); err == nil && !ft.FUSE {
+		k.Server = server
+		if addr := superOption(top.SuperOptions, "addr"); addr != "" {
+			k.Server += " at " + addr
+		}
+	}
+	return k
+}
+
+// superOption is the value of name=value in a mount's comma-separated super options.
+func superOption(options, name string) string {
+	for _, o := range strings.Split(options, ",") {
+		if v, ok := strings.CutPrefix(o, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // unusable is the rule for a probe's answer (probeMount). A mount that answers is used, one

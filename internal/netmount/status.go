@@ -32,13 +32,25 @@ type MountStatus struct {
 // unlike the sums over Status, they do not drop when a mount is released. ForcedUnmounts and
 // LazyUnmounts count the releases whose umount did not finish within UnmountTimeout and were
 // escalated (unmount.go).
-type Totals struct{ Deaths, Recoveries, ForcedUnmounts, LazyUnmounts int }
+type Totals struct {
+	Deaths, Recoveries, ForcedUnmounts, LazyUnmounts int
+	// StuckCalls counts, by server ("host:port"), the probes that did not answer in time and
+	// are still running now: each holds a thread of the agent in uninterruptible sleep until
+	// its server answers. At most one per server of a kernel client (NFS, CIFS, Ceph), one per
+	// mount of a FUSE one (see probeKey).
+	StuckCalls map[string]int `json:"stuckCalls,omitempty"`
+}
 
-// Totals returns the Manager's deaths and recoveries so far.
+// Totals returns the Manager's deaths and recoveries so far, and its calls stuck now.
 func (m *Manager) Totals() Totals {
+	stuck := m.sys.stuckCalls()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.totals
+	t := m.totals
+	if len(stuck) > 0 {
+		t.StuckCalls = stuck
+	}
+	return t
 }
 
 // Status is a snapshot of the mounts the Manager holds, sorted by key.

@@ -28,9 +28,13 @@ type system interface {
 	mountsBelow(dir string) (map[string]bool, error)
 	// isMounted says whether target is a mount point (from mountinfo: nothing is touched).
 	isMounted(target string) (bool, error)
-	// probe stats target within ProbeTimeout: nil if the filesystem answers, an error wrapping
-	// bounded.ErrNoAnswer if it does not.
-	probe(target string) error
+	// probe stats target, where s is mounted, within ProbeTimeout: nil if the filesystem
+	// answers, an error wrapping bounded.ErrNoAnswer if it does not, or if it was not started
+	// because a probe of the same path or kernel client's server is stuck (probeKey).
+	probe(s netspec.Spec, target string) error
+	// stuckCalls counts the probes that overran their wait and still run, each an OS thread
+	// hung on a dead filesystem, by server (probeKey's Tag).
+	stuckCalls() map[string]int
 	// unmount unmounts target, lazily (umount -l) if lazy, within ctx.
 	unmount(ctx context.Context, target string, lazy bool) error
 	// removeScope removes the scope of unit once it is empty.
@@ -158,12 +162,21 @@ func (l *liveSystem) isMounted(target string) (bool, error) {
 }
 
 // probes bounds the probes running at once, stuck ones included, and lets one at most run per
-// path: a stat of a dead server's mount may never return, and is left behind counted here,
-// not started again while it hangs.
+// path, and per server of a kernel client (probeKey): a stat of a dead server's mount may
+// never return, and is left behind counted here, not started again while it hangs. One group
+// for the process: the threads it bounds are the process's.
 var probes = bounded.NewGroup(64)
 
-func (l *liveSystem) probe(target string) error {
-	_, err := bounded.Do(probes, ProbeTimeout, bounded.Key{Paths: []string{target}, Call: "probe " + target},
+func (l *liveSystem) stuckCalls() map[string]int { return probes.Stuck() }
+
+func (l *liveSystem) probe(s netspec.Spec, target string) error {
+	// The mount on top at target and the address its kernel client talks to, from mountinfo
+	// (nothing is touched); none if target is not mounted (yet).
+	var top mountRef
+	if infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target)); err == nil && len(infos) > 0 {
+		top = mountRef{ID: infos[len(infos)-1].ID, SuperOptions: infos[len(infos)-1].VFSOptions}
+	}
+	_, err := bounded.Do(probes, ProbeTimeout, probeKey(s, target, top),
 		"stat "+target, func() (struct{}, error) {
 			// Forced to the server: a kernel client (NFS) answers a plain stat of its root from
 			// its attribute cache for up to a minute, and would not see its root's file handle

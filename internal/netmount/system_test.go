@@ -183,10 +183,10 @@ func TestLiveSystemMountFailures(t *testing.T) {
 // behind per hung path, not one per probe) is shown on a real hung FUSE daemon in TestSSHFS.
 func TestLiveSystemProbe(t *testing.T) {
 	l := &liveSystem{}
-	if err := l.probe(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+	if err := l.probe(testSpec, filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("probe of a missing path = %v, want not-exist", err)
 	}
-	if err := l.probe(t.TempDir()); err != nil {
+	if err := l.probe(testSpec, t.TempDir()); err != nil {
 		t.Errorf("probe of a directory = %v", err)
 	}
 }

@@ -21,7 +21,7 @@ func (m *Manager) unmount(e *entry) {
 	err := m.sys.unmount(ctx, e.hostPath, false)
 	cancel()
 	dead := errors.Is(err, bounded.ErrNoAnswer)
-	if err != nil && !dead && m.ctx.Err() == nil && errors.Is(m.sys.probe(e.hostPath), bounded.ErrNoAnswer) {
+	if err != nil && !dead && m.ctx.Err() == nil && errors.Is(m.sys.probe(e.spec, e.hostPath), bounded.ErrNoAnswer) {
 		// "Busy" may be threads stuck on a dead server: a mount that does not answer is
 		// escalated too, or it would be kept, and retried, for as long as the server is gone.
 		log.WithError(err).Warn("netmount: unmount failed and the mount does not answer (a dead server?)")
