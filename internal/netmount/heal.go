@@ -183,11 +183,12 @@ func shortID(id string) string {
 	return id
 }
 
-// healLoop replaces dead e until it is replaced or the Manager is closed, waiting
-// RetryBackoff (doubling, at most MaxHealBackoff) between attempts.
+// healLoop replaces dead e until it is replaced, no container uses it any more, or the
+// Manager is closed, waiting RetryBackoff (doubling, at most MaxHealBackoff) between attempts.
 func (m *Manager) healLoop(e *entry) {
 	m.retryLoop(e, retry{
 		maxBackoff: MaxHealBackoff,
+		giveUp:     func() bool { return m.unmountUnusedDeadLocked(e) },
 		begin:      func() { e.phase = recovering },
 		try:        func(attempt int) error { return m.healOnce(e, attempt) },
 		succeeded: func(attempt int) func() {
@@ -205,6 +206,23 @@ func (m *Manager) healLoop(e *entry) {
 			return func() { log.Warn("netmount: recovery attempt failed: retrying") }
 		},
 	})
+}
+
+// unmountUnusedDeadLocked hands dead e to its unmount instead of its next replacement once no
+// container uses it (and the running containers' claims are known: synced): a dead server's
+// mount that nobody uses would otherwise be mounted again at every attempt, for as long as the
+// server stays away, and kept after. Its grace period is not waited for: it exists to keep a
+// mount that answers for the next container, and a new container mounts anew.
+func (m *Manager) unmountUnusedDeadLocked(e *entry) bool {
+	if !m.synced || len(e.users) > 0 {
+		return false
+	}
+	m.healLog(e).Info("netmount: no container uses the dead mount any more: unmounting it instead of replacing it")
+	e.phase, e.since, e.wanted = unmounting, time.Now(), false
+	e.broadcast()
+	m.wg.Add(1)
+	go m.unmount(e)
+	return true
 }
 
 // healOnce makes one attempt to replace dead e: what is left of its daemon is killed, the

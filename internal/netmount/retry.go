@@ -12,6 +12,9 @@ type retry struct {
 	try        func(attempt int) error // the attempt, without the lock
 	succeeded  func(attempt int) func()
 	failed     func(attempt int, err error, retryIn time.Duration) func() // sets e.lastErr
+	// giveUp, if set, is asked before each attempt: true ends the loop there (giveUp has
+	// handed e to what follows).
+	giveUp func() bool
 }
 
 // retryLoop runs r.try on e until it succeeds or the Manager is closed, waiting RetryBackoff
@@ -22,7 +25,7 @@ func (m *Manager) retryLoop(e *entry, r retry) {
 	backoff := m.cfg.RetryBackoff
 	for {
 		m.mu.Lock()
-		if m.closed {
+		if m.closed || r.giveUp != nil && r.giveUp() {
 			m.mu.Unlock()
 			return
 		}

@@ -223,3 +223,76 @@ func TestStuckProbesBoundedPerServer(t *testing.T) {
 		})
 	}
 }
+
+// TestUnusedDeadMountUnmounted: a dead mount that no container uses any more is unmounted,
+// while its server is still down and without waiting out its grace period, instead of being
+// mounted again at every heal attempt for as long as the server stays away; a dead mount still
+// in use goes on being healed, and recovers once the server is back.
+func TestUnusedDeadMountUnmounted(t *testing.T) {
+	f := newServerFake()
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		select {
+		case <-f.back:
+		default:
+			close(f.back)
+		}
+	}()
+	released := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2", "ro"}}
+	used := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2"}}
+	m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond,
+		ProbeInterval: 20 * time.Millisecond, Log: quietLog(), Wanted: []netspec.Spec{released, used}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	releasedPath, err := acquireEventually(t, m, 5*time.Second, released, "ctr-released")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquireEventually(t, m, 5*time.Second, used, "ctr-used"); err != nil {
+		t.Fatal(err)
+	}
+	m.ReleaseUnused() // the running containers' claims are known
+	f.mu.Lock()
+	f.down = true
+	f.mu.Unlock()
+	eventually(t, "both mounts found dead", func() bool { return m.Totals().Deaths == 2 })
+	m.Release("ctr-released")
+	eventually(t, "the released dead mount unmounted while its server is down", func() bool {
+		for _, st := range m.Status() {
+			if st.Key == released.Key() {
+				return false
+			}
+		}
+		return !f.isMountedNow(releasedPath)
+	})
+	attempts := func() int { // of the released mount, at its host path or a heal's staging path
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for target, calls := range f.mountCalls {
+			if base := filepath.Base(target); base == released.Key() || strings.HasPrefix(base, released.Key()+".") {
+				n += len(calls)
+			}
+		}
+		return n
+	}
+	before := attempts()
+	time.Sleep(200 * time.Millisecond) // many heal backoffs
+	if after := attempts(); after != before {
+		t.Errorf("the unmounted dead mount was mounted again %d times while unused", after-before)
+	}
+	if st := m.Status(); len(st) != 1 || st[0].Key != used.Key() || st[0].State == "mounted" {
+		t.Fatalf("status %+v, want the used mount alone, not mounted while its server is down", st)
+	}
+	f.mu.Lock()
+	f.down = false
+	close(f.back)
+	f.mu.Unlock()
+	eventually(t, "the used mount recovered", func() bool {
+		st := m.Status()
+		return len(st) == 1 && st[0].State == "mounted"
+	})
+}
