@@ -124,8 +124,14 @@ func (m *Manager) Release(user string) {
 			continue
 		}
 		delete(e.users, user)
-		if len(e.users) == 0 && e.phase == mounted {
+		switch {
+		case len(e.users) > 0:
+		case e.phase == mounted:
 			m.startGraceLocked(e)
+		case m.synced && e.heal.stopAttempt != nil:
+			// A dead mount being replaced: the heal unmounts it instead, once the attempt
+			// under way ends (unmountUnusedDeadLocked).
+			e.heal.stopAttempt()
 		}
 	}
 }

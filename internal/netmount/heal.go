@@ -54,6 +54,10 @@ type heal struct {
 	lastRecovery time.Time
 	lastCause    error         // why it was last found dead
 	lastTook     time.Duration // the last recovery, from the death to the new mount
+	// stopAttempt ends the replacement attempt under way (nil between attempts): its last
+	// container gone, a dead mount is not worth the rest of a mount that may hang until
+	// mountTimeout.
+	stopAttempt context.CancelFunc
 }
 
 // startProber starts probing the held mounts every ProbeInterval, if the system can heal; a
@@ -229,6 +233,16 @@ func (m *Manager) unmountUnusedDeadLocked(e *entry) bool {
 // filesystem is mounted again in e's scope at a staging path, probed, and put in place of
 // the dead mount (see replaceDead).
 func (m *Manager) healOnce(e *entry, attempt int) error {
+	m.mu.Lock()
+	ctx, cancel := context.WithCancel(m.ctx)
+	e.heal.stopAttempt = cancel
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		e.heal.stopAttempt = nil
+		m.mu.Unlock()
+		cancel()
+	}()
 	unlock, mounted, err := m.prepareMount(e)
 	if err != nil {
 		return err
@@ -237,7 +251,7 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	if mounted && !unusable(m.health(e), true) {
 		return nil // a hook (EnsureMounted) replaced it meanwhile
 	}
-	if err := replaceInPlace(m.ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
+	if err := replaceInPlace(ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {
 		return err
 	}

@@ -607,6 +607,7 @@ func TestNFSGuestDeadServer(t *testing.T) {
 		}
 		paths = append(paths, path)
 	}
+	m.ReleaseUnused() // the running containers' claims are known, as the plugin says after its sync
 	path := paths[0]
 	before := dStateTasks(t)
 	nfsd("0")
@@ -678,6 +679,19 @@ func TestNFSGuestDeadServer(t *testing.T) {
 		}
 	}
 
+	// A dead mount released while it is being healed: unmounted while the server is still
+	// down (the heal attempt under way stopped), not healed on.
+	last := len(paths) - 1
+	start = time.Now()
+	m.Release(fmt.Sprint("ctr-", last))
+	for len(mountsAt(t, paths[last])) > 0 {
+		if time.Since(start) > MaxHealBackoff+4*unmountTimeout {
+			t.Fatalf("the dead mount released while healed is still mounted %s after its release: %+v", time.Since(start).Round(time.Millisecond), m.Status())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("a dead mount released while healed was gone from mountinfo %s after its release, the server still down", time.Since(start).Round(time.Millisecond))
+
 	// The server back: the held mounts answer, the stuck call returns, a new claim mounts.
 	nfsd("8")
 	stopped = false
@@ -708,7 +722,7 @@ func TestNFSGuestDeadServer(t *testing.T) {
 				n++
 			}
 		}
-		if n == len(paths) { // paths[0] released, b claimed
+		if n == len(paths)-1 { // paths[0] and paths[last] released, b claimed
 			healed = time.Since(back)
 		} else if time.Now().After(deadline) {
 			t.Fatalf("not every mount mounted again 30s after nfsd started: %+v", m.Status())

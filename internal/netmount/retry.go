@@ -12,8 +12,8 @@ type retry struct {
 	try        func(attempt int) error // the attempt, without the lock
 	succeeded  func(attempt int) func()
 	failed     func(attempt int, err error, retryIn time.Duration) func() // sets e.lastErr
-	// giveUp, if set, is asked before each attempt: true ends the loop there (giveUp has
-	// handed e to what follows).
+	// giveUp, if set, is asked before each attempt and after each failed one: true ends the
+	// loop there (giveUp has handed e to what follows).
 	giveUp func() bool
 }
 
@@ -50,6 +50,10 @@ func (m *Manager) retryLoop(e *entry, r retry) {
 			e.broadcast()
 			m.mu.Unlock()
 			logLine()
+			return
+		}
+		if r.giveUp != nil && r.giveUp() {
+			m.mu.Unlock()
 			return
 		}
 		logLine := r.failed(attempt, err, backoff)

@@ -225,9 +225,10 @@ func TestStuckProbesBoundedPerServer(t *testing.T) {
 }
 
 // TestUnusedDeadMountUnmounted: a dead mount that no container uses any more is unmounted,
-// while its server is still down and without waiting out its grace period, instead of being
-// mounted again at every heal attempt for as long as the server stays away; a dead mount still
-// in use goes on being healed, and recovers once the server is back.
+// while its server is still down and without waiting out its grace period or the heal attempt
+// under way (a mount of the dead server that hangs), instead of being mounted again at every
+// heal attempt for as long as the server stays away; a dead mount still in use goes on being
+// healed, and recovers once the server is back.
 func TestUnusedDeadMountUnmounted(t *testing.T) {
 	f := newServerFake()
 	defer func() {
@@ -241,7 +242,7 @@ func TestUnusedDeadMountUnmounted(t *testing.T) {
 	}()
 	released := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2", "ro"}}
 	used := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2"}}
-	m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond,
+	m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond, MountTimeout: time.Hour,
 		ProbeInterval: 20 * time.Millisecond, Log: quietLog(), Wanted: []netspec.Spec{released, used}}, f)
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +258,16 @@ func TestUnusedDeadMountUnmounted(t *testing.T) {
 	m.ReleaseUnused() // the running containers' claims are known
 	f.mu.Lock()
 	f.down = true
+	// A mount of the dead server hangs (until mountTimeout, an hour) or until it is back.
+	mountBack := f.mountFn
+	f.mountFn = func(ctx context.Context, target string, attempt int) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.back:
+		}
+		return mountBack(ctx, target, attempt)
+	}
 	f.mu.Unlock()
 	eventually(t, "both mounts found dead", func() bool { return m.Totals().Deaths == 2 })
 	m.Release("ctr-released")
