@@ -108,6 +108,15 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 // (startPlugin, or harness.StartPlugin with flags of its own).
 func newNodeWithoutPlugin(t *testing.T, kind harness.RuntimeKind, handlers []string, config, pluginCgroup string) *node {
 	t.Helper()
+	return newNodeOpts(t, kind, harness.Options{Handlers: handlers, NRI: true}, config, pluginCgroup)
+}
+
+// newNodeOpts is newNodeWithoutPlugin with the runtime started on opts (NRI on whatever opts
+// say): for a test that needs more of the runtime than its handlers, such as a longer NRI
+// request timeout.
+func newNodeOpts(t *testing.T, kind harness.RuntimeKind, opts harness.Options, config, pluginCgroup string) *node {
+	t.Helper()
+	opts.NRI = true
 	testenv.Require(t, append([]string{"root"}, kind.Binaries()...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -126,7 +135,7 @@ func newNodeWithoutPlugin(t *testing.T, kind harness.RuntimeKind, handlers []str
 	if err := os.WriteFile(n.config, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.rt, err = harness.StartRuntime(ctx, kind, harness.Options{Handlers: handlers, NRI: true})
+	n.rt, err = harness.StartRuntime(ctx, kind, opts)
 	if err != nil {
 		t.Fatalf("start %s: %v", kind, err)
 	}

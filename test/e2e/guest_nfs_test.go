@@ -1,0 +1,275 @@
+//go:build e2e && guestnfs
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
+)
+
+// These tests mount NFS for real through the whole NRI path: real containerd and runc, the
+// mountkeeper plugin binary, mount.nfs and the kernel's NFS client, against the kernel nfsd of
+// test/vm's NFS guest (TestNFS), which runs them after internal/netmount's guest tests have
+// installed the NFS client. The host never compiles them (build tag guestnfs).
+
+// guestNFSRootEnv is set by the guest once its nfsd serves /export.
+const guestNFSRootEnv = "MOUNTKEEPER_GUEST_NFS_ROOT"
+
+// guestNFSContent is what the guest's export holds in its file "hello".
+const guestNFSContent = "served by the guest's nfsd\n"
+
+// guestNFSConfig mounts on demand, in CreateContainer: an NFSv4.2 mount takes 6-8 s under
+// TCG, so the runtime's plugin request timeout (guestNFSRequestTimeout) and the create budget
+// are raised to hold it.
+const guestNFSConfig = `
+unmountGrace: 2s
+createBudget: 25s
+pluginRequestTimeout: 30s
+runtimeClasses:
+  mk-nfs4:
+    mounts:
+      - {type: nfs, source: "127.0.0.1:/", destination: /data, propagation: HostToContainer, options: [vers=4.2, hard]}
+  mk-nfs3:
+    mounts:
+      - {type: nfs, source: "127.0.0.1:/export", destination: /data, propagation: HostToContainer, options: [vers=3, hard]}
+`
+
+const guestNFSRequestTimeout = 30 * time.Second
+
+// nfsClass is one NFS class of guestNFSConfig with its readers.
+type nfsClass struct {
+	name     string
+	hostPath string // the plugin's host mount of the class's export
+	readers  []string
+	mountID  int // the host mount's ID in mountinfo, once mounted
+}
+
+// TestGuestNFS: pods of an NFSv4.2 and an NFSv3 class read the guest's export through one host
+// mount per class; the plugin, SIGKILLed while they read, is restarted, adopts both mounts
+// and serves new containers; rpc.statd runs in a scope of its own throughout; once the last
+// pod is gone and the grace has passed, nothing is mounted and no scope is left.
+func TestGuestNFS(t *testing.T) {
+	if os.Getenv(guestNFSRootEnv) == "" {
+		t.Fatalf("%s is not set: this test runs in test/vm's NFS guest only", guestNFSRootEnv)
+	}
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (internal/netmount's TestNFSGuestNoClient installs it before this runs): %v", err)
+	}
+	stopStatd(t)
+	cgRoot, err := harness.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := filepath.Join(cgRoot, netmount.DefaultCgroupParent)
+	// The node's rpc.statd outlives every mount by design; it goes with the test.
+	t.Cleanup(func() {
+		if err := (&harness.Cgroup2{Dir: filepath.Join(scopes, "rpc-statd")}).Remove(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		os.Remove(scopes)
+	})
+
+	plugCg, err := harness.NewCgroup2("mk-guestnfs-plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plugCg.Remove() })
+	classes := []*nfsClass{{name: "mk-nfs4"}, {name: "mk-nfs3"}}
+	n := newNodeOpts(t, harness.KindContainerd, harness.Options{Handlers: []string{"mk-nfs4", "mk-nfs3"},
+		NRIRequestTimeout: guestNFSRequestTimeout}, guestNFSConfig, plugCg.Dir)
+	n.startPlugin()
+	cfg := n.endNetworkScopes()
+	for _, c := range classes {
+		c.hostPath = netmount.HostPath(filepath.Join(n.src(), "state"), *cfg.RuntimeClasses[c.name].Mounts[0].Network)
+	}
+
+	for _, c := range classes {
+		t.Run(c.name+": two pods read the export through one host mount", func(t *testing.T) {
+			start := time.Now()
+			c.readers = append(c.readers, n.mustRun(c.name, c.name+"-r1", readLoop("0.2")))
+			t.Logf("%s: first container created and started in %s (the NFS mount included)", c.name, time.Since(start).Round(time.Millisecond))
+			start = time.Now()
+			c.readers = append(c.readers, n.mustRun(c.name, c.name+"-r2", readLoop("0.2")))
+			t.Logf("%s: second container in %s", c.name, time.Since(start).Round(time.Millisecond))
+			m := oneNFSMount(t, c.hostPath)
+			c.mountID = m.ID
+			for _, id := range c.readers {
+				readsExport(t, n, id)
+				if dev := devOf(n.mountinfoOf(id, "/data")); dev != devOf(m) {
+					t.Errorf("container %s's /data is device %s, want the host mount's %s", id, dev, devOf(m))
+				}
+			}
+			if left := scopesBesideStatd(t, scopes); len(left) > 0 {
+				t.Errorf("scopes left while mounted: %v; a kernel mount's scope goes once mount.nfs has exited", left)
+			}
+		})
+	}
+
+	t.Run("rpc.statd runs in a scope of its own", func(t *testing.T) {
+		pid := statdPid(t)
+		if pid == 0 {
+			t.Fatal("no rpc.statd runs with an NFSv3 mount")
+		}
+		checkStatdCgroup(t, pid, scopes, plugCg.Dir)
+	})
+	statd := statdPid(t)
+
+	t.Run("SIGKILLed and restarted, the plugin adopts the mounts and serves new containers", func(t *testing.T) {
+		before := map[string]int{}
+		for _, c := range classes {
+			for _, id := range c.readers {
+				before[id], _ = countReads(t, n, id)
+			}
+		}
+		killed := time.Now()
+		if err := n.plugin.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the plugin's exit after SIGKILL", n.plugin.Exited)
+		n.startPluginIn(plugCg.Dir)
+		for _, c := range classes {
+			start := time.Now()
+			id := n.mustRun(c.name, c.name+"-r3", nil)
+			t.Logf("%s: a container of the restarted plugin in %s", c.name, time.Since(start).Round(time.Millisecond))
+			readsExport(t, n, id)
+			if m := oneNFSMount(t, c.hostPath); m.ID != c.mountID {
+				t.Errorf("%s: the host mount is mount %d after the restart, want %d (adopted, not mounted anew)", c.name, m.ID, c.mountID)
+			}
+		}
+		if err := n.plugin.WaitLog(n.ctx, "adopt", 1, 10*time.Second); err != nil {
+			t.Errorf("the restarted plugin logged no adoption: %v", err)
+		}
+		t.Logf("%s from the SIGKILL to the last new container", time.Since(killed).Round(time.Millisecond))
+		for id, b := range before {
+			ok, fails := countReads(t, n, id)
+			t.Logf("reader %s: %d reads ok since the kill, %d failed", id, ok-b, fails)
+			if fails > 0 || ok <= b {
+				t.Errorf("reader %s: %d reads ok (from %d), %d failed", id, ok, b, fails)
+			}
+		}
+		if got := statdPid(t); got != statd {
+			t.Errorf("rpc.statd is %d after the plugin's restart, want %d still running", got, statd)
+		}
+	})
+
+	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {
+		cri := n.rt.CRI()
+		pods, err := cri.ListPods(n.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if err := cri.RemovePod(n.ctx, p.GetId()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		removed := time.Now()
+		testsupport.Eventually(t, 30*time.Second, 100*time.Millisecond, "no NFS mount and no scope but rpc.statd's", func() bool {
+			for _, c := range classes {
+				if ms := mountsAt(t, c.hostPath); len(ms) > 0 {
+					return false
+				}
+			}
+			return len(scopesBesideStatd(t, scopes)) == 0
+		})
+		t.Logf("released %s after the last pod's removal (grace 2s)", time.Since(removed).Round(time.Millisecond))
+		if got := statdPid(t); got != statd {
+			t.Errorf("rpc.statd is %d after the v3 mount's release, want %d still running", got, statd)
+		}
+	})
+}
+
+// stopStatd kills an rpc.statd an earlier test left, so that the plugin's NFSv3 mount starts
+// the node's own.
+func stopStatd(t *testing.T) {
+	t.Helper()
+	if pid := statdPid(t); pid != 0 {
+		t.Logf("killing the rpc.statd (%d) an earlier test left", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+		testsupport.Eventually(t, 10*time.Second, 50*time.Millisecond, "rpc.statd's exit", func() bool { return statdPid(t) == 0 })
+	}
+}
+
+// statdPid is the pid in /run/rpc.statd.pid if that process lives, else 0.
+func statdPid(t *testing.T) int {
+	t.Helper()
+	data, err := os.ReadFile("/run/rpc.statd.pid")
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+// checkStatdCgroup checks that rpc.statd (pid) runs in the node's statd scope below scopes:
+// neither in the plugin's cgroup nor in a mount's scope, which die with the plugin or the mount.
+func checkStatdCgroup(t *testing.T, pid int, scopes, pluginCgroup string) {
+	t.Helper()
+	cg, err := testsupport.CgroupV2(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := strings.TrimSuffix(scopes, "/"+netmount.DefaultCgroupParent)
+	if want := "/" + netmount.DefaultCgroupParent + "/rpc-statd"; cg != want {
+		t.Errorf("rpc.statd (%d) runs in cgroup %s, want %s (the plugin's is %s)", pid, cg, want, strings.TrimPrefix(pluginCgroup, root))
+	}
+}
+
+// scopesBesideStatd lists the cgroups below scopes other than rpc.statd's.
+func scopesBesideStatd(t *testing.T, scopes string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(scopes)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != "rpc-statd" {
+			left = append(left, e.Name())
+		}
+	}
+	return left
+}
+
+// mountsAt returns the host's mounts at path.
+func mountsAt(t *testing.T, path string) []*mountinfo.Info {
+	t.Helper()
+	ms, err := testsupport.MountsAt(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// oneNFSMount returns the one NFS mount at path, failing the test unless there is exactly one.
+func oneNFSMount(t *testing.T, path string) *mountinfo.Info {
+	t.Helper()
+	ms := mountsAt(t, path)
+	if len(ms) != 1 || !slices.Contains([]string{"nfs", "nfs4"}, ms[0].FSType) {
+		t.Fatalf("mounts at %s:\n%s\nwant one NFS mount", path, mountLines(ms))
+	}
+	return ms[0]
+}
+
+// readsExport checks that container id reads the guest's export at /data.
+func readsExport(t *testing.T, n *node, id string) {
+	t.Helper()
+	if out, code := n.sh(id, "cat /data/hello"); code != 0 || out != guestNFSContent {
+		t.Errorf("container %s reads %q (exit %d), want %q", id, out, code, guestNFSContent)
+	}
+}
