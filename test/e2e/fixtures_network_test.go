@@ -109,7 +109,12 @@ func readLoop(interval string) []string {
 func countReads(t *testing.T, n *node, id string) (ok, fails int) {
 	t.Helper()
 	out, _ := n.sh(id, "cat /tmp/reads")
-	return strings.Count(out, "ok"), strings.Count(out, "FAIL")
+	return tallyReads(out)
+}
+
+// tallyReads counts the ok and failed reads in a readLoop's log.
+func tallyReads(log string) (ok, fails int) {
+	return strings.Count(log, "ok"), strings.Count(log, "FAIL")
 }
 
 // newContainerMount checks that a container created after the replacement reads the export
