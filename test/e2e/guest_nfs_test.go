@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -114,6 +115,9 @@ func TestGuestNFS(t *testing.T) {
 	for _, c := range classes {
 		t.Run(c.name+": two pods read the export through one host mount", func(t *testing.T) {
 			m := oneNFSMount(t, c.hostPath)
+			if m == nil {
+				t.FailNow()
+			}
 			c.mountID = m.ID
 			for _, id := range c.readers {
 				readsExport(t, n, id)
@@ -143,6 +147,15 @@ func TestGuestNFS(t *testing.T) {
 				before[id], _ = readsOf(t, n, id)
 			}
 		}
+		// Mount IDs are reused once free: a mount made anew in place of a detached one may get
+		// the old one's ID. Held open, each host mount keeps its ID taken until the end.
+		for _, c := range classes {
+			f, err := os.Open(c.hostPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+		}
 		killed := time.Now()
 		if err := n.plugin.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -151,14 +164,15 @@ func TestGuestNFS(t *testing.T) {
 		n.startPluginIn(plugCg.Dir)
 		if err := n.plugin.WaitLog(n.ctx, adoptedLog, len(classes), 30*time.Second); err != nil {
 			t.Errorf("the restarted plugin did not adopt both mounts: %v", err)
+		} else {
+			t.Logf("both mounts adopted %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 		}
-		t.Logf("both mounts adopted %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 		start := time.Now()
 		id := n.mustRun(classes[0].name, classes[0].name+"-r3", nil)
 		t.Logf("%s: a container of the restarted plugin in %s", classes[0].name, time.Since(start).Round(time.Millisecond))
 		readsExport(t, n, id)
 		for _, c := range classes {
-			if m := oneNFSMount(t, c.hostPath); m.ID != c.mountID {
+			if m := oneNFSMount(t, c.hostPath); m != nil && m.ID != c.mountID {
 				t.Errorf("%s: the host mount is mount %d after the restart, want %d (adopted, not mounted anew)", c.name, m.ID, c.mountID)
 			}
 		}
@@ -177,19 +191,33 @@ func TestGuestNFS(t *testing.T) {
 	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {
 		n.removePods()
 		removed := time.Now()
-		testsupport.Eventually(t, 30*time.Second, 100*time.Millisecond, "no NFS mount and no scope but rpc.statd's", func() bool {
-			for _, c := range classes {
-				if ms := mountsAt(t, c.hostPath); len(ms) > 0 {
-					return false
-				}
+		for left := leftAfter(t, classes, scopes); left != ""; left = leftAfter(t, classes, scopes) {
+			if time.Since(removed) > 30*time.Second {
+				t.Fatalf("30s after the last pod's removal (grace 2s): %s", left)
 			}
-			return len(scopesBesideStatd(t, scopes)) == 0
-		})
+			time.Sleep(100 * time.Millisecond)
+		}
 		t.Logf("released %s after the last pod's removal (grace 2s)", time.Since(removed).Round(time.Millisecond))
 		if got := statdPid(t); got != statd {
 			t.Errorf("rpc.statd is %d after the v3 mount's release, want %d still running", got, statd)
 		}
 	})
+}
+
+// leftAfter says what is left of the classes' mounts: mounts at their host paths and scopes
+// beside rpc.statd's; "" when nothing is.
+func leftAfter(t *testing.T, classes []*nfsClass, scopes string) string {
+	t.Helper()
+	var left []string
+	for _, c := range classes {
+		if ms := mountsAt(t, c.hostPath); len(ms) > 0 {
+			left = append(left, "mounted: "+mountLines(ms))
+		}
+	}
+	if s := scopesBesideStatd(t, scopes); len(s) > 0 {
+		left = append(left, fmt.Sprintf("scopes: %v", s))
+	}
+	return strings.Join(left, "; ")
 }
 
 // adoptedLog is what the plugin logs for each mount of an earlier agent it takes over.
@@ -280,12 +308,14 @@ func mountsAt(t *testing.T, path string) []*mountinfo.Info {
 	return ms
 }
 
-// oneNFSMount returns the one NFS mount at path, failing the test unless there is exactly one.
+// oneNFSMount returns the one NFS mount at path; unless there is exactly one, it fails the
+// test and returns nil.
 func oneNFSMount(t *testing.T, path string) *mountinfo.Info {
 	t.Helper()
 	ms := mountsAt(t, path)
 	if len(ms) != 1 || !slices.Contains([]string{"nfs", "nfs4"}, ms[0].FSType) {
-		t.Fatalf("mounts at %s:\n%s\nwant one NFS mount", path, mountLines(ms))
+		t.Errorf("mounts at %s:\n%s\nwant one NFS mount", path, mountLines(ms))
+		return nil
 	}
 	return ms[0]
 }
