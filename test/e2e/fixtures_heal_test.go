@@ -38,7 +38,7 @@ func testHeal(t *testing.T, work string, srv healServer) {
 	n := newNodeWith(t, harness.KindContainerd, []string{"mk-heal", "mk-private"}, cfg, plugCg.Dir)
 	spec := *n.endNetworkScopes().RuntimeClasses["mk-heal"].Mounts[0].Network
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
-	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done"}
+	reader := readLoop("0.1")
 	r1 := n.mustRun("mk-heal", "r1", reader)
 	r2 := n.mustRun("mk-heal", "r2", nil)
 	p1 := n.mustRun("mk-private", "p1", nil)

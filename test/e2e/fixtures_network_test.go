@@ -99,11 +99,22 @@ func waitRecovered(t *testing.T, n *node, before int, what string) {
 	}
 }
 
+// readLoop is a container's command that reads /data/hello every interval (a sleep(1)
+// argument) and appends "ok" or "FAIL" to /tmp/reads (countReads).
+func readLoop(interval string) []string {
+	return []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep " + interval + "; done"}
+}
+
 // countReads returns how many reads the reader container logged as ok and as failed.
 func countReads(t *testing.T, n *node, id string) (ok, fails int) {
 	t.Helper()
 	out, _ := n.sh(id, "cat /tmp/reads")
-	return strings.Count(out, "ok"), strings.Count(out, "FAIL")
+	return tallyReads(out)
+}
+
+// tallyReads counts the ok and failed reads in a readLoop's log.
+func tallyReads(log string) (ok, fails int) {
+	return strings.Count(log, "ok"), strings.Count(log, "FAIL")
 }
 
 // newContainerMount checks that a container created after the replacement reads the export
@@ -182,7 +193,7 @@ func testNetworkFilesystem(t *testing.T, kind harness.RuntimeKind) {
 	spec := *n.endNetworkScopes().RuntimeClasses["mk-sshfs"].Mounts[0].Network
 	hostPath := netmount.HostPath(filepath.Join(n.src(), "state"), spec)
 
-	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.25; done"}
+	reader := readLoop("0.25")
 	a1 := n.mustRun("mk-sshfs", "a1", reader)
 	a2 := n.mustRun("mk-sshfs", "a2", nil)
 

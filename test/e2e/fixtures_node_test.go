@@ -8,11 +8,15 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +40,7 @@ type node struct {
 	bin       string
 	config    string
 	cgroup    string              // cgroup2 dir the plugin runs in; "" for the test's own
+	mu        sync.Mutex          // guards byHandler
 	byHandler map[string][]string // container IDs created, by runtime handler
 	scopes    *scopeEnder         // network mount scopes that end with the test
 	pluginLog io.Writer           // receives the plugin's log (startPlugin); nil: the test's log
@@ -108,6 +113,15 @@ func newNodeWith(t *testing.T, kind harness.RuntimeKind, handlers []string, conf
 // (startPlugin, or harness.StartPlugin with flags of its own).
 func newNodeWithoutPlugin(t *testing.T, kind harness.RuntimeKind, handlers []string, config, pluginCgroup string) *node {
 	t.Helper()
+	return newNodeOpts(t, kind, harness.Options{Handlers: handlers, NRI: true}, config, pluginCgroup)
+}
+
+// newNodeOpts is newNodeWithoutPlugin with the runtime started on opts (NRI on whatever opts
+// say): for a test that needs more of the runtime than its handlers, such as a longer NRI
+// request timeout.
+func newNodeOpts(t *testing.T, kind harness.RuntimeKind, opts harness.Options, config, pluginCgroup string) *node {
+	t.Helper()
+	opts.NRI = true
 	testenv.Require(t, append([]string{"root"}, kind.Binaries()...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
@@ -126,7 +140,7 @@ func newNodeWithoutPlugin(t *testing.T, kind harness.RuntimeKind, handlers []str
 	if err := os.WriteFile(n.config, []byte(strings.ReplaceAll(config, "SRC", n.src())), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.rt, err = harness.StartRuntime(ctx, kind, harness.Options{Handlers: handlers, NRI: true})
+	n.rt, err = harness.StartRuntime(ctx, kind, opts)
 	if err != nil {
 		t.Fatalf("start %s: %v", kind, err)
 	}
@@ -205,24 +219,67 @@ func (n *node) mustRun(handler, name string, args []string) string {
 }
 
 // containersOf returns the containers created for handler.
-func (n *node) containersOf(handler string) []string { return n.byHandler[handler] }
+func (n *node) containersOf(handler string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.byHandler[handler])
+}
 
 func (n *node) runContainerArgs(handler, name string, args []string) (string, error) {
 	n.t.Helper()
+	id, refused, err := n.podContainer(handler, name, args)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return id, refused
+}
+
+// podOf names a pod of mustRunPods and its runtime handler.
+type podOf struct{ handler, name string }
+
+// mustRunPods runs a container with args (nil: sleep) in each of the pods, all at once (the
+// runtime serializes only their NRI calls), and fails the test unless all run.
+func (n *node) mustRunPods(args []string, pods ...podOf) []string {
+	n.t.Helper()
+	ids := make([]string, len(pods))
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var refused error
+			ids[i], refused, errs[i] = n.podContainer(p.handler, p.name, args)
+			errs[i] = errors.Join(errs[i], refused)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		n.t.Fatalf("run containers: %v", err)
+	}
+	return ids
+}
+
+// podContainer runs a privileged busybox container with args (nil: sleep) in a new pod of the
+// handler and starts it. refused is the runtime's refusal to create it, err any other failure.
+// Safe for concurrent use.
+func (n *node) podContainer(handler, name string, args []string) (id string, refused, err error) {
 	cri := n.rt.CRI()
 	pod, err := cri.RunPod(n.ctx, harness.PodOptions{Name: name + "-pod", RuntimeHandler: handler})
 	if err != nil {
-		n.t.Fatalf("run pod with handler %q: %v", handler, err)
+		return "", nil, fmt.Errorf("run pod with handler %q: %w", handler, err)
 	}
-	id, err := cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true, Args: args})
+	id, err = cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true, Args: args})
 	if err != nil {
-		return "", err
+		return "", err, nil
 	}
+	n.mu.Lock()
 	n.byHandler[handler] = append(n.byHandler[handler], id)
+	n.mu.Unlock()
 	if err := cri.StartContainer(n.ctx, id); err != nil {
-		n.t.Fatalf("start container %s: %v", name, err)
+		return id, nil, fmt.Errorf("start container %s: %w", name, err)
 	}
-	return id, nil
+	return id, nil, nil
 }
 
 // sh runs a shell command in a container and returns its stdout and exit code.
@@ -238,6 +295,37 @@ func (n *node) sh(id, script string) (string, int) {
 	return out, code
 }
 
+// fileIn reads path as container id sees it, through its process's /proc/PID/root: no exec,
+// which takes seconds where syscalls are slow (a TCG guest).
+func (n *node) fileIn(id, path string) (string, error) {
+	n.t.Helper()
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(containerPid(n.t, n, id)), "root", path))
+	return string(data), err
+}
+
+// removePods removes every pod of the node and its containers, all pods at once.
+func (n *node) removePods() {
+	n.t.Helper()
+	cri := n.rt.CRI()
+	pods, err := cri.ListPods(n.ctx)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = cri.RemovePod(n.ctx, p.GetId())
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 // startPluginBinary starts bin as the node's plugin (`mountkeeper nri` of that build).
 func (n *node) startPluginBinary(bin string) {
 	n.t.Helper()
@@ -250,7 +338,12 @@ func (n *node) startPluginBinary(bin string) {
 // mountinfoOf returns the container's mount at mount point dst.
 func (n *node) mountinfoOf(id, dst string) *mountinfo.Info {
 	n.t.Helper()
-	out, _ := n.sh(id, "cat /proc/self/mountinfo")
+	// The container's process's table: its mount namespace's, read without an exec.
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(containerPid(n.t, n, id)), "mountinfo"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	out := string(data)
 	if m := mountIn(n.t, out, dst); m != nil {
 		return m
 	}

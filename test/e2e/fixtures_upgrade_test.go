@@ -39,7 +39,7 @@ func testUpgrade(t *testing.T, c upgradeCase) {
 	mountsDir := filepath.Join(n.src(), "state", "mounts")
 	n.startPluginBinary(bin)
 
-	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done"}
+	reader := readLoop("0.1")
 	r1 := n.mustRun(c.classBefore, "r1", reader)
 	r2 := n.mustRun(c.classBefore, "r2", reader)
 	held := fuseMountsBelow(t, mountsDir)

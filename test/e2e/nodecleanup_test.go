@@ -30,7 +30,7 @@ func TestNodeCleanup(t *testing.T) {
 	n.endNetworkScopes()
 	state := filepath.Join(n.src(), "state")
 	mountsDir := filepath.Join(state, "mounts")
-	reader := []string{"sh", "-c", "while true; do if cat /data/hello >/dev/null 2>&1; then echo ok; else echo FAIL; fi >> /tmp/reads; sleep 0.1; done"}
+	reader := readLoop("0.1")
 	r1 := n.mustRun("mk-sshfs", "r1", reader)
 	held := fuseMountsBelow(t, mountsDir)
 	if len(held) != 1 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testenv"
 )
 
@@ -19,8 +20,13 @@ import (
 // costs about a minute of the suite's time under TCG (an NFSv4 mount alone takes 6-8 s).
 const nfsKernel = "6.1"
 
-// nfsPackage holds the guest-only NFS tests (build tag guestnfs, names TestNFSGuest*).
-const nfsPackage = "internal/netmount"
+// nfsPackages are the guest-only NFS tests, run in this order in one guest: internal/netmount's
+// (build tag guestnfs, TestNFSGuest*: the Manager; the first installs the NFS client) and
+// test/e2e's (tags e2e and guestnfs, TestGuestNFS: containerd, runc and the plugin binary).
+var nfsPackages = []struct{ pkg, tags, run string }{
+	{"internal/netmount", "guestnfs", "^TestNFSGuest"},
+	{"test/e2e", "e2e guestnfs", "^TestGuestNFS$"},
+}
 
 // NFSRoot is where test/tools/install.sh (install_nfs) unpacks Debian 12's NFS server and
 // client debs.
@@ -68,25 +74,34 @@ func TestNFS(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := TempDir(t)
-	exe := filepath.Join(bin, binName(nfsPackage))
-	cmd := exec.Command("go", "test", "-c", "-tags", "guestnfs", "-o", exe, "./"+nfsPackage)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go test -c -tags guestnfs ./%s: %v\n%s", nfsPackage, err, out)
+	agent, err := harness.BuildMountkeeper(bin)
+	if err != nil {
+		t.Fatal(err)
 	}
 	script := filepath.Join(bin, "nfs-server.sh")
 	if err := os.WriteFile(script, []byte(nfsServerScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	guest := fmt.Sprintf(`s=$(date +%%s%%N)
+	var guest strings.Builder
+	fmt.Fprintf(&guest, `s=$(date +%%s%%N)
 sh %s %s >/dev/ttyS1 2>&1 || { echo "the NFS server did not start"; exit 1; }
 echo "nfsd started in $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
-echo '%s%s start'; s=$(date +%%s%%N)
-cd %s && MOUNTKEEPER_GUEST_NFS_ROOT=%s %s -test.v -test.count=1 -test.timeout=8m -test.run '^TestNFSGuest' 2>&1
+export MOUNTKEEPER_GUEST_NFS_ROOT=%s MOUNTKEEPER_BINARY=%s
+`, shellQuote(script), shellQuote(nfs), shellQuote(nfs), shellQuote(agent))
+	for _, p := range nfsPackages {
+		exe := filepath.Join(bin, binName(p.pkg))
+		cmd := exec.Command("go", "test", "-c", "-tags", p.tags, "-o", exe, "./"+p.pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go test -c -tags '%s' ./%s: %v\n%s", p.tags, p.pkg, err, out)
+		}
+		fmt.Fprintf(&guest, `echo '%s%s start'; s=$(date +%%s%%N)
+cd %s && %s -test.v -test.count=1 -test.timeout=8m -test.run %s 2>&1
 echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
-`, shellQuote(script), shellQuote(nfs), pkgMarker, nfsPackage, shellQuote(filepath.Join(root, nfsPackage)), shellQuote(nfs), shellQuote(exe), pkgMarker, nfsPackage)
+`, pkgMarker, p.pkg, shellQuote(filepath.Join(root, p.pkg)), shellQuote(exe), shellQuote(p.run), pkgMarker, p.pkg)
+	}
 	t.Run(k.Name, func(t *testing.T) {
-		res, err := Run(context.Background(), k, Options{Argv: []string{"sh", "-c", guest}, Dir: root, Env: guestEnv(), Timeout: 12 * time.Minute})
+		res, err := Run(context.Background(), k, Options{Argv: []string{"sh", "-c", guest.String()}, Dir: root, Env: guestEnv(), Timeout: 12 * time.Minute})
 		t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
 		if err != nil {
 			t.Fatalf("%v\nconsole:\n%s\noutput:\n%s", err, res.Console, res.Output)
@@ -101,7 +116,7 @@ echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 				// The figures the NFS tests measure (mount, refusal and release times,
 				// threads in D state), which a passing test's replay does not show.
 				for _, line := range strings.Split(p.output, "\n") {
-					if strings.Contains(line, "nfs_guest_test.go:") {
+					if strings.Contains(line, "nfs_guest_test.go:") || strings.Contains(line, "guest_nfs_test.go:") {
 						t.Log(strings.TrimSpace(line))
 					}
 				}
