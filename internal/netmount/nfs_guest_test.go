@@ -235,20 +235,6 @@ func TestNFSGuestShared(t *testing.T) {
 	}
 }
 
-// statdPid is the pid in /run/rpc.statd.pid if that process lives, else 0.
-func statdPid(t *testing.T) int {
-	t.Helper()
-	data, err := os.ReadFile("/run/rpc.statd.pid")
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || unix.Kill(pid, 0) != nil {
-		return 0
-	}
-	return pid
-}
-
 // TestNFSGuestStatd: the rpc.statd the first NFSv3 mount needs runs in a scope of its own,
 // not in that mount's; it survives the release of that mount, and a second v3 mount (another
 // key) uses it: a POSIX lock through the mount (NLM, which needs statd) is granted.
@@ -257,10 +243,10 @@ func TestNFSGuestStatd(t *testing.T) {
 	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
 		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
 	}
-	if pid := statdPid(t); pid != 0 {
+	if pid := testsupport.StatdPid(); pid != 0 {
 		t.Logf("killing the rpc.statd (%d) an earlier test left, so that this one starts its own", pid)
 		unix.Kill(pid, unix.SIGKILL)
-		for statdPid(t) != 0 {
+		for testsupport.StatdPid() != 0 {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
@@ -272,7 +258,7 @@ func TestNFSGuestStatd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := statdPid(t)
+	pid := testsupport.StatdPid()
 	if pid == 0 {
 		t.Fatal("no rpc.statd runs after an NFSv3 mount")
 	}
@@ -286,14 +272,14 @@ func TestNFSGuestStatd(t *testing.T) {
 	}
 	m.Release("ctr-a")
 	waitGone(t, m, sc, path, 30*time.Second)
-	if statdPid(t) != pid {
+	if testsupport.StatdPid() != pid {
 		t.Fatalf("rpc.statd (%d) did not survive the release of the mount that started it", pid)
 	}
 	path2, err := acquireEventually(t, m, 60*time.Second, second, "ctr-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := statdPid(t); got != pid {
+	if got := testsupport.StatdPid(); got != pid {
 		t.Errorf("the second v3 mount runs rpc.statd %d, want the first one's %d", got, pid)
 	}
 	f, err := os.OpenFile(filepath.Join(path2, "lockfile"), os.O_CREATE|os.O_RDWR, 0o644)

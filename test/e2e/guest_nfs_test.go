@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,13 +132,13 @@ func TestGuestNFS(t *testing.T) {
 	}
 
 	t.Run("rpc.statd runs in a scope of its own", func(t *testing.T) {
-		pid := statdPid(t)
+		pid := testsupport.StatdPid()
 		if pid == 0 {
 			t.Fatal("no rpc.statd runs with an NFSv3 mount")
 		}
 		checkStatdCgroup(t, pid, scopes, plugCg.Dir)
 	})
-	statd := statdPid(t)
+	statd := testsupport.StatdPid()
 
 	t.Run("SIGKILLed and restarted, the plugin adopts the mounts and serves a new container", func(t *testing.T) {
 		before := map[string]int{}
@@ -184,7 +183,7 @@ func TestGuestNFS(t *testing.T) {
 				t.Errorf("reader %.12s: %d reads ok (from %d), %d failed", id, ok, b, fails)
 			}
 		}
-		if got := statdPid(t); got != statd {
+		if got := testsupport.StatdPid(); got != statd {
 			t.Errorf("rpc.statd is %d after the plugin's restart, want %d still running", got, statd)
 		}
 	})
@@ -199,7 +198,7 @@ func TestGuestNFS(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Logf("released %s after the last pod's removal (grace 10s)", time.Since(removed).Round(time.Millisecond))
-		if got := statdPid(t); got != statd {
+		if got := testsupport.StatdPid(); got != statd {
 			t.Errorf("rpc.statd is %d after the v3 mount's release, want %d still running", got, statd)
 		}
 	})
@@ -248,25 +247,11 @@ func readsOf(t *testing.T, n *node, id string) (ok, fails int) {
 // the node's own.
 func stopStatd(t *testing.T) {
 	t.Helper()
-	if pid := statdPid(t); pid != 0 {
+	if pid := testsupport.StatdPid(); pid != 0 {
 		t.Logf("killing the rpc.statd (%d) an earlier test left", pid)
 		syscall.Kill(pid, syscall.SIGKILL)
-		testsupport.Eventually(t, 10*time.Second, 50*time.Millisecond, "rpc.statd's exit", func() bool { return statdPid(t) == 0 })
+		testsupport.Eventually(t, 10*time.Second, 50*time.Millisecond, "rpc.statd's exit", func() bool { return testsupport.StatdPid() == 0 })
 	}
-}
-
-// statdPid is the pid in /run/rpc.statd.pid if that process lives, else 0.
-func statdPid(t *testing.T) int {
-	t.Helper()
-	data, err := os.ReadFile("/run/rpc.statd.pid")
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || syscall.Kill(pid, 0) != nil {
-		return 0
-	}
-	return pid
 }
 
 // checkStatdCgroup checks that rpc.statd (pid) runs in the node's statd scope below scopes:
