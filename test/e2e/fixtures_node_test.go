@@ -242,22 +242,30 @@ type podOf struct{ handler, name string }
 func (n *node) mustRunPods(args []string, pods ...podOf) []string {
 	n.t.Helper()
 	ids := make([]string, len(pods))
-	errs := make([]error, len(pods))
-	var wg sync.WaitGroup
-	for i, p := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var refused error
-			ids[i], refused, errs[i] = n.podContainer(p.handler, p.name, args)
-			errs[i] = errors.Join(errs[i], refused)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := eachAtOnce(len(pods), func(i int) error {
+		id, refused, err := n.podContainer(pods[i].handler, pods[i].name, args)
+		ids[i] = id
+		return errors.Join(err, refused)
+	})
+	if err != nil {
 		n.t.Fatalf("run containers: %v", err)
 	}
 	return ids
+}
+
+// eachAtOnce runs f(0) to f(count-1) at once and joins their errors.
+func eachAtOnce(count int, f func(i int) error) error {
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // podContainer runs a privileged busybox container with args (nil: sleep) in a new pod of the
@@ -311,17 +319,7 @@ func (n *node) removePods() {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	errs := make([]error, len(pods))
-	var wg sync.WaitGroup
-	for i, p := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = cri.RemovePod(n.ctx, p.GetId())
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := eachAtOnce(len(pods), func(i int) error { return cri.RemovePod(n.ctx, pods[i].GetId()) }); err != nil {
 		n.t.Fatal(err)
 	}
 }
