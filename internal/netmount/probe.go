@@ -65,7 +65,7 @@ func probeKey(s netspec.Spec, target string, top mountRef) bounded.Key {
 		return k // counted under "": the server cannot be told from the spec
 	}
 	k.Tag = server
-	if ft, err := netspec.Lookup(s.Type); err == nil && !ft.FUSE {
+	if kernelClient(s.Type) {
 		k.Server = server
 		if addr := superOption(top.SuperOptions, "addr"); addr != "" {
 			k.Server += " at " + addr
