@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"maps"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -97,11 +98,7 @@ func printStuckCalls(w io.Writer, stuck map[string]int) {
 	if len(stuck) == 0 {
 		return
 	}
-	servers := make([]string, 0, len(stuck))
-	for s := range stuck {
-		servers = append(servers, s)
-	}
-	slices.Sort(servers)
+	servers := slices.Sorted(maps.Keys(stuck))
 	fmt.Fprintln(w, "stuck probes (threads hung until the server answers; at most one per NFS, CIFS or Ceph server):")
 	for _, s := range servers {
 		fmt.Fprintf(w, "  %s: %d\n", cmp.Or(s, "(server unknown)"), stuck[s])
