@@ -2,10 +2,10 @@ package main
 
 import (
 	"cmp"
-	"maps"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
