@@ -50,6 +50,7 @@ vet: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
+	$(GO) vet -tags 'e2e guestnfs' ./test/e2e/
 	$(MOUNTKEEPER_BIN)/golangci-lint run --timeout 15m ./...
 	$(GO) vet -tags kernels ./test/vm/
 	$(GO) vet -tags smbguest ./internal/netmount/

@@ -116,7 +116,7 @@ echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 				// The figures the NFS tests measure (mount, refusal and release times,
 				// threads in D state), which a passing test's replay does not show.
 				for _, line := range strings.Split(p.output, "\n") {
-					if strings.Contains(line, "nfs_guest_test.go:") || strings.Contains(line, "guest_nfs_test.go:") {
+					if strings.Contains(line, "nfs_guest_test.go:") || strings.Contains(line, "guest_nfs_test.go:") || strings.Contains(line, "fixtures_guestnfs_test.go:") {
 						t.Log(strings.TrimSpace(line))
 					}
 				}
