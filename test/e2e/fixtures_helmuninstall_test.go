@@ -41,8 +41,6 @@ nodeLabels:
 hostNamespacesPID: HOST_PID
 metrics:
   nodeListener: {enabled: false, port: 9659}
-uninstall:
-  timeout: 40s
 runtimeClasses:
   - name: mk-helm
     mounts:
@@ -174,11 +172,13 @@ func (u *helmUninstall) requireAsBefore(t *testing.T) {
 }
 
 // install: the agent's pod from the DaemonSet controller, containerd restarted for the
-// handler (as the chart's NOTES say), a class pod reading its mount.
-func (u *helmUninstall) install(t *testing.T, pod string) {
+// handler (as the chart's NOTES say), a class pod reading its mount. uninstallTimeout is how
+// long helm uninstall waits for the nodes (uninstall.timeout).
+func (u *helmUninstall) install(t *testing.T, pod string, uninstallTimeout time.Duration) {
 	t.Helper()
 	n, ctx := u.n, u.ctx
-	if _, err := u.helm(t, "install", "mountkeeper", u.chart, "--namespace", deployNS, "--create-namespace", "--values", u.values); err != nil {
+	if _, err := u.helm(t, "install", "mountkeeper", u.chart, "--namespace", deployNS, "--create-namespace", "--values", u.values,
+		"--set", "uninstall.timeout="+uninstallTimeout.String()); err != nil {
 		t.Fatal(err)
 	}
 	agent := n.waitAgentPod(t)

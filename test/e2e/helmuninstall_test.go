@@ -44,10 +44,13 @@ func TestHelmUninstall(t *testing.T) {
 	defer cancel()
 	u := newHelmUninstall(t, ctx)
 	n := u.n
+	// A successful uninstall took 9-25 s here. A refusal is known at a node's first try, a few
+	// seconds after the uninstall DaemonSet's pod is created, but helm waits the whole timeout.
+	const uninstallTimeout, refusalTimeout = 40 * time.Second, 25 * time.Second
 
 	t.Run("helm uninstall with no class pod left: the node as before the install", func(t *testing.T) {
 		u.requireAsBefore(t)
-		u.install(t, "helm-u1")
+		u.install(t, "helm-u1", uninstallTimeout)
 		u.deletePod(t, "helm-u1")
 		start := time.Now()
 		out, err := u.helm(t, "uninstall", "mountkeeper", "--namespace", deployNS, "--timeout", "3m")
@@ -69,7 +72,7 @@ func TestHelmUninstall(t *testing.T) {
 
 	t.Run("a class pod still running: helm uninstall fails naming the node and why, the node keeps what the pod uses", func(t *testing.T) {
 		u.requireAsBefore(t)
-		u.install(t, "helm-u2")
+		u.install(t, "helm-u2", refusalTimeout)
 		out, err := u.helm(t, "uninstall", "mountkeeper", "--namespace", deployNS, "--timeout", "3m")
 		if err == nil {
 			t.Fatal("helm uninstall succeeded while a class pod runs")
@@ -99,7 +102,7 @@ func TestHelmUninstall(t *testing.T) {
 
 	t.Run("a pod of no class holds the sshfs mount: node cleanup refuses naming its container, the mount and the guard key stay", func(t *testing.T) {
 		u.requireAsBefore(t)
-		u.install(t, "helm-u3")
+		u.install(t, "helm-u3", refusalTimeout)
 		// An operator's debugging pod with a hostPath of the sshfs host mount: no class, so
 		// runtime unconfigure goes through, and node cleanup finds its container holding it.
 		hostMount := filepath.Join(n.dir, "state", "mounts", u.keys[0])
