@@ -299,202 +299,214 @@ func TestNFSGuestStatd(t *testing.T) {
 	waitGone(t, m, sc, path2, 30*time.Second)
 }
 
-// TestNFSGuestStale: the export removed and made anew under a held NFSv4.2 mount, as after a
-// server failover to another filesystem: the client's file handle of the mount's root names a
-// filesystem the server no longer has (ESTALE, which a plain mount shows). The prober finds
-// the held mount dead and mounts anew in its place; a container's rslave bind of it, made
-// before, reads the new export's data without being made anew.
+// TestNFSGuestStale: the export removed and made anew under a held NFSv4.2 or NFSv3 mount, as
+// after a server failover to another filesystem: the client's file handle of the mount's root
+// names a filesystem the server no longer has (ESTALE, which a plain mount shows). The prober
+// finds the held mount dead and mounts anew in its place; a container's rslave bind of it,
+// made before, reads the new export's data without being made anew.
 func TestNFSGuestStale(t *testing.T) {
 	root := guestNFS(t)
 	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
 		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
 	}
-	sbin := filepath.Join(root, "usr", "sbin")
-	run := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v: %s", name, args, err, out)
-		}
-	}
-	// An export of its own below the NFSv4 root, on a tmpfs, with a filesystem id that the
-	// failover changes (the root export and its content stay as the other tests need them).
-	const dir = "/export/stale"
-	exports, err := os.ReadFile("/etc/exports")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// mountFS mounts a tmpfs holding content at dir, on top of what is there; publish exports
-	// dir with filesystem id fsid in one `exportfs -ra`, which drops any other id of dir.
-	mountFS := func(content string) {
-		t.Helper()
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir)
-		if err := os.WriteFile(filepath.Join(dir, "hello"), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	publish := func(fsid string) {
-		t.Helper()
-		line := dir + " 127.0.0.1(rw,no_root_squash,fsid=" + fsid + ",no_subtree_check,insecure)\n"
-		if err := os.WriteFile("/etc/exports", append(append([]byte{}, exports...), line...), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		run(filepath.Join(sbin, "exportfs"), "-ra")
-		run(filepath.Join(sbin, "exportfs"), "-f")
-	}
-	unexport := func() {
-		t.Helper()
-		if err := os.WriteFile("/etc/exports", exports, 0o644); err != nil {
-			t.Error(err)
-		}
-		if out, err := exec.Command(filepath.Join(sbin, "exportfs"), "-ra").CombinedOutput(); err != nil {
-			t.Errorf("exportfs -ra: %v: %s", err, out)
-		}
-		exec.Command(filepath.Join(sbin, "exportfs"), "-f").Run()
-		// Both filesystems of the failover are stacked at dir.
-		for i := 0; i < 3; i++ {
-			if err := unix.Unmount(dir, 0); err != nil {
-				if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-					if !errors.Is(err, unix.EINVAL) {
-						t.Errorf("unmount %s: %v", dir, err)
-					}
-					break
+	for _, c := range []struct {
+		vers   string
+		export string    // the export as the client names it
+		fsids  [2]string // the filesystem ids before and after the failover
+	}{
+		{"4.2", "127.0.0.1:/stale", [2]string{"101", "102"}},
+		{"3", "127.0.0.1:/export/stale", [2]string{"103", "104"}},
+	} {
+		t.Run("NFSv"+c.vers, func(t *testing.T) {
+			sbin := filepath.Join(root, "usr", "sbin")
+			run := func(name string, args ...string) {
+				t.Helper()
+				if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+					t.Fatalf("%s %v: %v: %s", name, args, err, out)
 				}
 			}
-		}
-	}
-	mountFS(nfsContent)
-	publish("101")
-	t.Cleanup(func() {
-		unexport()
-		os.Remove(dir)
-	})
+			// An export of its own below the NFSv4 root (the same directory for NFSv3), on a
+			// tmpfs, with a filesystem id that the failover changes (the root export and its
+			// content stay as the other tests need them).
+			const dir = "/export/stale"
+			exports, err := os.ReadFile("/etc/exports")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// mountFS mounts a tmpfs holding content at dir, on top of what is there; publish exports
+			// dir with filesystem id fsid in one `exportfs -ra`, which drops any other id of dir.
+			mountFS := func(content string) {
+				t.Helper()
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir)
+				if err := os.WriteFile(filepath.Join(dir, "hello"), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			publish := func(fsid string) {
+				t.Helper()
+				line := dir + " 127.0.0.1(rw,no_root_squash,fsid=" + fsid + ",no_subtree_check,insecure)\n"
+				if err := os.WriteFile("/etc/exports", append(append([]byte{}, exports...), line...), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				run(filepath.Join(sbin, "exportfs"), "-ra")
+				run(filepath.Join(sbin, "exportfs"), "-f")
+			}
+			unexport := func() {
+				t.Helper()
+				if err := os.WriteFile("/etc/exports", exports, 0o644); err != nil {
+					t.Error(err)
+				}
+				if out, err := exec.Command(filepath.Join(sbin, "exportfs"), "-ra").CombinedOutput(); err != nil {
+					t.Errorf("exportfs -ra: %v: %s", err, out)
+				}
+				exec.Command(filepath.Join(sbin, "exportfs"), "-f").Run()
+				// Both filesystems of the failover are stacked at dir.
+				for i := 0; i < 3; i++ {
+					if err := unix.Unmount(dir, 0); err != nil {
+						if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+							if !errors.Is(err, unix.EINVAL) {
+								t.Errorf("unmount %s: %v", dir, err)
+							}
+							break
+						}
+					}
+				}
+			}
+			mountFS(nfsContent)
+			publish(c.fsids[0])
+			t.Cleanup(func() {
+				unexport()
+				os.Remove(dir)
+			})
 
-	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/stale", Options: []string{"vers=4.2"}}
-	m, sc := nfsManagerIn(t, "mountkeeper-nfs-stale.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
-		RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond, ProbeInterval: 200 * time.Millisecond,
-		Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}, Wanted: []netspec.Spec{spec}})
-	path, err := acquireEventually(t, m, 60*time.Second, spec, "ctr-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A container's class mount: an rbind of the host path, made rslave.
-	ctrs := t.TempDir()
-	ctr := filepath.Join(ctrs, "a")
-	if err := os.MkdirAll(ctr, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := makePrivateDir(ctrs); err != nil {
-		t.Fatal(err)
-	}
-	// A plain mount of the same export, not held by the Manager: it shows what the kernel
-	// client answers once the export is made anew (it shares the held mount's superblock, so
-	// it is asked nothing before the held mount is found dead).
-	plain := filepath.Join(ctrs, "plain")
-	if err := os.Mkdir(plain, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		unix.Unmount(ctr, unix.MNT_DETACH)
-		unix.Unmount(plain, unix.MNT_DETACH)
-		unix.Unmount(ctrs, unix.MNT_DETACH)
-	})
-	if err := unix.Mount(path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		t.Fatal(err)
-	}
-	run("mount", "-t", "nfs", "-o", "vers=4.2", "127.0.0.1:/stale", plain)
-	if got := readBounded(t, filepath.Join(ctr, "hello")); got != nfsContent {
-		t.Fatalf("the container's bind reads %q, want %q", got, nfsContent)
-	}
-	before := m.Totals()
+			spec := netspec.Spec{Type: "nfs", Source: c.export, Options: []string{"vers=" + c.vers}}
+			m, sc := nfsManagerIn(t, "mountkeeper-nfs-stale.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
+				RetryBackoff: 200 * time.Millisecond, FirstWait: 100 * time.Millisecond, ProbeInterval: 200 * time.Millisecond,
+				Uses: map[string][]Use{spec.Key(): {{Class: "c", Propagation: "rslave"}}}, Wanted: []netspec.Spec{spec}})
+			path, err := acquireEventually(t, m, 60*time.Second, spec, "ctr-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A container's class mount: an rbind of the host path, made rslave.
+			ctrs := t.TempDir()
+			ctr := filepath.Join(ctrs, "a")
+			if err := os.MkdirAll(ctr, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := makePrivateDir(ctrs); err != nil {
+				t.Fatal(err)
+			}
+			// A plain mount of the same export, not held by the Manager: it shows what the kernel
+			// client answers once the export is made anew (it shares the held mount's superblock, so
+			// it is asked nothing before the held mount is found dead).
+			plain := filepath.Join(ctrs, "plain")
+			if err := os.Mkdir(plain, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				unix.Unmount(ctr, unix.MNT_DETACH)
+				unix.Unmount(plain, unix.MNT_DETACH)
+				unix.Unmount(ctrs, unix.MNT_DETACH)
+			})
+			if err := unix.Mount(path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+				t.Fatal(err)
+			}
+			run("mount", "-t", "nfs", "-o", "vers="+c.vers, c.export, plain)
+			if got := readBounded(t, filepath.Join(ctr, "hello")); got != nfsContent {
+				t.Fatalf("the container's bind reads %q, want %q", got, nfsContent)
+			}
+			before := m.Totals()
 
-	// The failover: another filesystem with other content (and another id) takes the export's
-	// place in one step: mounted over the old one, then the export table swapped by one
-	// `exportfs -ra`. With the export removed first, a heal that came between the steps
-	// mounted the bare directory below it, and read nothing there.
-	const failedOver = "served after the failover\n"
-	start := time.Now() // the failover's start: the prober may find the mount dead before it ends
-	mountFS(failedOver)
-	publish("102")
-	t.Logf("export removed and re-created in %s", time.Since(start).Round(time.Millisecond))
+			// The failover: another filesystem with other content (and another id) takes the export's
+			// place in one step: mounted over the old one, then the export table swapped by one
+			// `exportfs -ra`. With the export removed first, a heal that came between the steps
+			// mounted the bare directory below it, and read nothing there.
+			const failedOver = "served after the failover\n"
+			start := time.Now() // the failover's start: the prober may find the mount dead before it ends
+			mountFS(failedOver)
+			publish(c.fsids[1])
+			t.Logf("export removed and re-created in %s", time.Since(start).Round(time.Millisecond))
 
-	statRoot := func(p string) error {
-		done := make(chan error, 1)
-		go func() {
-			var stx unix.Statx_t
-			done <- unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_FORCE_SYNC, unix.STATX_MODE, &stx)
-		}()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(5 * time.Second):
-			return errors.New("no answer within 5s")
-		}
-	}
-	// Nothing reads below the mount until it is found dead: an idle container's mount must be
-	// found dead too (a read below it would make the client fetch the root's attributes anew).
-	for m.Totals().Deaths == before.Deaths {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the held mount is not found dead 10s after its export was re-created; status %+v", m.Status())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("found dead %s after the failover began", time.Since(start).Round(time.Millisecond))
-	_, cachedErr := os.Stat(plain)
-	if err := statRoot(plain); !errors.Is(err, unix.ESTALE) {
-		t.Fatalf("a plain mount of the re-created export answers %v to a stat of its root, want ESTALE: the test does not make the handle stale", err)
-	}
-	_, readErr := os.ReadFile(filepath.Join(plain, "hello"))
-	t.Logf("the plain mount's root: ESTALE (a stat from the attribute cache: %v; a read below it: %v)", cachedErr, readErr)
+			statRoot := func(p string) error {
+				done := make(chan error, 1)
+				go func() {
+					var stx unix.Statx_t
+					done <- unix.Statx(unix.AT_FDCWD, p, unix.AT_STATX_FORCE_SYNC, unix.STATX_MODE, &stx)
+				}()
+				select {
+				case err := <-done:
+					return err
+				case <-time.After(5 * time.Second):
+					return errors.New("no answer within 5s")
+				}
+			}
+			// Nothing reads below the mount until it is found dead: an idle container's mount must be
+			// found dead too (a read below it would make the client fetch the root's attributes anew).
+			for m.Totals().Deaths == before.Deaths {
+				if time.Since(start) > 10*time.Second {
+					t.Fatalf("the held mount is not found dead 10s after its export was re-created; status %+v", m.Status())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("found dead %s after the failover began", time.Since(start).Round(time.Millisecond))
+			_, cachedErr := os.Stat(plain)
+			if err := statRoot(plain); !errors.Is(err, unix.ESTALE) {
+				t.Fatalf("a plain mount of the re-created export answers %v to a stat of its root, want ESTALE: the test does not make the handle stale", err)
+			}
+			_, readErr := os.ReadFile(filepath.Join(plain, "hello"))
+			t.Logf("the plain mount's root: ESTALE (a stat from the attribute cache: %v; a read below it: %v)", cachedErr, readErr)
 
-	readsNew := func() bool {
-		done := make(chan string, 1)
-		go func() { b, _ := os.ReadFile(filepath.Join(ctr, "hello")); done <- string(b) }()
-		select {
-		case got := <-done:
-			return got == failedOver
-		case <-time.After(5 * time.Second):
-			return false
-		}
+			readsNew := func() bool {
+				done := make(chan string, 1)
+				go func() { b, _ := os.ReadFile(filepath.Join(ctr, "hello")); done <- string(b) }()
+				select {
+				case got := <-done:
+					return got == failedOver
+				case <-time.After(5 * time.Second):
+					return false
+				}
+			}
+			for !readsNew() {
+				if time.Since(start) > 20*time.Second {
+					t.Fatalf("the container's bind does not read the re-created export 20s later; totals %+v, status %+v", m.Totals(), m.Status())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			readAgain := time.Since(start)
+			eventually(t, "status mounted after the recovery", func() bool {
+				st := m.Status()[0]
+				return st.State == "mounted" && st.Recoveries > 0
+			})
+			st := m.Status()[0]
+			var detected, healed time.Duration
+			if st.LastDeath != nil && st.LastRecovery != nil {
+				detected, healed = st.LastDeath.Sub(start), st.LastRecovery.Sub(*st.LastDeath)
+			}
+			m.mu.Lock()
+			cause := m.entries[spec.Key()].heal.lastCause
+			m.mu.Unlock()
+			if cause == nil || !errors.Is(cause, unix.ESTALE) || !strings.Contains(cause.Error(), "re-created") {
+				t.Errorf("the death's cause is %v, want ESTALE said to be a re-created export", cause)
+			}
+			tot := m.Totals()
+			if tot.Deaths != before.Deaths+1 || tot.Recoveries != before.Recoveries+1 {
+				t.Errorf("totals %+v after one failover, before %+v: want one death and one recovery more", tot, before)
+			}
+			if n := len(mountsAt(t, path)); n != 1 {
+				t.Errorf("%d mounts at the host path after the heal, want 1", n)
+			}
+			t.Logf("ESTALE: found dead %s after the failover began (prober every 200ms), new mount in place %s later; the container's rslave bind reads the new export %s after the failover began; cause %v; totals %+v",
+				detected.Round(time.Millisecond), healed.Round(time.Millisecond), readAgain.Round(time.Millisecond), cause, tot)
+			m.Release("ctr-a")
+			waitGone(t, m, sc, path, 30*time.Second)
+		})
 	}
-	for !readsNew() {
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("the container's bind does not read the re-created export 20s later; totals %+v, status %+v", m.Totals(), m.Status())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	readAgain := time.Since(start)
-	eventually(t, "status mounted after the recovery", func() bool {
-		st := m.Status()[0]
-		return st.State == "mounted" && st.Recoveries > 0
-	})
-	st := m.Status()[0]
-	var detected, healed time.Duration
-	if st.LastDeath != nil && st.LastRecovery != nil {
-		detected, healed = st.LastDeath.Sub(start), st.LastRecovery.Sub(*st.LastDeath)
-	}
-	m.mu.Lock()
-	cause := m.entries[spec.Key()].heal.lastCause
-	m.mu.Unlock()
-	if cause == nil || !errors.Is(cause, unix.ESTALE) || !strings.Contains(cause.Error(), "re-created") {
-		t.Errorf("the death's cause is %v, want ESTALE said to be a re-created export", cause)
-	}
-	tot := m.Totals()
-	if tot.Deaths != before.Deaths+1 || tot.Recoveries != before.Recoveries+1 {
-		t.Errorf("totals %+v after one failover, before %+v: want one death and one recovery more", tot, before)
-	}
-	if n := len(mountsAt(t, path)); n != 1 {
-		t.Errorf("%d mounts at the host path after the heal, want 1", n)
-	}
-	t.Logf("ESTALE: found dead %s after the failover began (prober every 200ms), new mount in place %s later; the container's rslave bind reads the new export %s after the failover began; cause %v; totals %+v",
-		detected.Round(time.Millisecond), healed.Round(time.Millisecond), readAgain.Round(time.Millisecond), cause, tot)
-	m.Release("ctr-a")
-	waitGone(t, m, sc, path, 30*time.Second)
 }
 
 // dStateTasks counts the threads of this process in uninterruptible sleep (D).
