@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +23,16 @@ const nfsKernel = "6.1"
 
 // nfsPackages are the guest-only NFS tests, run in this order in one guest: internal/netmount's
 // (build tag guestnfs, TestNFSGuest*: the Manager; the first installs the NFS client) and
-// test/e2e's (tags e2e and guestnfs, TestGuestNFS: containerd, runc and the plugin binary).
+// test/e2e's (tags e2e and guestnfs: TestGuestNFS, containerd, runc and the plugin binary;
+// TestGuestNFSHook, runc and the hook binary).
 var nfsPackages = []struct{ pkg, tags, run string }{
 	{"internal/netmount", "guestnfs", "^TestNFSGuest"},
-	{"test/e2e", "e2e guestnfs", "^TestGuestNFS$"},
+	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(Hook)?$"},
 }
+
+// guestTestLine matches a line the guest-only tests logged: their files all have "guest" in
+// their names (nfs_guest_test.go, guest_nfs_test.go, fixtures_guestnfs_test.go, ...).
+var guestTestLine = regexp.MustCompile(`\b\w*guest\w*_test\.go:\d+: `)
 
 // NFSRoot is where test/tools/install.sh (install_nfs) unpacks Debian 12's NFS server and
 // client debs.
@@ -78,6 +84,10 @@ func TestNFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hook, err := harness.BuildHook(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	script := filepath.Join(bin, "nfs-server.sh")
 	if err := os.WriteFile(script, []byte(nfsServerScript), 0o755); err != nil {
 		t.Fatal(err)
@@ -86,8 +96,8 @@ func TestNFS(t *testing.T) {
 	fmt.Fprintf(&guest, `s=$(date +%%s%%N)
 sh %s %s >/dev/ttyS1 2>&1 || { echo "the NFS server did not start"; exit 1; }
 echo "nfsd started in $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
-export MOUNTKEEPER_GUEST_NFS_ROOT=%s MOUNTKEEPER_BINARY=%s
-`, shellQuote(script), shellQuote(nfs), shellQuote(nfs), shellQuote(agent))
+export MOUNTKEEPER_GUEST_NFS_ROOT=%s MOUNTKEEPER_BINARY=%s MOUNTKEEPER_HOOK_BINARY=%s
+`, shellQuote(script), shellQuote(nfs), shellQuote(nfs), shellQuote(agent), shellQuote(hook))
 	for _, p := range nfsPackages {
 		exe := filepath.Join(bin, binName(p.pkg))
 		cmd := exec.Command("go", "test", "-c", "-tags", p.tags, "-o", exe, "./"+p.pkg)
@@ -116,7 +126,7 @@ echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 				// The figures the NFS tests measure (mount, refusal and release times,
 				// threads in D state), which a passing test's replay does not show.
 				for _, line := range strings.Split(p.output, "\n") {
-					if strings.Contains(line, "nfs_guest_test.go:") || strings.Contains(line, "guest_nfs_test.go:") || strings.Contains(line, "fixtures_guestnfs_test.go:") {
+					if guestTestLine.MatchString(line) {
 						t.Log(strings.TrimSpace(line))
 					}
 				}
