@@ -41,7 +41,8 @@ func NFSRoot() string { return filepath.Join(filepath.Dir(KernelsDir()), "nfs", 
 // nfsServerScript starts the kernel nfsd in the guest, serving a tmpfs at /export to
 // 127.0.0.1, with the server's programs run from the unpacked debs: mount.nfs (the client)
 // stays uninstalled, so that the tests see a node without it first. The v4 lease and grace
-// are 10 s, set before nfsd starts, or the first v4 mount waits out a 90 s grace period.
+// are 10 s, set before nfsd starts, or the first v4 mount waits out a 90 s grace period; so is
+// lockd's (NLM, v3 locks), 50 s by default.
 const nfsServerScript = `set -e
 N=$1
 cp -a "$N/usr/lib/x86_64-linux-gnu/." /usr/lib/x86_64-linux-gnu/
@@ -53,6 +54,7 @@ mount -t tmpfs -o mode=0755 tmpfs /export
 printf 'served by the guest'"'"'s nfsd\n' >/export/hello
 echo '/export 127.0.0.1(rw,no_root_squash,fsid=0,no_subtree_check,insecure)' >/etc/exports
 modprobe nfsd
+echo 10 >/proc/sys/fs/nfs/nlm_grace_period
 mount -t nfsd nfsd /proc/fs/nfsd
 echo 10 >/proc/fs/nfsd/nfsv4leasetime
 echo 10 >/proc/fs/nfsd/nfsv4gracetime
