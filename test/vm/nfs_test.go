@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,11 +23,16 @@ const nfsKernel = "6.1"
 
 // nfsPackages are the guest-only NFS tests, run in this order in one guest: internal/netmount's
 // (build tag guestnfs, TestNFSGuest*: the Manager; the first installs the NFS client) and
-// test/e2e's (tags e2e and guestnfs, TestGuestNFS: containerd, runc and the plugin binary).
+// test/e2e's (tags e2e and guestnfs, TestGuestNFS and TestGuestNFSDeadServer: containerd, runc
+// and the plugin binary).
 var nfsPackages = []struct{ pkg, tags, run string }{
 	{"internal/netmount", "guestnfs", "^TestNFSGuest"},
-	{"test/e2e", "e2e guestnfs", "^TestGuestNFS$"},
+	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(DeadServer)?$"},
 }
+
+// nfsFigureFiles are the NFS tests' files whose log lines (file.go:LINE: ...) TestNFS echoes.
+var nfsFigureFiles = []string{"nfs_guest_test.go", "guest_nfs_test.go", "fixtures_guestnfs_test.go",
+	"guest_nfs_dead_test.go", "fixtures_guestnfsdead_test.go"}
 
 // NFSRoot is where test/tools/install.sh (install_nfs) unpacks Debian 12's NFS server and
 // client debs.
@@ -116,7 +122,7 @@ echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 				// The figures the NFS tests measure (mount, refusal and release times,
 				// threads in D state), which a passing test's replay does not show.
 				for _, line := range strings.Split(p.output, "\n") {
-					if strings.Contains(line, "nfs_guest_test.go:") || strings.Contains(line, "guest_nfs_test.go:") || strings.Contains(line, "fixtures_guestnfs_test.go:") {
+					if slices.ContainsFunc(nfsFigureFiles, func(f string) bool { return strings.Contains(line, f+":") }) {
 						t.Log(strings.TrimSpace(line))
 					}
 				}

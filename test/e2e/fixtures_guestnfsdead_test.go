@@ -1,0 +1,216 @@
+//go:build e2e && guestnfs
+
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/internal/ops"
+	"github.com/mountkeeper/mountkeeper/nri"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+// What TestGuestNFSDeadServer shares: its node's configuration, the guest's nfsd switched off
+// and on, the plugin's threads and status, and timed pods.
+
+// guestNFSDeadConfig is guestNFSConfig's NFSv4.2 class (hard), probed every 500 ms so that a
+// dead server is found within ProbeTimeout (2 s) and an interval. The grace is shorter than
+// guestNFSConfig's: the test waits it out at its end.
+const guestNFSDeadConfig = `
+unmountGrace: 5s
+createBudget: 25s
+pluginRequestTimeout: 30s
+probeInterval: 500ms
+runtimeClasses:
+  mk-nfs4:
+    mounts:
+      - {type: nfs, source: "127.0.0.1:/", destination: /data, propagation: HostToContainer, options: [vers=4.2, hard]}
+`
+
+// guestNFSServer is the server of guestNFSDeadConfig's class, as the plugin counts its stuck
+// probes (host:port).
+const guestNFSServer = "127.0.0.1:2049"
+
+// guestNFSD switches the guest's kernel nfsd: off (rpc.nfsd 0) and on again (rpc.nfsd 8).
+type guestNFSD struct {
+	t       *testing.T
+	root    string // the unpacked NFS debs (MOUNTKEEPER_GUEST_NFS_ROOT)
+	stopped bool
+}
+
+// newGuestNFSD returns the guest's nfsd, started again when the test ends if the test left it
+// stopped: register it after the node and its plugin, so that this runs before their cleanups
+// (a pod reading a dead hard mount cannot be stopped until its server answers).
+func newGuestNFSD(t *testing.T, root string) *guestNFSD {
+	d := &guestNFSD{t: t, root: root}
+	t.Cleanup(func() {
+		if d.stopped {
+			d.set("8")
+		}
+	})
+	return d
+}
+
+func (d *guestNFSD) stop()  { d.set("0") }
+func (d *guestNFSD) start() { d.set("8") }
+
+func (d *guestNFSD) set(threads string) {
+	d.t.Helper()
+	if out, err := exec.Command(filepath.Join(d.root, "usr", "sbin", "rpc.nfsd"), threads).CombinedOutput(); err != nil {
+		d.t.Errorf("rpc.nfsd %s: %v: %s", threads, err, out)
+		return
+	}
+	d.stopped = threads == "0"
+}
+
+// startListeningPlugin starts the node's plugin in cgroup with --listen on the unix socket
+// sock (read by pluginStatus); it is stopped when the test ends.
+func (n *node) startListeningPlugin(cgroup, sock string) {
+	n.t.Helper()
+	var err error
+	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config,
+		Socket: n.rt.NRISocket(), Log: testWriter{n.t, "mountkeeper"}, Cgroup: cgroup,
+		Args: []string{"--listen", "unix:" + sock}})
+	if err != nil {
+		n.t.Fatalf("start mountkeeper: %v", err)
+	}
+	n.t.Cleanup(n.plugin.Stop)
+}
+
+// pluginStatus is what the plugin serves on sock at /status, as `mountkeeper status --output
+// json` prints it.
+func pluginStatus(t *testing.T, sock string) nri.Status {
+	t.Helper()
+	client, base := ops.Client("unix:" + sock)
+	resp, err := client.Get(base + "/status")
+	if err != nil {
+		t.Fatalf("the plugin's status: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	var st nri.Status
+	if err == nil {
+		err = json.Unmarshal(body, &st)
+	}
+	if err != nil {
+		t.Fatalf("the plugin's status: %v: %s", err, body)
+	}
+	return st
+}
+
+// mountState is the state the status gives the network mount with key ("" if none).
+func mountState(st nri.Status, key string) string {
+	for _, m := range st.NetworkMounts {
+		if m.Key == key {
+			return m.State
+		}
+	}
+	return ""
+}
+
+// dStateThreads counts the threads of process pid in uninterruptible sleep (D).
+func dStateThreads(t *testing.T, pid int) int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range tasks {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && strings.HasPrefix(string(data[i+1:]), " D") {
+			n++
+		}
+	}
+	return n
+}
+
+// runPods runs the sandboxes of pods, all at once, and returns their IDs.
+func (n *node) runPods(pods ...podOf) []string {
+	n.t.Helper()
+	ids := make([]string, len(pods))
+	err := eachAtOnce(len(pods), func(i int) error {
+		var err error
+		ids[i], err = n.rt.CRI().RunPod(n.ctx, harness.PodOptions{Name: pods[i].name, RuntimeHandler: pods[i].handler})
+		return err
+	})
+	if err != nil {
+		n.t.Fatalf("run pods: %v", err)
+	}
+	return ids
+}
+
+// ctrTimes are how long CreateContainer and StartContainer took for a container.
+type ctrTimes struct{ create, start time.Duration }
+
+func (c ctrTimes) total() time.Duration { return c.create + c.start }
+
+// timedContainer creates a busybox container with args (nil: sleep) in pod and starts it,
+// timing each step. refused is the runtime's refusal to create it (times.create then the time
+// the refusal took), err any other failure. Safe for concurrent use.
+func (n *node) timedContainer(pod, name string, args []string) (id string, times ctrTimes, refused, err error) {
+	cri := n.rt.CRI()
+	start := time.Now()
+	id, refused = cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true, Args: args})
+	times.create = time.Since(start)
+	if refused != nil {
+		return "", times, refused, nil
+	}
+	start = time.Now()
+	if err := cri.StartContainer(n.ctx, id); err != nil {
+		return id, times, nil, fmt.Errorf("start container %s: %w", name, err)
+	}
+	times.start = time.Since(start)
+	return id, times, nil, nil
+}
+
+// timedContainers creates and starts count containers in pod, one at a time, named
+// prefix-0, prefix-1, ..., and returns their times.
+func (n *node) timedContainers(pod, prefix string, count int) []ctrTimes {
+	n.t.Helper()
+	var out []ctrTimes
+	for i := range count {
+		_, times, refused, err := n.timedContainer(pod, fmt.Sprintf("%s-%d", prefix, i), nil)
+		if err = errors.Join(refused, err); err != nil {
+			n.t.Fatal(err)
+		}
+		out = append(out, times)
+	}
+	return out
+}
+
+// medianRatio compares the median create and create+start times of dead to alive's: their
+// ratios, and a line for the log.
+func medianRatio(alive, dead []ctrTimes) (create, total float64, line string) {
+	med := func(ts []ctrTimes, f func(ctrTimes) time.Duration) (time.Duration, []time.Duration) {
+		var ds []time.Duration
+		for _, t := range ts {
+			ds = append(ds, f(t).Round(time.Millisecond))
+		}
+		return percentile(ds, 50), ds
+	}
+	createOf := func(t ctrTimes) time.Duration { return t.create }
+	totalOf := func(t ctrTimes) time.Duration { return t.total() }
+	ac, acs := med(alive, createOf)
+	dc, dcs := med(dead, createOf)
+	at, ats := med(alive, totalOf)
+	dt, dts := med(dead, totalOf)
+	create, total = float64(dc)/float64(ac), float64(dt)/float64(at)
+	line = fmt.Sprintf("CreateContainer: server alive %v (median %s), dead %v (median %s), ratio %.2f; "+
+		"CreateContainer+StartContainer: alive %v (median %s), dead %v (median %s), ratio %.2f",
+		acs, ac, dcs, dc, create, ats, at, dts, dt, total)
+	return create, total, line
+}
