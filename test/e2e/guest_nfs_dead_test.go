@@ -21,13 +21,16 @@ import (
 // refused in time, naming the server; containers of no class are created as fast as with the
 // server alive; the plugin holds one thread in D state for the server, which its status
 // counts; it exits on SIGTERM in time and, restarted, serves containers while the server is
-// still dead. nfsd started again: the reader reads again without a restart, a new pod of the
-// class reads the export, and once the pods are gone nothing is mounted and no scope is left.
+// still dead. nfsd started again: the reader reads again without a restart, the refused pod's
+// container tried again reads the export, and once the pods are gone nothing is mounted and no
+// scope is left.
 //
-// A pod sandbox takes 8-9 s under TCG, a container 2-5 s: the sandboxes the test needs before
-// the server dies are made at once at its start (the refused pod's too: RunPodSandbox only
-// starts a class's mounts in the background, and CreateContainer is where a container gets its
-// mounts or is refused), and the containers timed for fairness share one pod of no class.
+// A pod sandbox takes 8-13 s under TCG, a container's start 5-7 s: the test's sandboxes are
+// made at once at its start (the refused pod's too: RunPodSandbox only starts a class's mounts
+// in the background, and CreateContainer is where a container gets its mounts or is refused;
+// kubelet tries the refused container again in the same pod, as the test does once the server
+// is back), and the containers timed for fairness share one pod of no class and are created,
+// the first of each phase also started.
 func TestGuestNFSDeadServer(t *testing.T) {
 	root := os.Getenv(guestNFSRootEnv)
 	if root == "" {
@@ -67,16 +70,16 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	if err = errors.Join(refused, err); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("3 pod sandboxes (2 of %s) at once in %s, the reader's container created and started %s later, the mount included",
-		nfsClassName, sandboxes.Round(time.Millisecond), (time.Since(start) - sandboxes).Round(time.Millisecond))
+	t.Logf("the node up in %s; 3 pod sandboxes (2 of %s) at once in %s, the reader's container created and started %s later, the mount included",
+		start.Sub(began).Round(time.Millisecond), nfsClassName, sandboxes.Round(time.Millisecond), (time.Since(start) - sandboxes).Round(time.Millisecond))
 	readsExport(t, n, reader)
 	if oneNFSMount(t, class.hostPath) == nil {
 		t.FailNow()
 	}
 
 	// Containers of no class, with the server alive.
-	const count = 3
-	alive := n.timedContainers(plainPod, "alive", count)
+	const count = 4
+	alive := n.timedCreates(plainPod, "alive", count)
 
 	// The server stopped under the reader; the prober finds the mount dead.
 	nfsd.stop()
@@ -93,16 +96,16 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	t.Logf("nfsd stopped: the mount found dead %s later (probes every 500ms, each bounded by %s)", dead.Round(time.Millisecond), netmount.ProbeTimeout)
 
 	t.Run("a container of a new pod of the class is refused in time, naming the server", func(t *testing.T) {
-		_, times, refused, err := n.timedContainer(refusedPod, "refused", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Created only: a container given the dead mount would hang in runc's bind of it.
+		start := time.Now()
+		_, refused := n.rt.CRI().CreateContainer(n.ctx, refusedPod, harness.ContainerOptions{Name: "refused", Privileged: true})
+		took := time.Since(start)
 		if refused == nil {
 			t.Fatal("a container of the class was created with its server dead")
 		}
-		t.Logf("refused in %s: %v", times.create.Round(time.Millisecond), refused)
-		if budget := 25 * time.Second; times.create > budget {
-			t.Errorf("CreateContainer refused after %s, more than the create budget %s", times.create, budget)
+		t.Logf("refused in %s: %v", took.Round(time.Millisecond), refused)
+		if budget := 25 * time.Second; took > budget {
+			t.Errorf("CreateContainer refused after %s, more than the create budget %s", took, budget)
 		}
 		if msg := refused.Error(); !strings.Contains(msg, guestNFSServer) && !strings.Contains(msg, "127.0.0.1:/") {
 			t.Errorf("the refusal names neither the server %s nor the source 127.0.0.1:/: %s", guestNFSServer, msg)
@@ -110,9 +113,17 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	})
 
 	t.Run("containers of no class are created as fast as with the server alive", func(t *testing.T) {
-		create, total, line := medianRatio(alive, n.timedContainers(plainPod, "dead", count))
+		ratio, a, d, line := medianRatio(alive, n.timedCreates(plainPod, "dead", count))
 		t.Logf("%d containers of no class: %s", count, line)
-		_, _ = create, total
+		// Not 1.10: under TCG the medians of a few hundred milliseconds vary by more than that
+		// between phases (CreateContainer alive 141-245 ms, dead 286-350 ms in one run; the
+		// heal's mount.nfs attempts, forked every 1-5 s, share the guest's 2 CPUs). A wait of
+		// the plugin on the dead server (a probe: up to 2 s) would pass both bounds.
+		const maxRatio, maxExtra = 3.0, time.Second
+		if ratio > maxRatio || d-a > maxExtra {
+			t.Errorf("containers of no class: median CreateContainer %s with the server dead, %s alive: ratio %.2f (bound %.1f), %s more (bound %s)",
+				d.Round(time.Millisecond), a.Round(time.Millisecond), ratio, maxRatio, (d - a).Round(time.Millisecond), maxExtra)
+		}
 	})
 
 	t.Run("the plugin holds one thread in D state for the server, as its status counts", func(t *testing.T) {
@@ -167,12 +178,12 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		}
 	})
 
-	t.Run("nfsd started again: the reader reads again, a new pod of the class reads the export", func(t *testing.T) {
+	t.Run("nfsd started again: the reader reads again, the refused pod's container is created and reads the export", func(t *testing.T) {
 		before, _ := readsOf(t, n, reader)
 		nfsd.start()
 		back := time.Now()
-		// A new pod of the class from when the mount is mounted again (a pod takes seconds:
-		// it is made while the reader waits out the server's NFSv4 grace period).
+		// The refused container tried again in its pod, as kubelet does, from when the mount is
+		// mounted again (it takes seconds: it is made while the reader waits for its read).
 		type newPod struct {
 			id      string
 			started time.Duration
@@ -196,12 +207,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 				mounted = time.Since(back)
 				created = make(chan newPod, 1)
 				go func() {
-					pod, err := n.rt.CRI().RunPod(n.ctx, harness.PodOptions{Name: "back", RuntimeHandler: nfsClassName})
-					if err != nil {
-						created <- newPod{err: err}
-						return
-					}
-					id, _, refused, err := n.timedContainer(pod, "back", nil)
+					id, _, refused, err := n.timedContainer(refusedPod, "retried", nil)
 					created <- newPod{id, time.Since(back), errors.Join(refused, err)}
 				}()
 			}
@@ -210,15 +216,16 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		ok, fails := readsOf(t, n, reader)
 		p := <-created
 		if p.err != nil {
-			t.Fatalf("a new pod of the class, %s after nfsd started again (the mount mounted after %s): %v", p.started, mounted, p.err)
+			t.Fatalf("the refused pod's container, tried again %s after nfsd started again (the mount mounted then), refused or failed %s after: %v", mounted, p.started, p.err)
 		}
 		readsExport(t, n, p.id)
-		t.Logf("nfsd started again: the reader read again after %s (%d reads ok, %d failed in all), no stuck probe after %s, the mount mounted after %s, a new pod of the class started after %s; %d threads of the plugin in D state",
+		t.Logf("nfsd started again: the reader read again after %s (%d reads ok, %d failed in all), no stuck probe after %s, the mount mounted after %s, the refused pod's container, tried again, started after %s; %d threads of the plugin in D state",
 			reads.Round(time.Millisecond), ok, fails, unstuck.Round(time.Millisecond), mounted.Round(time.Millisecond), p.started.Round(time.Millisecond), dStateThreads(t, pid))
 	})
 
 	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {
-		n.removePods()
+		start := time.Now()
+		n.removeAllAtOnce()
 		removed := time.Now()
 		for left := leftAfter(t, []*nfsClass{class}, scopes); left != ""; left = leftAfter(t, []*nfsClass{class}, scopes) {
 			if time.Since(removed) > 30*time.Second {
@@ -226,7 +233,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Logf("released %s after the last pod's removal (grace 5s)", time.Since(removed).Round(time.Millisecond))
+		t.Logf("pods removed in %s; released %s after the last pod's removal (grace 5s)", removed.Sub(start).Round(time.Millisecond), time.Since(removed).Round(time.Millisecond))
 	})
 	t.Logf("the test took %s", time.Since(began).Round(time.Millisecond))
 }
