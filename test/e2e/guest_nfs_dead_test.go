@@ -78,7 +78,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	}
 
 	// Containers of no class, with the server alive.
-	const count = 4
+	const count = 3
 	alive := n.timedCreates(plainPod, "alive", count)
 
 	// The server stopped under the reader; the prober finds the mount dead.
@@ -114,11 +114,11 @@ func TestGuestNFSDeadServer(t *testing.T) {
 
 	t.Run("containers of no class are created as fast as with the server alive", func(t *testing.T) {
 		ratio, a, d, line := medianRatio(alive, n.timedCreates(plainPod, "dead", count))
-		t.Logf("%d containers of no class: %s", count, line)
-		// Not 1.10: under TCG the medians of a few hundred milliseconds vary by more than that
-		// between phases (CreateContainer alive 141-245 ms, dead 286-350 ms in one run; the
-		// heal's mount.nfs attempts, forked every 1-5 s, share the guest's 2 CPUs). A wait of
-		// the plugin on the dead server (a probe: up to 2 s) would pass both bounds.
+		t.Logf("CreateContainer of %d containers of no class: %s", count, line)
+		// Not 1.10: under TCG the medians, of 150-350 ms, vary by more than that between
+		// phases (ratios 1.94 and 1.13 in two runs; the heal's mount.nfs attempts, forked
+		// every 1-5 s, share the guest's 2 CPUs). A wait of the plugin on the dead server (a
+		// probe: up to 2 s) fails the second bound.
 		const maxRatio, maxExtra = 3.0, time.Second
 		if ratio > maxRatio || d-a > maxExtra {
 			t.Errorf("containers of no class: median CreateContainer %s with the server dead, %s alive: ratio %.2f (bound %.1f), %s more (bound %s)",
@@ -158,13 +158,23 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		start := time.Now()
 		n.startListeningPlugin(plugCg.Dir, sock)
 		pid = n.plugin.Pid()
+		// Registered: the runtime has synchronized it ("connected to" is its Configure, before
+		// that); a container created earlier is created without it.
+		if err := n.plugin.WaitLog(n.ctx, "Started plugin", 1, 30*time.Second); err != nil {
+			t.Fatalf("the restarted plugin: %v", err)
+		}
 		connected := time.Since(start)
-		_, times, refused, err := n.timedContainer(plainPod, "restarted", nil)
-		if err = errors.Join(refused, err); err != nil {
+		start = time.Now()
+		if _, err := n.rt.CRI().CreateContainer(n.ctx, plainPod, harness.ContainerOptions{Name: "restarted", Privileged: true}); err != nil {
 			t.Fatalf("a container of no class, the plugin restarted: %v", err)
 		}
-		t.Logf("restarted: connected to the runtime in %s; a container of no class created in %s and started in %s",
-			connected.Round(time.Millisecond), times.create.Round(time.Millisecond), times.start.Round(time.Millisecond))
+		created := time.Since(start)
+		// Decided by the restarted plugin, not passed over by the runtime.
+		if err := n.plugin.WaitLog(n.ctx, "container=default/plain/restarted", 1, 5*time.Second); err != nil {
+			t.Errorf("the restarted plugin did not decide on the container: %v", err)
+		}
+		t.Logf("restarted: registered with the runtime in %s; a container of no class created in %s",
+			connected.Round(time.Millisecond), created.Round(time.Millisecond))
 		var stuck int
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			d, stuck = dStateThreads(t, pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
@@ -192,8 +202,8 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		var created chan newPod
 		var reads, unstuck, mounted time.Duration
 		for reads == 0 || unstuck == 0 || mounted == 0 {
-			if time.Since(back) > 60*time.Second {
-				t.Fatalf("60s after nfsd started again: the reader read again after %s, stuck probes none after %s, the mount mounted after %s; status %+v",
+			if time.Since(back) > 30*time.Second {
+				t.Fatalf("30s after nfsd started again: the reader read again after %s, stuck probes none after %s, the mount mounted after %s; status %+v",
 					reads, unstuck, mounted, pluginStatus(t, sock))
 			}
 			if ok, _ := readsOf(t, n, reader); reads == 0 && ok > before {
@@ -224,16 +234,24 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	})
 
 	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {
+		// The class's pods first; the other pod meanwhile, while the mount's grace runs.
 		start := time.Now()
-		n.removeAllAtOnce()
+		n.removePodsAtOnce(readerPod, refusedPod)
 		removed := time.Now()
+		plain := make(chan error, 1)
+		go func() { plain <- n.removePodsAtOnceErr(plainPod) }()
 		for left := leftAfter(t, []*nfsClass{class}, scopes); left != ""; left = leftAfter(t, []*nfsClass{class}, scopes) {
 			if time.Since(removed) > 30*time.Second {
 				t.Fatalf("30s after the last pod's removal (grace 5s): %s", left)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Logf("pods removed in %s; released %s after the last pod's removal (grace 5s)", removed.Sub(start).Round(time.Millisecond), time.Since(removed).Round(time.Millisecond))
+		released := time.Since(removed)
+		if err := <-plain; err != nil {
+			t.Error(err)
+		}
+		t.Logf("the class's pods removed in %s; released %s after (grace 5s); the other pod removed %s after",
+			removed.Sub(start).Round(time.Millisecond), released.Round(time.Millisecond), time.Since(removed).Round(time.Millisecond))
 	})
 	t.Logf("the test took %s", time.Since(began).Round(time.Millisecond))
 }
