@@ -139,6 +139,27 @@ func dStateThreads(t *testing.T, pid int) int {
 	return n
 }
 
+// decidedContainer creates containers of no class in pod (podName), prefix-0, prefix-1, ..., until the
+// plugin decides on one (it logs it), for at most within, and says how long that took and how
+// many were created without the plugin: NRI calls a plugin once the runtime has synchronized
+// it, after its Configure ("connected to", which StartPlugin waits for); a container created
+// before, or while the runtime waits for the plugin's Synchronize, is created without it.
+func (n *node) decidedContainer(pod, podName, prefix string, within time.Duration) (took time.Duration, passed int, err error) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := n.rt.CRI().CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true}); err != nil {
+			return time.Since(start), i, fmt.Errorf("container %s: %w", name, err)
+		}
+		if n.plugin.WaitLog(n.ctx, "container=default/"+podName+"/"+name, 1, time.Second) == nil {
+			return time.Since(start), i, nil
+		}
+		if time.Since(start) > within {
+			return time.Since(start), i + 1, fmt.Errorf("no container of no class decided on by the plugin within %s (%d created without it)", within, i+1)
+		}
+	}
+}
+
 // runPods runs the sandboxes of pods, all at once, and returns their IDs.
 func (n *node) runPods(pods ...podOf) []string {
 	n.t.Helper()
