@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,41 @@ func pluginStatus(t *testing.T, sock string) nri.Status {
 		t.Fatalf("the plugin's status: %v: %s", err, body)
 	}
 	return st
+}
+
+// decisions is the plugin's histogram of its CreateContainer decisions, from its /metrics on
+// sock: their count and total time.
+func decisions(t *testing.T, sock string) (count int, total time.Duration) {
+	t.Helper()
+	client, base := ops.Client("unix:" + sock)
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("the plugin's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the plugin's metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "mountkeeper_create_container_decision_seconds_sum "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			total = time.Duration(f * float64(time.Second))
+		}
+		if v, ok := strings.CutPrefix(line, "mountkeeper_create_container_decision_seconds_count "); ok {
+			count, _ = strconv.Atoi(v)
+		}
+	}
+	return count, total
+}
+
+// meanDecision is the plugin's mean CreateContainer decision time between two readings of
+// decisions.
+func meanDecision(count0 int, total0 time.Duration, count1 int, total1 time.Duration) time.Duration {
+	if count1 <= count0 {
+		return 0
+	}
+	return (total1 - total0) / time.Duration(count1-count0)
 }
 
 // mountState is the state the status gives the network mount with key ("" if none).
