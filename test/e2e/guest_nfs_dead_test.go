@@ -18,8 +18,8 @@ import (
 
 // TestGuestNFSDeadServer: the guest's nfsd stopped under a pod reading its hard NFSv4.2 mount,
 // through containerd, runc and the plugin binary. A container of a new pod of the class is
-// refused in time, naming the server; containers of no class are created as fast as with the
-// server alive; the plugin holds one thread in D state for the server, which its status
+// refused in time, naming the mount's server (its source); containers of no class are created
+// about as fast as with the server alive; the plugin holds one thread in D state for the server, which its status
 // counts; it exits on SIGTERM in time and, restarted, serves containers while the server is
 // still dead. nfsd started again: the reader reads again without a restart, the refused pod's
 // container tried again reads the export, and once the pods are gone nothing is mounted and no
@@ -30,7 +30,7 @@ import (
 // in the background, and CreateContainer is where a container gets its mounts or is refused;
 // kubelet tries the refused container again in the same pod, as the test does once the server
 // is back), and the containers timed for fairness share one pod of no class and are created,
-// the first of each phase also started.
+// not started (CreateContainer is where NRI runs).
 func TestGuestNFSDeadServer(t *testing.T) {
 	root := os.Getenv(guestNFSRootEnv)
 	if root == "" {
@@ -99,7 +99,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	t.Logf("nfsd stopped: the mount found dead %s later (probes every 500ms, each bounded by %s)", dead.Round(time.Millisecond), netmount.ProbeTimeout)
 
 	t.Run("a container of a new pod of the class is refused in time, naming the server", func(t *testing.T) {
-		// Created only: a container given the dead mount would hang in runc's bind of it.
+		// Created only: runc could hang on a dead mount given to a container (its bind).
 		start := time.Now()
 		_, refused := n.rt.CRI().CreateContainer(n.ctx, refusedPod, harness.ContainerOptions{Name: "refused", Privileged: true})
 		took := time.Since(start)
@@ -122,7 +122,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		t.Logf("CreateContainer of %d containers of no class: %s; the plugin's own decision took %s on average alive, %s dead",
 			count, line, aliveDecision, meanDecision(c0, d0, c1, d1))
 		// Not 1.10: under TCG the medians, of 140-420 ms, vary by more than that between
-		// phases (ratios 1.13 to 2.10 in four runs; the heal's mount.nfs attempts, forked
+		// phases (ratios 1.07 to 2.12 in six runs; the heal's mount.nfs attempts, forked
 		// every 1-5 s, share the guest's 2 CPUs). A wait of the plugin on the dead server (a
 		// probe: up to 2 s) fails the second bound.
 		const maxRatio, maxExtra = 3.0, time.Second
