@@ -157,6 +157,9 @@ func (p *Plugin) Exited() bool {
 	}
 }
 
+// Pid is the plugin process's pid.
+func (p *Plugin) Pid() int { return p.cmd.Process.Pid }
+
 // Log returns what the plugin logged so far.
 func (p *Plugin) Log() string { return p.log.String() }
 

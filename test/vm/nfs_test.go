@@ -23,15 +23,15 @@ const nfsKernel = "6.1"
 
 // nfsPackages are the guest-only NFS tests, run in this order in one guest: internal/netmount's
 // (build tag guestnfs, TestNFSGuest*: the Manager; the first installs the NFS client) and
-// test/e2e's (tags e2e and guestnfs: TestGuestNFS, containerd, runc and the plugin binary;
-// TestGuestNFSHook, runc and the hook binary).
+// test/e2e's (tags e2e and guestnfs: TestGuestNFS and TestGuestNFSDeadServer, containerd, runc
+// and the plugin binary; TestGuestNFSHook, runc and the hook binary).
 var nfsPackages = []struct{ pkg, tags, run string }{
 	{"internal/netmount", "guestnfs", "^TestNFSGuest"},
-	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(Hook)?$"},
+	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(DeadServer|Hook)?$"},
 }
 
 // guestTestLine matches a line the guest-only tests logged: their files all have "guest" in
-// their names (nfs_guest_test.go, guest_nfs_test.go, fixtures_guestnfs_test.go, ...).
+// their names (nfs_guest_test.go, guest_nfs_test.go, fixtures_guestnfsdead_test.go, ...).
 var guestTestLine = regexp.MustCompile(`\b\w*guest\w*_test\.go:\d+: `)
 
 // NFSRoot is where test/tools/install.sh (install_nfs) unpacks Debian 12's NFS server and

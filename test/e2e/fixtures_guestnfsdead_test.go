@@ -1,0 +1,291 @@
+//go:build e2e && guestnfs
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/mountkeeper/mountkeeper/internal/ops"
+	"github.com/mountkeeper/mountkeeper/nri"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+)
+
+// What TestGuestNFSDeadServer shares: its node's configuration, the guest's nfsd switched off
+// and on, the plugin's threads and status, and timed pods.
+
+// guestNFSDeadConfig is guestNFSConfig's NFSv4.2 class (hard), probed every 500 ms so that a
+// dead server is found within ProbeTimeout (2 s) and an interval. The grace is shorter than
+// guestNFSConfig's: the test waits it out at its end.
+const guestNFSDeadConfig = `
+unmountGrace: 5s
+createBudget: 25s
+pluginRequestTimeout: 30s
+probeInterval: 500ms
+runtimeClasses:
+  mk-nfs4:
+    mounts:
+      - {type: nfs, source: "127.0.0.1:/", destination: /data, propagation: HostToContainer, options: [vers=4.2, hard]}
+`
+
+// guestNFSServer is the server of guestNFSDeadConfig's class, as the plugin counts its stuck
+// probes (host:port).
+const guestNFSServer = "127.0.0.1:2049"
+
+// guestNFSD switches the guest's kernel nfsd: off (rpc.nfsd 0) and on again (rpc.nfsd 8).
+type guestNFSD struct {
+	t       *testing.T
+	root    string // the unpacked NFS debs (MOUNTKEEPER_GUEST_NFS_ROOT)
+	stopped bool
+}
+
+// newGuestNFSD returns the guest's nfsd, started again when the test ends if the test left it
+// stopped: register it after the node and its plugin, so that this runs before their cleanups
+// (a pod reading a dead hard mount cannot be stopped until its server answers).
+func newGuestNFSD(t *testing.T, root string) *guestNFSD {
+	d := &guestNFSD{t: t, root: root}
+	t.Cleanup(func() {
+		if d.stopped {
+			d.set("8")
+		}
+	})
+	return d
+}
+
+func (d *guestNFSD) stop()  { d.set("0") }
+func (d *guestNFSD) start() { d.set("8") }
+
+func (d *guestNFSD) set(threads string) {
+	d.t.Helper()
+	if out, err := exec.Command(filepath.Join(d.root, "usr", "sbin", "rpc.nfsd"), threads).CombinedOutput(); err != nil {
+		d.t.Errorf("rpc.nfsd %s: %v: %s", threads, err, out)
+		return
+	}
+	d.stopped = threads == "0"
+}
+
+// startListeningPlugin starts the node's plugin in cgroup with --listen on the unix socket
+// sock (read by pluginStatus); it is stopped when the test ends.
+func (n *node) startListeningPlugin(cgroup, sock string) {
+	n.t.Helper()
+	var err error
+	n.plugin, err = harness.StartPlugin(n.ctx, harness.PluginOptions{Binary: n.bin, Config: n.config,
+		Socket: n.rt.NRISocket(), Log: testWriter{n.t, "mountkeeper"}, Cgroup: cgroup,
+		Args: []string{"--listen", "unix:" + sock}})
+	if err != nil {
+		n.t.Fatalf("start mountkeeper: %v", err)
+	}
+	n.t.Cleanup(n.plugin.Stop)
+}
+
+// pluginStatus is what the plugin serves on sock at /status, as `mountkeeper status --output
+// json` prints it.
+func pluginStatus(t *testing.T, sock string) nri.Status {
+	t.Helper()
+	client, base := ops.Client("unix:" + sock)
+	resp, err := client.Get(base + "/status")
+	if err != nil {
+		t.Fatalf("the plugin's status: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	var st nri.Status
+	if err == nil {
+		err = json.Unmarshal(body, &st)
+	}
+	if err != nil {
+		t.Fatalf("the plugin's status: %v: %s", err, body)
+	}
+	return st
+}
+
+// decisions is the plugin's histogram of its CreateContainer decisions, from its /metrics on
+// sock: their count and total time.
+func decisions(t *testing.T, sock string) (count int, total time.Duration) {
+	t.Helper()
+	client, base := ops.Client("unix:" + sock)
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("the plugin's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the plugin's metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "mountkeeper_create_container_decision_seconds_sum "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			total = time.Duration(f * float64(time.Second))
+		}
+		if v, ok := strings.CutPrefix(line, "mountkeeper_create_container_decision_seconds_count "); ok {
+			count, _ = strconv.Atoi(v)
+		}
+	}
+	return count, total
+}
+
+// meanDecision is the plugin's mean CreateContainer decision time between two readings of
+// decisions.
+func meanDecision(count0 int, total0 time.Duration, count1 int, total1 time.Duration) time.Duration {
+	if count1 <= count0 {
+		return 0
+	}
+	return (total1 - total0) / time.Duration(count1-count0)
+}
+
+// mountState is the state the status gives the network mount with key ("" if none).
+func mountState(st nri.Status, key string) string {
+	for _, m := range st.NetworkMounts {
+		if m.Key == key {
+			return m.State
+		}
+	}
+	return ""
+}
+
+// dStateThreads counts the threads of process pid in uninterruptible sleep (D).
+func dStateThreads(t *testing.T, pid int) int {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range tasks {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && strings.HasPrefix(string(data[i+1:]), " D") {
+			n++
+		}
+	}
+	return n
+}
+
+// decidedContainer creates containers of no class in pod (podName), prefix-0, prefix-1, ..., until the
+// plugin decides on one (it logs it), for at most within, and says how long that took and how
+// many were created without the plugin: NRI calls a plugin once the runtime has synchronized
+// it, after its Configure ("connected to", which StartPlugin waits for); a container created
+// before, or while the runtime waits for the plugin's Synchronize, is created without it.
+func (n *node) decidedContainer(pod, podName, prefix string, within time.Duration) (took time.Duration, passed int, err error) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := n.rt.CRI().CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true}); err != nil {
+			return time.Since(start), i, fmt.Errorf("container %s: %w", name, err)
+		}
+		if n.plugin.WaitLog(n.ctx, "container=default/"+podName+"/"+name, 1, time.Second) == nil {
+			return time.Since(start), i, nil
+		}
+		if time.Since(start) > within {
+			return time.Since(start), i + 1, fmt.Errorf("no container of no class decided on by the plugin within %s (%d created without it)", within, i+1)
+		}
+	}
+}
+
+// runPods runs the sandboxes of pods, all at once, and returns their IDs.
+func (n *node) runPods(pods ...podOf) []string {
+	n.t.Helper()
+	ids := make([]string, len(pods))
+	err := eachAtOnce(len(pods), func(i int) error {
+		var err error
+		ids[i], err = n.rt.CRI().RunPod(n.ctx, harness.PodOptions{Name: pods[i].name, RuntimeHandler: pods[i].handler})
+		return err
+	})
+	if err != nil {
+		n.t.Fatalf("run pods: %v", err)
+	}
+	return ids
+}
+
+// removePodsAtOnce removes pods and their containers, all at once, each by RemovePodSandbox
+// alone (which stops the pod and stops and removes its containers): faster than removePods,
+// which stops and removes each container on its own first (a second or more each under TCG).
+// No plugin registers meanwhile (see harness.Client.RemovePod).
+func (n *node) removePodsAtOnce(pods ...string) {
+	n.t.Helper()
+	if err := n.removePodsAtOnceErr(pods...); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// removePodsAtOnceErr is removePodsAtOnce returning its error: safe on any goroutine.
+func (n *node) removePodsAtOnceErr(pods ...string) error {
+	rt := n.rt.CRI().RuntimeService()
+	return eachAtOnce(len(pods), func(i int) error {
+		if _, err := rt.RemovePodSandbox(n.ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pods[i]}); err != nil {
+			return fmt.Errorf("CRI RemovePodSandbox %s: %w", pods[i], err)
+		}
+		return nil
+	})
+}
+
+// ctrTimes are how long CreateContainer and StartContainer took for a container.
+type ctrTimes struct{ create, start time.Duration }
+
+// timedContainer creates a busybox container with args (nil: sleep) in pod and starts it,
+// timing each step. refused is the runtime's refusal to create it (times.create then the time
+// the refusal took), err any other failure. Safe for concurrent use.
+func (n *node) timedContainer(pod, name string, args []string) (id string, times ctrTimes, refused, err error) {
+	cri := n.rt.CRI()
+	start := time.Now()
+	id, refused = cri.CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: name, Privileged: true, Args: args})
+	times.create = time.Since(start)
+	if refused != nil {
+		return "", times, refused, nil
+	}
+	start = time.Now()
+	if err := cri.StartContainer(n.ctx, id); err != nil {
+		return id, times, nil, fmt.Errorf("start container %s: %w", name, err)
+	}
+	times.start = time.Since(start)
+	return id, times, nil, nil
+}
+
+// timedCreates creates count containers of no class in pod, one at a time, named prefix-0,
+// prefix-1, ..., and returns how long each CreateContainer took: the plugin's whole
+// synchronous part of a container's creation (their start, runc's part, would cost 5-7 s each
+// under TCG).
+func (n *node) timedCreates(pod, prefix string, count int) []time.Duration {
+	n.t.Helper()
+	var out []time.Duration
+	for i := range count {
+		start := time.Now()
+		if _, err := n.rt.CRI().CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: fmt.Sprintf("%s-%d", prefix, i), Privileged: true}); err != nil {
+			n.t.Fatal(err)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+// medianRatio is the ratio of dead's median to alive's, their medians, and a line for the log.
+func medianRatio(alive, dead []time.Duration) (ratio float64, aliveMedian, deadMedian time.Duration, line string) {
+	aliveMedian, deadMedian = percentile(alive, 50), percentile(dead, 50)
+	ratio = float64(deadMedian) / float64(aliveMedian)
+	line = fmt.Sprintf("server alive %v (median %s), dead %v (median %s): ratio %.2f",
+		roundAll(alive), aliveMedian.Round(time.Millisecond), roundAll(dead), deadMedian.Round(time.Millisecond), ratio)
+	return ratio, aliveMedian, deadMedian, line
+}
+
+// roundAll rounds ds to milliseconds, for the log.
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+//go:build e2e && guestnfs
+
+package e2e
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
+)
+
+// TestGuestNFSDeadServer: the guest's nfsd stopped under a pod reading its hard NFSv4.2 mount,
+// through containerd, runc and the plugin binary. A container of a new pod of the class is
+// refused in time, naming the mount's server (its source); containers of no class are created
+// about as fast as with the server alive; the plugin holds one thread in D state for the server, which its status
+// counts; it exits on SIGTERM in time and, restarted, serves containers while the server is
+// still dead. nfsd started again: the reader reads again without a restart, the refused pod's
+// container tried again reads the export, and once the pods are gone nothing is mounted and no
+// scope is left.
+//
+// A pod sandbox takes 8-13 s under TCG, a container's start 5-7 s: the test's sandboxes are
+// made at once at its start (the refused pod's too: RunPodSandbox only starts a class's mounts
+// in the background, and CreateContainer is where a container gets its mounts or is refused;
+// kubelet tries the refused container again in the same pod, as the test does once the server
+// is back), and the containers timed for fairness share one pod of no class and are created,
+// not started (CreateContainer is where NRI runs).
+func TestGuestNFSDeadServer(t *testing.T) {
+	root := os.Getenv(guestNFSRootEnv)
+	if root == "" {
+		t.Fatalf("%s is not set: this test runs in test/vm's NFS guest only", guestNFSRootEnv)
+	}
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (internal/netmount's TestNFSGuestNoClient installs it before this runs): %v", err)
+	}
+	began := time.Now()
+	cgRoot, err := harness.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := filepath.Join(cgRoot, netmount.DefaultCgroupParent)
+	t.Cleanup(func() { os.Remove(scopes) })
+	plugCg, err := harness.NewCgroup2("mk-guestnfs-dead-plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plugCg.Remove() })
+	const nfsClassName = "mk-nfs4"
+	n := newNodeOpts(t, harness.KindContainerd, harness.Options{Handlers: []string{nfsClassName},
+		NRIRequestTimeout: guestNFSRequestTimeout}, guestNFSDeadConfig, plugCg.Dir)
+	sock := filepath.Join(n.dir, "ops.sock")
+	n.startListeningPlugin(plugCg.Dir, sock)
+	cfg := n.endNetworkScopes()
+	spec := *cfg.RuntimeClasses[nfsClassName].Mounts[0].Network
+	class := &nfsClass{name: nfsClassName, hostPath: netmount.HostPath(filepath.Join(n.src(), "state"), spec)}
+	key := spec.Key()
+	nfsd := newGuestNFSD(t, root) // after the node and the plugin: its cleanup runs first
+
+	start := time.Now()
+	pods := n.runPods(podOf{nfsClassName, "reader"}, podOf{"", "plain"}, podOf{nfsClassName, "refused"})
+	readerPod, plainPod, refusedPod := pods[0], pods[1], pods[2]
+	sandboxes := time.Since(start)
+	reader, _, refused, err := n.timedContainer(readerPod, "reader", readLoop("0.2"))
+	if err = errors.Join(refused, err); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the node up in %s; 3 pod sandboxes (2 of %s) at once in %s, the reader's container created and started %s later, the mount included",
+		start.Sub(began).Round(time.Millisecond), nfsClassName, sandboxes.Round(time.Millisecond), (time.Since(start) - sandboxes).Round(time.Millisecond))
+	readsExport(t, n, reader)
+	if oneNFSMount(t, class.hostPath) == nil {
+		t.FailNow()
+	}
+
+	// Containers of no class, with the server alive.
+	const count = 3
+	c0, d0 := decisions(t, sock)
+	alive := n.timedCreates(plainPod, "alive", count)
+	c1, d1 := decisions(t, sock)
+	aliveDecision := meanDecision(c0, d0, c1, d1)
+
+	// The server stopped under the reader; the prober finds the mount dead.
+	nfsd.stop()
+	stopped := time.Now()
+	pid := n.plugin.Pid()
+	var dead time.Duration
+	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "the mount found dead after nfsd stopped", func() bool {
+		if s := mountState(pluginStatus(t, sock), key); s == "dead" || s == "recovering" {
+			dead = time.Since(stopped)
+			return true
+		}
+		return false
+	})
+	t.Logf("nfsd stopped: the mount found dead %s later (probes every 500ms, each bounded by %s)", dead.Round(time.Millisecond), netmount.ProbeTimeout)
+
+	t.Run("a container of a new pod of the class is refused in time, naming the server", func(t *testing.T) {
+		// Created only: runc could hang on a dead mount given to a container (its bind).
+		start := time.Now()
+		_, refused := n.rt.CRI().CreateContainer(n.ctx, refusedPod, harness.ContainerOptions{Name: "refused", Privileged: true})
+		took := time.Since(start)
+		if refused == nil {
+			t.Fatal("a container of the class was created with its server dead")
+		}
+		t.Logf("refused in %s: %v", took.Round(time.Millisecond), refused)
+		if budget := 25 * time.Second; took > budget {
+			t.Errorf("CreateContainer refused after %s, more than the create budget %s", took, budget)
+		}
+		if msg := refused.Error(); !strings.Contains(msg, guestNFSServer) && !strings.Contains(msg, "127.0.0.1:/") {
+			t.Errorf("the refusal names neither the server %s nor the source 127.0.0.1:/: %s", guestNFSServer, msg)
+		}
+	})
+
+	t.Run("containers of no class are created as fast as with the server alive", func(t *testing.T) {
+		c0, d0 := decisions(t, sock)
+		ratio, a, d, line := medianRatio(alive, n.timedCreates(plainPod, "dead", count))
+		c1, d1 := decisions(t, sock)
+		t.Logf("CreateContainer of %d containers of no class: %s; the plugin's own decision took %s on average alive, %s dead",
+			count, line, aliveDecision, meanDecision(c0, d0, c1, d1))
+		// Not 1.10: under TCG the medians, of 140-420 ms, vary by more than that between
+		// phases (ratios 1.07 to 2.12 in six runs; the heal's mount.nfs attempts, forked
+		// every 1-5 s, share the guest's 2 CPUs). A wait of the plugin on the dead server (a
+		// probe: up to 2 s) fails the second bound.
+		const maxRatio, maxExtra = 3.0, time.Second
+		if ratio > maxRatio || d-a > maxExtra {
+			t.Errorf("containers of no class: median CreateContainer %s with the server dead, %s alive: ratio %.2f (bound %.1f), %s more (bound %s)",
+				d.Round(time.Millisecond), a.Round(time.Millisecond), ratio, maxRatio, (d - a).Round(time.Millisecond), maxExtra)
+		}
+	})
+
+	t.Run("the plugin holds one thread in D state for the server, as its status counts", func(t *testing.T) {
+		var d, stuck int
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			d, stuck = dStateThreads(t, pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
+			if (d == stuck && stuck > 0) || time.Now().After(deadline) {
+				break
+			}
+		}
+		t.Logf("%s after nfsd stopped: %d threads of the plugin in D state, %d stuck probes of %s in its status (bound: 1 per server)",
+			time.Since(stopped).Round(time.Millisecond), d, stuck, guestNFSServer)
+		if d != 1 || stuck != 1 {
+			t.Errorf("%d threads of the plugin in D state, %d stuck probes of %s in its status: want 1 and 1", d, stuck, guestNFSServer)
+		}
+	})
+
+	t.Run("SIGTERMed, the plugin exits in time; restarted, it serves containers", func(t *testing.T) {
+		d := dStateThreads(t, pid)
+		term := time.Now()
+		if err := n.plugin.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		const exitBound = 5 * time.Second
+		for !n.plugin.Exited() {
+			if time.Since(term) > exitBound {
+				t.Fatalf("the plugin has not exited %s after SIGTERM, with %d threads in D state (now %d)", exitBound, d, dStateThreads(t, pid))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("the plugin exited %s after SIGTERM, with %d threads in D state", time.Since(term).Round(time.Millisecond), d)
+		start := time.Now()
+		n.startListeningPlugin(plugCg.Dir, sock)
+		pid = n.plugin.Pid()
+		connected := time.Since(start)
+		took, passed, err := n.decidedContainer(plainPod, "plain", "restarted", 15*time.Second)
+		if err != nil {
+			t.Fatalf("the restarted plugin: %v", err)
+		}
+		t.Logf("restarted: connected to the runtime in %s; a container of no class decided on by it %s after its start (%d created before it was registered)",
+			connected.Round(time.Millisecond), (connected + took).Round(time.Millisecond), passed)
+		var stuck int
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			d, stuck = dStateThreads(t, pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
+			if (d == stuck && stuck > 0) || time.Now().After(deadline) {
+				break
+			}
+		}
+		t.Logf("the restarted plugin: %d threads in D state, %d stuck probes of %s, the mount %s", d, stuck, guestNFSServer, mountState(pluginStatus(t, sock), key))
+		if d > 1 || d != stuck {
+			t.Errorf("the restarted plugin: %d threads in D state, %d stuck probes of %s: want at most 1, the same", d, stuck, guestNFSServer)
+		}
+	})
+
+	t.Run("nfsd started again: the reader reads again, the refused pod's container is created and reads the export", func(t *testing.T) {
+		before, _ := readsOf(t, n, reader)
+		nfsd.start()
+		back := time.Now()
+		// The refused container tried again in its pod, as kubelet does, from when the mount is
+		// mounted again (it takes seconds: it is made while the reader waits for its read).
+		type newPod struct {
+			id      string
+			started time.Duration
+			err     error
+		}
+		var created chan newPod
+		var reads, unstuck, mounted time.Duration
+		for reads == 0 || unstuck == 0 || mounted == 0 {
+			if time.Since(back) > 30*time.Second {
+				t.Fatalf("30s after nfsd started again: the reader read again after %s, stuck probes none after %s, the mount mounted after %s; status %+v",
+					reads, unstuck, mounted, pluginStatus(t, sock))
+			}
+			if ok, _ := readsOf(t, n, reader); reads == 0 && ok > before {
+				reads = time.Since(back)
+			}
+			st := pluginStatus(t, sock)
+			if unstuck == 0 && st.StuckCalls[guestNFSServer] == 0 {
+				unstuck = time.Since(back)
+			}
+			if mounted == 0 && mountState(st, key) == "mounted" {
+				mounted = time.Since(back)
+				created = make(chan newPod, 1)
+				go func() {
+					id, _, refused, err := n.timedContainer(refusedPod, "retried", nil)
+					created <- newPod{id, time.Since(back), errors.Join(refused, err)}
+				}()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		ok, fails := readsOf(t, n, reader)
+		p := <-created
+		if p.err != nil {
+			t.Fatalf("the refused pod's container, tried again %s after nfsd started again (the mount mounted then), refused or failed %s after: %v", mounted, p.started, p.err)
+		}
+		readsExport(t, n, p.id)
+		t.Logf("nfsd started again: the reader read again after %s (%d reads ok, %d failed in all), no stuck probe after %s, the mount mounted after %s, the refused pod's container, tried again, started after %s; %d threads of the plugin in D state",
+			reads.Round(time.Millisecond), ok, fails, unstuck.Round(time.Millisecond), mounted.Round(time.Millisecond), p.started.Round(time.Millisecond), dStateThreads(t, pid))
+	})
+
+	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {
+		// The class's pods first; the other pod meanwhile, while the mount's grace runs.
+		start := time.Now()
+		n.removePodsAtOnce(readerPod, refusedPod)
+		removed := time.Now()
+		plain := make(chan error, 1)
+		go func() { plain <- n.removePodsAtOnceErr(plainPod) }()
+		for left := leftAfter(t, []*nfsClass{class}, scopes); left != ""; left = leftAfter(t, []*nfsClass{class}, scopes) {
+			if time.Since(removed) > 30*time.Second {
+				t.Fatalf("30s after the last pod's removal (grace 5s): %s", left)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		released := time.Since(removed)
+		if err := <-plain; err != nil {
+			t.Error(err)
+		}
+		t.Logf("the class's pods removed in %s; released %s after (grace 5s); the other pod removed %s after",
+			removed.Sub(start).Round(time.Millisecond), released.Round(time.Millisecond), time.Since(removed).Round(time.Millisecond))
+	})
+	t.Logf("the test took %s", time.Since(began).Round(time.Millisecond))
+}
