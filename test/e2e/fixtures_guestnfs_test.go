@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/mountkeeper/mountkeeper/internal/netmount"
+	"github.com/mountkeeper/mountkeeper/test/harness"
 	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
@@ -92,6 +94,33 @@ func readsOf(t *testing.T, n *node, id string) (ok, fails int) {
 		t.Fatal(err)
 	}
 	return tallyReads(log)
+}
+
+// inGuestNFS checks that the test runs in test/vm's NFS guest with the NFS client installed,
+// stops an rpc.statd an earlier test left (so that the test's first NFSv3 mount starts the
+// node's own), and returns the cgroup directory of mountkeeper's scopes. The node's rpc.statd
+// outlives every mount by design; its scope goes with the test.
+func inGuestNFS(t *testing.T) (scopes string) {
+	t.Helper()
+	if os.Getenv(guestNFSRootEnv) == "" {
+		t.Fatalf("%s is not set: this test runs in test/vm's NFS guest only", guestNFSRootEnv)
+	}
+	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
+		t.Fatalf("no NFS client (internal/netmount's TestNFSGuestNoClient installs it before this runs): %v", err)
+	}
+	stopStatd(t)
+	cgRoot, err := harness.Cgroup2Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes = filepath.Join(cgRoot, netmount.DefaultCgroupParent)
+	t.Cleanup(func() {
+		if err := (&harness.Cgroup2{Dir: filepath.Join(scopes, "rpc-statd")}).Remove(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		os.Remove(scopes)
+	})
+	return scopes
 }
 
 // stopStatd kills an rpc.statd an earlier test left, so that the plugin's NFSv3 mount starts

@@ -25,18 +25,7 @@ import (
 // and a kernel client has no daemon to keep (hook mode never unmounts, so the scope must go
 // right after the mount).
 func TestGuestNFSHook(t *testing.T) {
-	if os.Getenv(guestNFSRootEnv) == "" {
-		t.Fatalf("%s is not set: this test runs in test/vm's NFS guest only", guestNFSRootEnv)
-	}
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (internal/netmount's TestNFSGuestNoClient installs it before this runs): %v", err)
-	}
-	stopStatd(t)
-	cgRoot, err := harness.Cgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scopes := filepath.Join(cgRoot, netmount.DefaultCgroupParent)
+	scopes := inGuestNFS(t)
 	w := newHookWorld(t)
 	const class = "mk-hook-nfs3"
 	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3", "hard"}}
@@ -48,8 +37,7 @@ func TestGuestNFSHook(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Hook mode leaves its mounts in place; the test takes its own away once the containers
-	// are gone (registered first, so it runs after their deletion), and the node's rpc.statd
-	// with it.
+	// are gone (registered before them, so it runs after their deletion).
 	t.Cleanup(func() {
 		if err := unix.Unmount(hostPath, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
 			t.Errorf("cleanup: unmount %s: %v", hostPath, err)
@@ -57,10 +45,6 @@ func TestGuestNFSHook(t *testing.T) {
 		if err := harness.RemoveMountScope(spec.Key()); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		if err := (&harness.Cgroup2{Dir: filepath.Join(scopes, "rpc-statd")}).Remove(); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		os.Remove(scopes)
 	})
 
 	for _, id := range []string{"nfs-hook-1", "nfs-hook-2"} {
@@ -87,5 +71,5 @@ func TestGuestNFSHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkStatdCgroup(t, pid, scopes, filepath.Join(cgRoot, self))
+	checkStatdCgroup(t, pid, scopes, filepath.Join(filepath.Dir(scopes), self))
 }

@@ -24,25 +24,7 @@ import (
 // and serves new containers; rpc.statd runs in a scope of its own throughout; once the last
 // pod is gone and the grace has passed, nothing is mounted and no scope is left.
 func TestGuestNFS(t *testing.T) {
-	if os.Getenv(guestNFSRootEnv) == "" {
-		t.Fatalf("%s is not set: this test runs in test/vm's NFS guest only", guestNFSRootEnv)
-	}
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (internal/netmount's TestNFSGuestNoClient installs it before this runs): %v", err)
-	}
-	stopStatd(t)
-	cgRoot, err := harness.Cgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scopes := filepath.Join(cgRoot, netmount.DefaultCgroupParent)
-	// The node's rpc.statd outlives every mount by design; it goes with the test.
-	t.Cleanup(func() {
-		if err := (&harness.Cgroup2{Dir: filepath.Join(scopes, "rpc-statd")}).Remove(); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		os.Remove(scopes)
-	})
+	scopes := inGuestNFS(t)
 
 	plugCg, err := harness.NewCgroup2("mk-guestnfs-plugin")
 	if err != nil {
