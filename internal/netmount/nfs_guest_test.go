@@ -512,20 +512,9 @@ func TestNFSGuestStale(t *testing.T) {
 // dStateTasks counts the threads of this process in uninterruptible sleep (D).
 func dStateTasks(t *testing.T) int {
 	t.Helper()
-	tasks, err := filepath.Glob("/proc/self/task/*/stat")
+	n, err := testsupport.DStateThreads(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
-	}
-	n := 0
-	for _, p := range tasks {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		// pid (comm) S ...: the state follows the last ')'.
-		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && strings.HasPrefix(string(data[i+1:]), " D") {
-			n++
-		}
 	}
 	return n
 }

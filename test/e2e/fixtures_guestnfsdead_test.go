@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/mountkeeper/mountkeeper/internal/ops"
 	"github.com/mountkeeper/mountkeeper/nri"
 	"github.com/mountkeeper/mountkeeper/test/harness"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // What TestGuestNFSDeadServer shares: its node's configuration, the guest's nfsd switched off
@@ -154,24 +154,10 @@ func mountState(st nri.Status, key string) string {
 	return ""
 }
 
-// dStateThreads counts the threads of process pid in uninterruptible sleep (D).
-func dStateThreads(t *testing.T, pid int) int {
-	t.Helper()
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, p := range tasks {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue // the thread ended
-		}
-		// pid (comm) S ...: the state follows the last ')'.
-		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && strings.HasPrefix(string(data[i+1:]), " D") {
-			n++
-		}
-	}
+// dStateThreads counts the threads of process pid in uninterruptible sleep (D): 0 once the
+// process is gone.
+func dStateThreads(pid int) int {
+	n, _ := testsupport.DStateThreads(pid)
 	return n
 }
 

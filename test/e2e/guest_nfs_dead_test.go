@@ -135,7 +135,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	t.Run("the plugin holds one thread in D state for the server, as its status counts", func(t *testing.T) {
 		var d, stuck int
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			d, stuck = dStateThreads(t, pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
+			d, stuck = dStateThreads(pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
 			if (d == stuck && stuck > 0) || time.Now().After(deadline) {
 				break
 			}
@@ -148,7 +148,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	})
 
 	t.Run("SIGTERMed, the plugin exits in time; restarted, it serves containers", func(t *testing.T) {
-		d := dStateThreads(t, pid)
+		d := dStateThreads(pid)
 		term := time.Now()
 		if err := n.plugin.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -156,7 +156,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		const exitBound = 5 * time.Second
 		for !n.plugin.Exited() {
 			if time.Since(term) > exitBound {
-				t.Fatalf("the plugin has not exited %s after SIGTERM, with %d threads in D state (now %d)", exitBound, d, dStateThreads(t, pid))
+				t.Fatalf("the plugin has not exited %s after SIGTERM, with %d threads in D state (now %d)", exitBound, d, dStateThreads(pid))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -173,7 +173,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 			connected.Round(time.Millisecond), (connected + took).Round(time.Millisecond), passed)
 		var stuck int
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			d, stuck = dStateThreads(t, pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
+			d, stuck = dStateThreads(pid), pluginStatus(t, sock).StuckCalls[guestNFSServer]
 			if (d == stuck && stuck > 0) || time.Now().After(deadline) {
 				break
 			}
@@ -226,7 +226,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		}
 		readsExport(t, n, p.id)
 		t.Logf("nfsd started again: the reader read again after %s (%d reads ok, %d failed in all), no stuck probe after %s, the mount mounted after %s, the refused pod's container, tried again, started after %s; %d threads of the plugin in D state",
-			reads.Round(time.Millisecond), ok, fails, unstuck.Round(time.Millisecond), mounted.Round(time.Millisecond), p.started.Round(time.Millisecond), dStateThreads(t, pid))
+			reads.Round(time.Millisecond), ok, fails, unstuck.Round(time.Millisecond), mounted.Round(time.Millisecond), p.started.Round(time.Millisecond), dStateThreads(pid))
 	})
 
 	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {

@@ -100,3 +100,27 @@ func TestMountsLive(t *testing.T) {
 		t.Errorf("CgroupV2 of this process = %q, %v", cg, err)
 	}
 }
+
+func TestThreadState(t *testing.T) {
+	for stat, want := range map[string]byte{
+		"42 (sleep) S 1 42":           'S',
+		"43 (a b) D 1 43":             'D',
+		"44 (x) (y)) R 1 44":          'R',
+		"45 (no state)":               0,
+		"not a stat line":             0,
+		"46 (mountkeeper) D 1 46 0 0": 'D',
+	} {
+		if got := threadState(stat); got != want {
+			t.Errorf("threadState(%q) = %q, want %q", stat, got, want)
+		}
+	}
+}
+
+func TestDStateThreads(t *testing.T) {
+	if n, err := DStateThreads(os.Getpid()); err != nil || n != 0 {
+		t.Errorf("DStateThreads(self) = %d, %v; want 0 (nothing here sleeps in the kernel)", n, err)
+	}
+	if _, err := DStateThreads(1 << 30); err == nil {
+		t.Error("DStateThreads of a pid that does not exist: no error")
+	}
+}
