@@ -49,9 +49,15 @@ func (m *Manager) graceOver(e *entry, gen int) {
 		return
 	}
 	e.graceTimer = nil
+	m.beginUnmountLocked(e)
+	m.mu.Unlock()
+	m.unmount(e)
+}
+
+// beginUnmountLocked marks e as being unmounted, for the waiters to see, and counts the
+// unmount (m.unmount, which the caller runs next) among the Manager's goroutines.
+func (m *Manager) beginUnmountLocked(e *entry) {
 	e.phase, e.since, e.wanted = unmounting, time.Now(), false
 	e.broadcast()
 	m.wg.Add(1)
-	m.mu.Unlock()
-	m.unmount(e)
 }

@@ -222,9 +222,7 @@ func (m *Manager) unmountUnusedDeadLocked(e *entry) bool {
 		return false
 	}
 	m.healLog(e).Info("netmount: no container uses the dead mount any more: unmounting it instead of replacing it")
-	e.phase, e.since, e.wanted = unmounting, time.Now(), false
-	e.broadcast()
-	m.wg.Add(1)
+	m.beginUnmountLocked(e)
 	go m.unmount(e)
 	return true
 }
