@@ -88,22 +88,29 @@ func (n *node) startListeningPlugin(cgroup, sock string) {
 	n.t.Cleanup(n.plugin.Stop)
 }
 
+// pluginGet is the body of what the plugin serves at path on its --listen socket sock.
+func pluginGet(t *testing.T, sock, path string) []byte {
+	t.Helper()
+	client, base := ops.Client("unix:" + sock)
+	resp, err := client.Get(base + path)
+	if err != nil {
+		t.Fatalf("the plugin's %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the plugin's %s: %v", path, err)
+	}
+	return body
+}
+
 // pluginStatus is what the plugin serves on sock at /status, as `mountkeeper status --output
 // json` prints it.
 func pluginStatus(t *testing.T, sock string) nri.Status {
 	t.Helper()
-	client, base := ops.Client("unix:" + sock)
-	resp, err := client.Get(base + "/status")
-	if err != nil {
-		t.Fatalf("the plugin's status: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body := pluginGet(t, sock, "/status")
 	var st nri.Status
-	if err == nil {
-		err = json.Unmarshal(body, &st)
-	}
-	if err != nil {
+	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("the plugin's status: %v: %s", err, body)
 	}
 	return st
@@ -113,16 +120,7 @@ func pluginStatus(t *testing.T, sock string) nri.Status {
 // sock: their count and total time.
 func decisions(t *testing.T, sock string) (count int, total time.Duration) {
 	t.Helper()
-	client, base := ops.Client("unix:" + sock)
-	resp, err := client.Get(base + "/metrics")
-	if err != nil {
-		t.Fatalf("the plugin's metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("the plugin's metrics: %v", err)
-	}
+	body := pluginGet(t, sock, "/metrics")
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, "mountkeeper_create_container_decision_seconds_sum "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
