@@ -318,69 +318,8 @@ func TestNFSGuestStale(t *testing.T) {
 		{"3", "127.0.0.1:/export/stale", [2]string{"103", "104"}},
 	} {
 		t.Run("NFSv"+c.vers, func(t *testing.T) {
-			sbin := filepath.Join(root, "usr", "sbin")
-			run := func(name string, args ...string) {
-				t.Helper()
-				if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-					t.Fatalf("%s %v: %v: %s", name, args, err, out)
-				}
-			}
-			// An export of its own below the NFSv4 root (the same directory for NFSv3), on a
-			// tmpfs, with a filesystem id that the failover changes (the root export and its
-			// content stay as the other tests need them).
-			const dir = "/export/stale"
-			exports, err := os.ReadFile("/etc/exports")
-			if err != nil {
-				t.Fatal(err)
-			}
-			// mountFS mounts a tmpfs holding content at dir, on top of what is there; publish exports
-			// dir with filesystem id fsid in one `exportfs -ra`, which drops any other id of dir.
-			mountFS := func(content string) {
-				t.Helper()
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				run("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir)
-				if err := os.WriteFile(filepath.Join(dir, "hello"), []byte(content), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			publish := func(fsid string) {
-				t.Helper()
-				line := dir + " 127.0.0.1(rw,no_root_squash,fsid=" + fsid + ",no_subtree_check,insecure)\n"
-				if err := os.WriteFile("/etc/exports", append(append([]byte{}, exports...), line...), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				run(filepath.Join(sbin, "exportfs"), "-ra")
-				run(filepath.Join(sbin, "exportfs"), "-f")
-			}
-			unexport := func() {
-				t.Helper()
-				if err := os.WriteFile("/etc/exports", exports, 0o644); err != nil {
-					t.Error(err)
-				}
-				if out, err := exec.Command(filepath.Join(sbin, "exportfs"), "-ra").CombinedOutput(); err != nil {
-					t.Errorf("exportfs -ra: %v: %s", err, out)
-				}
-				exec.Command(filepath.Join(sbin, "exportfs"), "-f").Run()
-				// Both filesystems of the failover are stacked at dir.
-				for i := 0; i < 3; i++ {
-					if err := unix.Unmount(dir, 0); err != nil {
-						if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-							if !errors.Is(err, unix.EINVAL) {
-								t.Errorf("unmount %s: %v", dir, err)
-							}
-							break
-						}
-					}
-				}
-			}
-			mountFS(nfsContent)
-			publish(c.fsids[0])
-			t.Cleanup(func() {
-				unexport()
-				os.Remove(dir)
-			})
+			export := testsupport.NewNFSExport(t, "/export/stale", filepath.Join(root, "usr", "sbin", "exportfs"))
+			export.Serve(t, nfsContent, c.fsids[0])
 
 			spec := netspec.Spec{Type: "nfs", Source: c.export, Options: []string{"vers=" + c.vers}}
 			m, sc := nfsManagerIn(t, "mountkeeper-nfs-stale.slice", Config{Grace: 200 * time.Millisecond, MountTimeout: 20 * time.Second,
@@ -417,7 +356,7 @@ func TestNFSGuestStale(t *testing.T) {
 			if err := unix.Mount("", ctr, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 				t.Fatal(err)
 			}
-			run("mount", "-t", "nfs", "-o", "vers="+c.vers, c.export, plain)
+			testsupport.Run(t, "mount", "-t", "nfs", "-o", "vers="+c.vers, c.export, plain)
 			if got := readBounded(t, filepath.Join(ctr, "hello")); got != nfsContent {
 				t.Fatalf("the container's bind reads %q, want %q", got, nfsContent)
 			}
@@ -429,8 +368,7 @@ func TestNFSGuestStale(t *testing.T) {
 			// mounted the bare directory below it, and read nothing there.
 			const failedOver = "served after the failover\n"
 			start := time.Now() // the failover's start: the prober may find the mount dead before it ends
-			mountFS(failedOver)
-			publish(c.fsids[1])
+			export.Serve(t, failedOver, c.fsids[1])
 			t.Logf("export removed and re-created in %s", time.Since(start).Round(time.Millisecond))
 
 			statRoot := func(p string) error {
