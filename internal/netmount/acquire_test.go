@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
 // The runtime creates the containers of a whole node under one lock while its plugin answers:
@@ -94,5 +96,29 @@ func TestAcquireDoesNotWaitForARetry(t *testing.T) {
 func TestFirstWaitFollowsTheCreateBudget(t *testing.T) {
 	if DefaultFirstWait != 500*time.Millisecond {
 		t.Errorf("DefaultFirstWait = %s, want a third of the default createBudget (500ms)", DefaultFirstWait)
+	}
+}
+
+// TestRefusalNamesTheServer: a claim refused because its mount is still mounting, dead or
+// being recovered says which server the node waits for, as host:port, where the spec tells.
+func TestRefusalNamesTheServer(t *testing.T) {
+	m := &Manager{}
+	nfs := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2", "hard"}}
+	cause := errors.New("dead: stat /x: no answer within 2s")
+	for _, tc := range []struct {
+		name string
+		e    *entry
+		want string
+	}{
+		{"mounting for long", &entry{spec: nfs, phase: mounting, since: time.Now().Add(-time.Hour)}, "the server filer:2049 has not answered yet"},
+		{"dead", &entry{spec: nfs, phase: dead, lastErr: cause}, "no answer within 2s (the server filer:2049; recovery attempt 0"},
+		{"recovering", &entry{spec: nfs, phase: recovering, attempt: 2, lastErr: cause}, "(the server filer:2049; recovery attempt 2"},
+		{"a source that names no server", &entry{spec: netspec.Spec{Type: "fuse.rclone", Source: "remote:"}, phase: dead, lastErr: cause}, "(the server; recovery attempt 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := m.notReadyLocked(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("refusal %v, want it to say %q", err, tc.want)
+			}
+		})
 	}
 }

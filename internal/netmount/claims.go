@@ -95,12 +95,8 @@ func (m *Manager) notReadyLocked(e *entry) error {
 	case e.phase == mounting:
 		var hint string
 		if time.Since(e.since) >= m.cfg.FirstWait {
-			server := "the server"
-			if addr, err := e.spec.ServerAddress(); err == nil {
-				server += " " + addr
-			}
 			hint = fmt.Sprintf(": %s has not answered yet: check that it is up and answers from this node; "+
-				"the mount goes on in the background, and a container created once it is mounted gets it", server)
+				"the mount goes on in the background, and a container created once it is mounted gets it", serverOf(e.spec))
 		}
 		return fmt.Errorf("%s: not ready: still mounting (attempt %d, started %s ago, at %s)%s",
 			e.spec, e.attempt, ago(e.since), e.since.Format(time.RFC3339), hint)
@@ -109,9 +105,19 @@ func (m *Manager) notReadyLocked(e *entry) error {
 	case e.phase == unmounting:
 		return fmt.Errorf("%s: not ready: being unmounted after its grace period; it will be mounted again", e.spec)
 	case e.phase == dead || e.phase == recovering:
-		return fmt.Errorf("%s: not ready: %w (recovery attempt %d, dead since %s)", e.spec, e.lastErr, e.attempt, ago(e.heal.deadSince))
+		return fmt.Errorf("%s: not ready: %w (%s; recovery attempt %d, dead since %s)",
+			e.spec, e.lastErr, serverOf(e.spec), e.attempt, ago(e.heal.deadSince))
 	}
 	return fmt.Errorf("%s: not ready (%s)", e.spec, e.phase)
+}
+
+// serverOf names the server of s for a message: "the server HOST:PORT", or "the server" where
+// s does not tell.
+func serverOf(s netspec.Spec) string {
+	if addr, err := s.ServerAddress(); err == nil {
+		return "the server " + addr
+	}
+	return "the server"
 }
 
 // Release drops user from every mount it uses. A mount left without users is unmounted after
