@@ -16,8 +16,9 @@ import (
 
 // TestSSHFSHeal: a held sshfs mount whose FUSE daemon is killed (SIGKILL) is found dead by
 // the probe and replaced: an rslave bind of it made before (a container's class mount) reads
-// the export again without being made anew, five times in a row, with one mount at the host
-// path each time; then with the server down, it recovers once the server is back.
+// the export again without being made anew, several times in a row (healKills), with one
+// mount at the host path each time; then with the server down, it recovers once the server is
+// back.
 func TestSSHFSHeal(t *testing.T) {
 	tmp, sc, ok := inPrivateNamespace(t)
 	if !ok {
@@ -79,7 +80,8 @@ func TestSSHFSHeal(t *testing.T) {
 	if !reads(ctr) {
 		t.Fatal("the container's bind does not read the export")
 	}
-	for i := 1; i <= 5; i++ {
+	kills := healKills()
+	for i := 1; i <= kills; i++ {
 		var daemons []int
 		for _, pid := range cgroupProcs(t, sc.Dir("mount-"+spec.Key())) {
 			if comm(pid) != "ssh" { // sshfs, named mount.fuse.sshfs when mount(8) ran it
@@ -109,20 +111,20 @@ func TestSSHFSHeal(t *testing.T) {
 		}
 	}
 	if n := len(mountsAt(t, path)); n != 1 {
-		t.Errorf("%d mounts at the host path after 5 kills, want 1", n)
+		t.Errorf("%d mounts at the host path after %d kills, want 1", n, kills)
 	}
 	staged, _ := os.ReadDir(filepath.Join(tmp, "state", "staging"))
 	if len(staged) != 0 {
 		t.Errorf("staging directory not empty: %v", staged)
 	}
-	if n := len(mountsAt(t, ctr)); n > 6 {
-		t.Errorf("%d mounts at the container's destination after 5 kills", n)
+	if n := len(mountsAt(t, ctr)); n > kills+1 {
+		t.Errorf("%d mounts at the container's destination after %d kills", n, kills)
 	}
 
 	t.Run("server down for a while", func(t *testing.T) {
 		sshdCg := filepath.Join(sc.Root, sc.Parent, "sshd-"+strconv.Itoa(port))
 		os.WriteFile(filepath.Join(sshdCg, "cgroup.kill"), []byte("1"), 0o644)
-		eventually(t, "the mount found dead", func() bool { return m.Status()[0].Deaths == 6 })
+		eventually(t, "the mount found dead", func() bool { return m.Status()[0].Deaths == kills+1 })
 		time.Sleep(3 * time.Second)
 		if reads(ctr) {
 			t.Error("the container reads while the server is down")
@@ -217,4 +219,14 @@ func TestTotalsSurviveReleaseAndRemount(t *testing.T) {
 		t.Errorf("after the re-mount and a second death: totals %+v (want 2, 2), status %+v (its own count restarted at the re-mount)", got, st)
 	}
 	m.Release("ctr-b")
+}
+
+// healKills is how many times TestSSHFSHeal kills the FUSE daemon: 5, or 2 in the kernel
+// matrix's guests (MOUNTKEEPER_VM_KERNEL set), where each heal (ssh's key exchange included)
+// takes about 10s under QEMU's TCG; 2 still replace a mount that was itself a replacement.
+func healKills() int {
+	if os.Getenv("MOUNTKEEPER_VM_KERNEL") != "" {
+		return 2
+	}
+	return 5
 }
