@@ -402,8 +402,9 @@ func apiClient(t *testing.T, k *harness.KubeNode) *http.Client {
 }
 
 // subPathRace runs one half of TestKubeletSubPathRace with pods and a configMap named after
-// phase, and removes them afterwards.
-func (n *kubeNode) subPathRace(phase string, duration time.Duration) raceResult {
+// phase for duration, or until its pods' status has shown enough ENOENT start failures
+// (enough 0: the whole duration), and removes them afterwards.
+func (n *kubeNode) subPathRace(phase string, duration time.Duration, enough int) raceResult {
 	t := n.t
 	t.Helper()
 	ctx := n.ctx
@@ -442,7 +443,7 @@ func (n *kubeNode) subPathRace(phase string, duration time.Duration) raceResult 
 	seen := map[string]string{} // container ID -> message of an ENOENT start failure
 	deadline := time.Now().Add(duration)
 	nextPatch := time.Now()
-	for version := 1; time.Now().Before(deadline); {
+	for version := 1; time.Now().Before(deadline) && (enough == 0 || len(seen) < enough); {
 		if !time.Now().Before(nextPatch) {
 			if err := n.api.PatchConfigMap(ctx, "default", cm, map[string]string{"value": "v" + strconv.Itoa(version)}); err != nil {
 				t.Fatalf("patch configMap %s: %v", cm, err)
