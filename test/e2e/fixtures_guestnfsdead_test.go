@@ -24,9 +24,10 @@ import (
 // What TestGuestNFSDeadServer shares: its node's configuration, the guest's nfsd switched off
 // and on, the plugin's threads and status, and timed pods.
 
-// guestNFSDeadConfig is guestNFSConfig's NFSv4.2 class (hard), probed every 500 ms so that a
-// dead server is found within ProbeTimeout (2 s) and an interval. The grace is shorter than
-// guestNFSConfig's: the test waits it out at its end.
+// guestNFSDeadConfig is guestNFSConfig's NFSv4.2 class (hard), of an export of its own
+// (guestNFSDeadExport) that the test fails over, probed every 500 ms so that a dead server is
+// found within ProbeTimeout (2 s) and an interval. The grace is shorter than guestNFSConfig's:
+// the test waits it out at its end.
 const guestNFSDeadConfig = `
 unmountGrace: 5s
 createBudget: 25s
@@ -35,8 +36,12 @@ probeInterval: 500ms
 runtimeClasses:
   mk-nfs4:
     mounts:
-      - {type: nfs, source: "127.0.0.1:/", destination: /data, propagation: HostToContainer, options: [vers=4.2, hard]}
+      - {type: nfs, source: "127.0.0.1:/stale", destination: /data, propagation: HostToContainer, options: [vers=4.2, hard]}
 `
+
+// guestNFSDeadExport is the directory of guestNFSDeadConfig's export in the guest, below the
+// NFSv4 root /export.
+const guestNFSDeadExport = "/export/stale"
 
 // guestNFSServer is the server of guestNFSDeadConfig's class, as the plugin counts its stuck
 // probes (host:port).
@@ -142,14 +147,15 @@ func meanDecision(count0 int, total0 time.Duration, count1 int, total1 time.Dura
 	return (total1 - total0) / time.Duration(count1-count0)
 }
 
-// mountState is the state the status gives the network mount with key ("" if none).
-func mountState(st nri.Status, key string) string {
+// networkMount is what the status says of the network mount with key (its zero value, State
+// "", if it says nothing).
+func networkMount(st nri.Status, key string) nri.NetworkMount {
 	for _, m := range st.NetworkMounts {
 		if m.Key == key {
-			return m.State
+			return m
 		}
 	}
-	return ""
+	return nri.NetworkMount{}
 }
 
 // dStateThreads counts the threads of process pid in uninterruptible sleep (D): 0 once the
@@ -248,13 +254,21 @@ func (n *node) timedCreates(pod, prefix string, count int) []time.Duration {
 	var out []time.Duration
 	for i := range count {
 		start := time.Now()
-		if _, err := n.rt.CRI().CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: fmt.Sprintf("%s-%d", prefix, i), Privileged: true}); err != nil {
+		id, err := n.rt.CRI().CreateContainer(n.ctx, pod, harness.ContainerOptions{Name: fmt.Sprintf("%s-%d", prefix, i), Privileged: true})
+		if err != nil {
 			n.t.Fatal(err)
 		}
 		out = append(out, time.Since(start))
+		if err := n.rt.CRI().RemoveContainer(n.ctx, id); err != nil {
+			n.t.Fatal(err)
+		}
 	}
 	return out
 }
+
+// maxShareRatio bounds how much longer the plugin's part makes a container's creation with a
+// class's server dead than alive (O-style fairness, as BenchmarkHungNetworkMount's target).
+const maxShareRatio = 1.10
 
 // medianRatio is the ratio of dead's median to alive's, their medians, and a line for the log.
 func medianRatio(alive, dead []time.Duration) (ratio float64, aliveMedian, deadMedian time.Duration, line string) {

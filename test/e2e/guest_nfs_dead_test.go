@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,12 +19,13 @@ import (
 
 // TestGuestNFSDeadServer: the guest's nfsd stopped under a pod reading its hard NFSv4.2 mount,
 // through containerd, runc and the plugin binary. A container of a new pod of the class is
-// refused in time, naming the mount's server (its source); containers of no class are created
-// about as fast as with the server alive; the plugin holds one thread in D state for the server, which its status
-// counts; it exits on SIGTERM in time and, restarted, serves containers while the server is
-// still dead. nfsd started again: the reader reads again without a restart, the refused pod's
-// container tried again reads the export, and once the pods are gone nothing is mounted and no
-// scope is left.
+// refused in time, naming the mount's server (host:port); the plugin holds one thread in D
+// state for the server, which its status counts; it exits on SIGTERM in time and, restarted,
+// serves containers while the server is still dead. nfsd started again: the reader reads again
+// without a restart, the refused pod's container tried again reads the export. Containers of no
+// class were created about as fast with the server dead as alive. The export made anew on
+// another filesystem (a failover: ESTALE), the reader reads the new one without a restart.
+// Once the pods are gone nothing is mounted and no scope is left.
 //
 // A pod sandbox takes 8-13 s under TCG, a container's start 5-7 s: the test's sandboxes are
 // made at once at its start (the refused pod's too: RunPodSandbox only starts a class's mounts
@@ -46,6 +48,9 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	}
 	scopes := filepath.Join(cgRoot, netmount.DefaultCgroupParent)
 	t.Cleanup(func() { os.Remove(scopes) })
+	// Before the node: unexported only once its pods and mounts are gone.
+	export := testsupport.NewNFSExport(t, guestNFSDeadExport, filepath.Join(root, "usr", "sbin", "exportfs"))
+	export.Serve(t, guestNFSContent, "111")
 	plugCg, err := harness.NewCgroup2("mk-guestnfs-dead-plugin")
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +82,9 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		t.FailNow()
 	}
 
-	// Containers of no class, with the server alive.
-	const count = 3
+	// Containers of no class, with the server alive: 9 a phase, removed as they come so that
+	// every phase creates on the same node.
+	const count = 9
 	c0, d0 := decisions(t, sock)
 	alive := n.timedCreates(plainPod, "alive", count)
 	c1, d1 := decisions(t, sock)
@@ -90,13 +96,20 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	pid := n.plugin.Pid()
 	var dead time.Duration
 	testsupport.Eventually(t, 20*time.Second, 50*time.Millisecond, "the mount found dead after nfsd stopped", func() bool {
-		if s := mountState(pluginStatus(t, sock), key); s == "dead" || s == "recovering" {
+		if s := networkMount(pluginStatus(t, sock), key).State; s == "dead" || s == "recovering" {
 			dead = time.Since(stopped)
 			return true
 		}
 		return false
 	})
 	t.Logf("nfsd stopped: the mount found dead %s later (probes every 500ms, each bounded by %s)", dead.Round(time.Millisecond), netmount.ProbeTimeout)
+
+	// Containers of no class, with the server dead: timed before anything else the test does
+	// with it (a refused container's clean-up) runs on the node.
+	c0, d0 = decisions(t, sock)
+	deadCreates := n.timedCreates(plainPod, "dead", count)
+	c1, d1 = decisions(t, sock)
+	deadDecision := meanDecision(c0, d0, c1, d1)
 
 	t.Run("a container of a new pod of the class is refused in time, naming the server", func(t *testing.T) {
 		// Created only: runc could hang on a dead mount given to a container (its bind).
@@ -110,25 +123,8 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		if budget := 25 * time.Second; took > budget {
 			t.Errorf("CreateContainer refused after %s, more than the create budget %s", took, budget)
 		}
-		if msg := refused.Error(); !strings.Contains(msg, guestNFSServer) && !strings.Contains(msg, "127.0.0.1:/") {
-			t.Errorf("the refusal names neither the server %s nor the source 127.0.0.1:/: %s", guestNFSServer, msg)
-		}
-	})
-
-	t.Run("containers of no class are created as fast as with the server alive", func(t *testing.T) {
-		c0, d0 := decisions(t, sock)
-		ratio, a, d, line := medianRatio(alive, n.timedCreates(plainPod, "dead", count))
-		c1, d1 := decisions(t, sock)
-		t.Logf("CreateContainer of %d containers of no class: %s; the plugin's own decision took %s on average alive, %s dead",
-			count, line, aliveDecision, meanDecision(c0, d0, c1, d1))
-		// Not 1.10: under TCG the medians, of 140-420 ms, vary by more than that between
-		// phases (ratios 1.07 to 2.12 in six runs; the heal's mount.nfs attempts, forked
-		// every 1-5 s, share the guest's 2 CPUs). A wait of the plugin on the dead server (a
-		// probe: up to 2 s) fails the second bound.
-		const maxRatio, maxExtra = 3.0, time.Second
-		if ratio > maxRatio || d-a > maxExtra {
-			t.Errorf("containers of no class: median CreateContainer %s with the server dead, %s alive: ratio %.2f (bound %.1f), %s more (bound %s)",
-				d.Round(time.Millisecond), a.Round(time.Millisecond), ratio, maxRatio, (d - a).Round(time.Millisecond), maxExtra)
+		if msg := refused.Error(); !strings.Contains(msg, "the server "+guestNFSServer) {
+			t.Errorf("the refusal does not name the server %s: %s", guestNFSServer, msg)
 		}
 	})
 
@@ -178,7 +174,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 				break
 			}
 		}
-		t.Logf("the restarted plugin: %d threads in D state, %d stuck probes of %s, the mount %s", d, stuck, guestNFSServer, mountState(pluginStatus(t, sock), key))
+		t.Logf("the restarted plugin: %d threads in D state, %d stuck probes of %s, the mount %s", d, stuck, guestNFSServer, networkMount(pluginStatus(t, sock), key).State)
 		if d > 1 || d != stuck {
 			t.Errorf("the restarted plugin: %d threads in D state, %d stuck probes of %s: want at most 1, the same", d, stuck, guestNFSServer)
 		}
@@ -209,7 +205,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 			if unstuck == 0 && st.StuckCalls[guestNFSServer] == 0 {
 				unstuck = time.Since(back)
 			}
-			if mounted == 0 && mountState(st, key) == "mounted" {
+			if mounted == 0 && networkMount(st, key).State == "mounted" {
 				mounted = time.Since(back)
 				created = make(chan newPod, 1)
 				go func() {
@@ -227,6 +223,62 @@ func TestGuestNFSDeadServer(t *testing.T) {
 		readsExport(t, n, p.id)
 		t.Logf("nfsd started again: the reader read again after %s (%d reads ok, %d failed in all), no stuck probe after %s, the mount mounted after %s, the refused pod's container, tried again, started after %s; %d threads of the plugin in D state",
 			reads.Round(time.Millisecond), ok, fails, unstuck.Round(time.Millisecond), mounted.Round(time.Millisecond), p.started.Round(time.Millisecond), dStateThreads(pid))
+	})
+
+	t.Run("containers of no class are created as fast with the server dead as alive", func(t *testing.T) {
+		// Alive before the death and again after the recovery: the guest's speed drifts
+		// under TCG, and the two alive phases bracket the dead one.
+		c0, d0 := decisions(t, sock)
+		again := n.timedCreates(plainPod, "alive-again", count)
+		c1, d1 := decisions(t, sock)
+		aliveDecision := (aliveDecision + meanDecision(c0, d0, c1, d1)) / 2
+		ratio, a, d, line := medianRatio(append(slices.Clone(alive), again...), deadCreates)
+		// The plugin's share of a create with the server dead: a create of the alive median
+		// with the extra time of the plugin's decision. The create's own ratio, which adds the
+		// runtime's and the guest's time, varies by 15% between the two alive phases alone.
+		share := float64(a+max(0, deadDecision-aliveDecision)) / float64(a)
+		t.Logf("CreateContainer of %d containers of no class per phase: %s (alive before %s, again %s); the plugin's decision took %s on average alive, %s dead: its share's ratio %.3f",
+			count, line, percentile(alive, 50).Round(time.Millisecond), percentile(again, 50).Round(time.Millisecond),
+			aliveDecision.Round(time.Microsecond), deadDecision.Round(time.Microsecond), share)
+		if share > maxShareRatio {
+			t.Errorf("containers of no class: the plugin's decision took %s with the server dead, %s alive: a create of %s takes %.3f times as long (bound %.2f)",
+				deadDecision, aliveDecision, a.Round(time.Millisecond), share, maxShareRatio)
+		}
+		// The create's own ratio is only logged (0.80 to 1.08 in runs where the alive phases'
+		// medians differed by up to 56%). A wait of the plugin on the dead server that its
+		// decision time missed (a probe: up to 2 s) fails this bound.
+		const maxExtra = 500 * time.Millisecond
+		if d-a > maxExtra {
+			t.Errorf("containers of no class: median CreateContainer %s with the server dead, %s alive (ratio %.2f): %s more (bound %s)",
+				d.Round(time.Millisecond), a.Round(time.Millisecond), ratio, (d - a).Round(time.Millisecond), maxExtra)
+		}
+	})
+
+	t.Run("the export made anew on another filesystem (a failover): the reader reads the new one without a restart", func(t *testing.T) {
+		const failedOver = "served after the failover\n"
+		_, fails := readsOf(t, n, reader)
+		deaths := networkMount(pluginStatus(t, sock), key).Deaths
+		start := time.Now()
+		export.Serve(t, failedOver, "112")
+		var got string
+		for got != failedOver {
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("30s after the failover the reader reads %q, want %q; status %+v", got, failedOver, pluginStatus(t, sock))
+			}
+			time.Sleep(100 * time.Millisecond)
+			got, _ = n.fileIn(reader, "/data/hello")
+		}
+		took := time.Since(start)
+		testsupport.Eventually(t, 10*time.Second, 100*time.Millisecond, "the mount mounted again after the failover", func() bool {
+			return networkMount(pluginStatus(t, sock), key).State == "mounted"
+		})
+		_, failsAfter := readsOf(t, n, reader)
+		st := pluginStatus(t, sock)
+		t.Logf("the reader reads the new filesystem %s after the failover began (%d of its reads failed meanwhile); the mount died %d time(s) more",
+			took.Round(time.Millisecond), failsAfter-fails, networkMount(st, key).Deaths-deaths)
+		if networkMount(st, key).Deaths <= deaths {
+			t.Errorf("the mount's deaths are %d after the failover, %d before: the failover was not found", networkMount(st, key).Deaths, deaths)
+		}
 	})
 
 	t.Run("after the last pod and the grace nothing is mounted and no scope is left", func(t *testing.T) {
