@@ -71,10 +71,11 @@ unit: tools
 
 # The kernel-dependent packages' unit tests on Debian's 5.10, 6.1 and 6.12 kernels, one QEMU
 # guest after another, and NFS and SMB mounted for real in a guest each (TestNFS, TestSMB)
-# (test/vm; docs/development.md).
+# (test/vm; docs/development.md); and a guest whose kernel locks up booted again
+# (TestRunLockedUp).
 # QEMU without KVM is CPU-bound: niced.
 kernels: tools
-	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^(TestKernels|TestNFS|TestSMB)$$' -v $(TESTFLAGS) ./test/vm/
+	nice -n 10 $(GO) test -tags kernels -count=1 -timeout 30m -run '^(TestKernels|TestNFS|TestSMB|TestRunLockedUp)$$' -v $(TESTFLAGS) ./test/vm/
 
 # TestUpstreamSubPath has a target of its own (and its own timeout): upstream.
 e2e: tools build

@@ -119,7 +119,7 @@ func TestKernels(t *testing.T) {
 				Env:     append(guestEnv(), "MOUNTKEEPER_VM_KERNEL="+k.Name), // tests shorten their heaviest loops under TCG
 				Timeout: 15 * time.Minute,
 			})
-			t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
+			logRun(t, k, res)
 			if err != nil {
 				t.Fatalf("%v\nconsole:\n%s\noutput:\n%s", err, res.Console, res.Output)
 			}
@@ -135,6 +135,16 @@ func TestKernels(t *testing.T) {
 
 // binName names a package's test binary and subtest: internal/mounttable -> internal_mounttable.
 func binName(pkg string) string { return strings.ReplaceAll(pkg, "/", "_") }
+
+// logRun logs how long a guest of k ran and whether its first boot locked up (Run booted it
+// again then).
+func logRun(t *testing.T, k Kernel, res Result) {
+	t.Helper()
+	t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
+	if res.LockedUp != "" {
+		t.Logf("kernel %s: the first boot locked up and the guest was booted again: %s", k.Name, res.LockedUp)
+	}
+}
 
 func guestEnv() []string {
 	var env []string

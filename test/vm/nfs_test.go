@@ -114,7 +114,7 @@ echo "%s%s exit $? $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 	}
 	t.Run(k.Name, func(t *testing.T) {
 		res, err := Run(context.Background(), k, Options{Argv: []string{"sh", "-c", guest.String()}, Dir: root, Env: guestEnv(), Timeout: 12 * time.Minute})
-		t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
+		logRun(t, k, res)
 		if err != nil {
 			t.Fatalf("%v\nconsole:\n%s\noutput:\n%s", err, res.Console, res.Output)
 		}

@@ -68,7 +68,7 @@ func TestSMB(t *testing.T) {
 				Env:     guestEnv(),
 				Timeout: 4 * time.Minute,
 			})
-			t.Logf("kernel %s (%s): %v", k.Name, k.Release, res.Elapsed)
+			logRun(t, k, res)
 			if err != nil {
 				t.Fatalf("%v\nconsole:\n%s\noutput:\n%s", err, res.Console, res.Output)
 			}
