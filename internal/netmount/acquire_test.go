@@ -113,7 +113,7 @@ func TestRefusalNamesTheServer(t *testing.T) {
 		{"mounting for long", &entry{spec: nfs, phase: mounting, since: time.Now().Add(-time.Hour)}, "the server filer:2049 has not answered yet"},
 		{"dead", &entry{spec: nfs, phase: dead, lastErr: cause}, "no answer within 2s (the server filer:2049; recovery attempt 0"},
 		{"recovering", &entry{spec: nfs, phase: recovering, attempt: 2, lastErr: cause}, "(the server filer:2049; recovery attempt 2"},
-		{"a source that names no server", &entry{spec: netspec.Spec{Type: "fuse.rclone", Source: "remote:"}, phase: dead, lastErr: cause}, "(the server; recovery attempt 0"},
+		{"a source that names no server", &entry{spec: netspec.Spec{Type: "fuse.rclone", Source: "remote:"}, phase: dead, lastErr: cause}, "no answer within 2s (recovery attempt 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := m.notReadyLocked(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {

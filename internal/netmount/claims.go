@@ -1,6 +1,7 @@
 package netmount
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -96,7 +97,7 @@ func (m *Manager) notReadyLocked(e *entry) error {
 		var hint string
 		if time.Since(e.since) >= m.cfg.FirstWait {
 			hint = fmt.Sprintf(": %s has not answered yet: check that it is up and answers from this node; "+
-				"the mount goes on in the background, and a container created once it is mounted gets it", serverOf(e.spec))
+				"the mount goes on in the background, and a container created once it is mounted gets it", cmp.Or(serverOf(e.spec), "the server"))
 		}
 		return fmt.Errorf("%s: not ready: still mounting (attempt %d, started %s ago, at %s)%s",
 			e.spec, e.attempt, ago(e.since), e.since.Format(time.RFC3339), hint)
@@ -105,19 +106,23 @@ func (m *Manager) notReadyLocked(e *entry) error {
 	case e.phase == unmounting:
 		return fmt.Errorf("%s: not ready: being unmounted after its grace period; it will be mounted again", e.spec)
 	case e.phase == dead || e.phase == recovering:
-		return fmt.Errorf("%s: not ready: %w (%s; recovery attempt %d, dead since %s)",
-			e.spec, e.lastErr, serverOf(e.spec), e.attempt, ago(e.heal.deadSince))
+		var server string
+		if s := serverOf(e.spec); s != "" {
+			server = s + "; "
+		}
+		return fmt.Errorf("%s: not ready: %w (%srecovery attempt %d, dead since %s)",
+			e.spec, e.lastErr, server, e.attempt, ago(e.heal.deadSince))
 	}
 	return fmt.Errorf("%s: not ready (%s)", e.spec, e.phase)
 }
 
-// serverOf names the server of s for a message: "the server HOST:PORT", or "the server" where
-// s does not tell.
+// serverOf names the server of s for a message, "the server HOST:PORT"; "" where s does not
+// tell.
 func serverOf(s netspec.Spec) string {
 	if addr, err := s.ServerAddress(); err == nil {
 		return "the server " + addr
 	}
-	return "the server"
+	return ""
 }
 
 // Release drops user from every mount it uses. A mount left without users is unmounted after
