@@ -1,6 +1,7 @@
 package hostmount
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/mountkeeper/mountkeeper/internal/mounttable"
@@ -16,7 +17,8 @@ import (
 // pollers about propagation changes (mount --make-private); statmount by ID resolves no path,
 // so it cannot hang on a dead filesystem.
 type factCache struct {
-	ch *changes
+	ch        *changes
+	uniqueIDs bool // the kernel has unique mount IDs (mounttable.UniqueIDs)
 
 	mu  sync.Mutex
 	gen uint64             // bumped whenever the facts are forgotten
@@ -54,7 +56,7 @@ func (c *factCache) hit(mounts []specmod.Mount) (hit bool, gen uint64) {
 		if !ok {
 			return false, gen
 		}
-		if m.Propagation != specmod.Slave && m.Propagation != specmod.Shared {
+		if !propagates(m) {
 			continue
 		}
 		var mp MountPoint
@@ -63,6 +65,11 @@ func (c *factCache) hit(mounts []specmod.Mount) (hit bool, gen uint64) {
 		}
 	}
 	return true, gen
+}
+
+// propagates says whether m's source must sit on a mount that propagates (rslave, rshared).
+func propagates(m specmod.Mount) bool {
+	return m.Propagation == specmod.Slave || m.Propagation == specmod.Shared
 }
 
 // propagationNow is the current propagation of the mount with unique ID id, from asked (the
@@ -87,8 +94,14 @@ func propagationNow(id uint64, asked []MountPoint) (_ MountPoint, _ []MountPoint
 }
 
 // watchAll watches every source's path before its check (inside the bounded call: it may hang
-// on a dead filesystem); it says whether all of them can be cached.
+// on a dead filesystem); it says whether all of them can be cached. Without unique mount IDs
+// (Linux < 6.8) a propagating source's check cannot be (see propagationNow), so nothing is
+// watched for it: there the walk reads mountinfo at each mount on the way up, most of such a
+// check's cost, for nothing.
 func (c *factCache) watchAll(mounts []specmod.Mount) bool {
+	if !c.uniqueIDs && slices.ContainsFunc(mounts, propagates) {
+		return false
+	}
 	watched := make(map[string]int32, 8)
 	for _, m := range mounts {
 		if ok, err := c.ch.watch(m.Source, watched); err != nil || !ok {

@@ -164,3 +164,62 @@ func TestCacheSharesOneMountsAnswer(t *testing.T) {
 		t.Fatalf("after the mount became a slave: %v, want only the rshared source refused", err)
 	}
 }
+
+// TestCacheWithoutUniqueIDsWatchesNoPropagatingSource: on a kernel without unique mount IDs
+// (Linux < 6.8, faked here where the kernel has them) a check of an rslave source watches
+// nothing, its answer never being cached, and asks the host every time, so a source made
+// private is refused at the next check; a source of propagation None is watched and cached
+// there as anywhere.
+func TestCacheWithoutUniqueIDsWatchesNoPropagatingSource(t *testing.T) {
+	if !privatens.Run(t) {
+		return
+	}
+	dir := t.TempDir()
+	mount(t, "-t", "tmpfs", "mk-cache", dir)
+	testsupport.Run(t, "mount", "--make-shared", dir)
+	slave, private := filepath.Join(dir, "slave", "a"), filepath.Join(dir, "private", "a")
+	for _, d := range []string{slave, private} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := &countingInspector{}
+	c, err := NewChecker(in).WithCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cache.uniqueIDs = false
+	watched := func() int {
+		c.cache.ch.mu.Lock()
+		defer c.cache.ch.mu.Unlock()
+		return len(c.cache.ch.names)
+	}
+	twice := func(m specmod.Mount) (asked int64) {
+		t.Helper()
+		for i := range 2 {
+			if i == 1 {
+				asked = in.n.Load()
+			}
+			if err := c.CheckSources([]specmod.Mount{m}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return in.n.Load() - asked
+	}
+	if asked := twice(specmod.Mount{Source: slave, Destination: "/a", Propagation: specmod.Slave}); asked == 0 {
+		t.Error("an rslave source's second check asked the host nothing: its propagation was not read again")
+	}
+	if n := watched(); n != 0 {
+		t.Errorf("the checks of an rslave source, which are never cached, watched %d directories", n)
+	}
+	testsupport.Run(t, "mount", "--make-private", dir)
+	if err := c.CheckSources([]specmod.Mount{{Source: slave, Destination: "/a", Propagation: specmod.Slave}}); err == nil || !strings.Contains(err.Error(), "is private") {
+		t.Errorf("after the mount was made private: %v, want it refused", err)
+	}
+	if asked := twice(specmod.Mount{Source: private, Destination: "/a", Propagation: specmod.Private}); asked != 0 {
+		t.Errorf("a cached check of a source of propagation None asked the host %d questions", asked)
+	}
+	if watched() == 0 {
+		t.Error("the check of a source of propagation None watched nothing")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/internal/bounded"
+	"github.com/mountkeeper/mountkeeper/internal/mounttable"
 	"github.com/mountkeeper/mountkeeper/specmod"
 )
 
@@ -39,7 +40,7 @@ func (c *Checker) WithCache() (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Checker{in: c.in, timeout: c.timeout, cache: &factCache{ch: ch, ok: map[factKey]uint64{}}}, nil
+	return &Checker{in: c.in, timeout: c.timeout, cache: &factCache{ch: ch, uniqueIDs: mounttable.UniqueIDs(), ok: map[factKey]uint64{}}}, nil
 }
 
 var _ specmod.Host = (*Checker)(nil)
@@ -106,7 +107,7 @@ func (c *Checker) checkSources(mounts []specmod.Mount) (map[string]uint64, error
 			errs = append(errs, &specmod.MountError{Mount: m, Err: err})
 			continue
 		}
-		if m.Propagation == specmod.Slave || m.Propagation == specmod.Shared {
+		if propagates(m) {
 			propagating = append(propagating, m)
 		}
 	}

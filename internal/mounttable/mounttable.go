@@ -377,6 +377,13 @@ func PropagationByID(id uint64) (shared, slave bool, err error) {
 	return prop&unix.MS_SHARED != 0, prop&unix.MS_SLAVE != 0, nil
 }
 
+// UniqueIDs says whether the kernel gives mounts unique IDs, which statmount(2) takes (Linux
+// >= 6.8). Asked once.
+var UniqueIDs = sync.OnceValue(func() bool {
+	id, err := MountID("/")
+	return err == nil && id >= UniqueIDOffset
+})
+
 // moveMountBeneath is MOVE_MOUNT_BENEATH (Linux >= 6.5), not in x/sys/unix yet.
 const moveMountBeneath = 0x200
 
