@@ -3,6 +3,7 @@ package netmount
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,6 +36,10 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 			return path, nil
 		}
 		until := m.waitUntilLocked(e)
+		if !time.Now().Before(until) && ctx.Err() == nil && m.rearmLocked(e) {
+			m.mu.Unlock()
+			continue
+		}
 		if !time.Now().Before(until) || ctx.Err() != nil {
 			err := m.notReadyLocked(e)
 			m.mu.Unlock()
@@ -53,16 +58,45 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 }
 
 // waitUntilLocked is until when Acquire may wait for e to be mounted: FirstWait after its
-// first mount attempt began, or the check of a mount found at start-up; never after a failed
-// attempt, a death, or during an unmount (the zero time).
+// first mount attempt began, or the check of a mount found at start-up, or a claim ended the
+// wait after a failed preflight (rearmLocked); never after another failed attempt, a death, or
+// during an unmount (the zero time).
 func (m *Manager) waitUntilLocked(e *entry) time.Time {
 	switch {
 	case e.phase == mounting && e.attempt == 0:
 		return time.Now().Add(m.cfg.FirstWait) // just started: mountLoop begins attempt 1 at once
 	case e.phase == mounting && e.attempt == 1 && e.lastErr == nil, e.phase == checking:
 		return e.since.Add(m.cfg.FirstWait)
+	case e.phase == mounting && !e.rearmedAt.IsZero():
+		return e.rearmedAt.Add(m.cfg.FirstWait)
 	}
 	return time.Time{}
+}
+
+// rearmLocked ends e's wait between mount attempts at once if its last attempt failed the
+// preflight (the node lacked a helper) and the preflight passes now: the node's operator has
+// installed the client, and the container that asked is the first to get the mount, not one
+// created after a backoff of up to MaxRetryBackoff. It says whether it did; m.mu is released
+// while the preflight runs (it looks for files) and held again on return.
+func (m *Manager) rearmLocked(e *entry) bool {
+	var pe *PreflightError
+	if e.phase != mounting || e.retryAt.IsZero() || !errors.As(e.lastErr, &pe) {
+		return false
+	}
+	lastErr := e.lastErr
+	m.mu.Unlock()
+	err := m.sys.preflight(e.spec)
+	m.mu.Lock()
+	if err != nil || e.phase != mounting || e.retryAt.IsZero() || e.lastErr != lastErr {
+		return false // still missing, or the loop moved on meanwhile
+	}
+	e.rearmedAt = time.Now()
+	select {
+	case e.retryNow <- struct{}{}:
+	default:
+	}
+	m.log.WithField("spec", e.spec.String()).Info("netmount: what the last mount attempt lacked is installed now: mounting again at once")
+	return true
 }
 
 // Hold records user as using s without waiting for the mount, and starts mounting s if it is

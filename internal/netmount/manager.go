@@ -70,12 +70,16 @@ type entry struct {
 	unit     string
 	retired  bool // an earlier agent's mount that serves no spec of the config: only held (adopt.go)
 
-	phase     phase
-	users     map[string]struct{}
-	changed   chan struct{} // closed and replaced on every change, for waiters
-	since     time.Time     // start of the current phase's attempt or check
-	attempt   int
-	retryAt   time.Time // set while waiting to retry after a failure
+	phase   phase
+	users   map[string]struct{}
+	changed chan struct{} // closed and replaced on every change, for waiters
+	since   time.Time     // start of the current phase's attempt or check
+	attempt int
+	retryAt time.Time // set while waiting to retry after a failure
+	// retryNow ends that wait early (buffered, 1): a claim found that the helper a failed
+	// preflight missed is installed now (Acquire).
+	retryNow  chan struct{}
+	rearmedAt time.Time // when a claim ended the wait, until the attempt it began ends
 	lastErr   error
 	mountedAt time.Time
 	wanted    bool // asked for while unmounting: mount again afterwards
@@ -183,6 +187,7 @@ func (m *Manager) newEntry(s netspec.Spec) *entry {
 		unit:     unitFor(key),
 		users:    make(map[string]struct{}),
 		changed:  make(chan struct{}),
+		retryNow: make(chan struct{}, 1),
 	}
 }
 

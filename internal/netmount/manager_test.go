@@ -444,6 +444,35 @@ func TestAcquireFailsAtOnceWhenThePreflightFails(t *testing.T) {
 	}
 }
 
+// TestAcquireMountsOnceTheHelperIsInstalled: the helper installed after a failed preflight, the
+// next claim mounts and gets the mount, though the next attempt was an hour away.
+func TestAcquireMountsOnceTheHelperIsInstalled(t *testing.T) {
+	sys := newFakeSystem()
+	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
+	m := newTestManager(t, sys, Config{RetryBackoff: time.Hour})
+	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
+		t.Fatal("Acquire mounted on a node without the helper")
+	}
+	// Claims while the helper is still missing do not end the wait.
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil || !strings.Contains(err.Error(), "(attempt 1; next attempt in ") {
+		t.Fatalf("Acquire with the helper still missing = %v, want attempt 1 still waiting", err)
+	}
+	sys.mu.Lock()
+	sys.preflightErr = nil
+	sys.mu.Unlock()
+	path, err := acquire(t, m, 10*time.Second, nfs, "ctr-a")
+	if err != nil {
+		t.Fatalf("Acquire once the helper is installed: %v", err)
+	}
+	if want := filepath.Join(m.mountsDir, nfs.Key()); path != want {
+		t.Errorf("Acquire = %s, want %s", path, want)
+	}
+	if st := statuses(m); len(st) != 1 || st[0].Attempt != 2 || !st[0].Mounted {
+		t.Errorf("status %+v, want mounted at attempt 2", st)
+	}
+}
+
 func TestAcquireRejectsAnInvalidSpec(t *testing.T) {
 	m := newTestManager(t, newFakeSystem(), Config{})
 	_, err := acquire(t, m, time.Second, netspec.Spec{Type: "nfs", Source: "server"}, "ctr-a")

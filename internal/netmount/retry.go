@@ -18,7 +18,7 @@ type retry struct {
 }
 
 // retryLoop runs r.try on e until it succeeds or the Manager is closed, waiting RetryBackoff
-// (doubling, at most r.maxBackoff) between attempts, and keeps e's attempt, times and phase
+// (doubling, at most r.maxBackoff; cut short by e.retryNow) between attempts, and keeps e's attempt, times and phase
 // for Status and Acquire's waiters (broadcast after every change).
 func (m *Manager) retryLoop(e *entry, r retry) {
 	defer m.wg.Done()
@@ -39,6 +39,7 @@ func (m *Manager) retryLoop(e *entry, r retry) {
 		err := r.try(attempt)
 
 		m.mu.Lock()
+		e.rearmedAt = time.Time{}
 		if m.closed {
 			m.mu.Unlock()
 			return
@@ -66,6 +67,7 @@ func (m *Manager) retryLoop(e *entry, r retry) {
 		case <-m.ctx.Done():
 			return
 		case <-time.After(backoff):
+		case <-e.retryNow:
 		}
 		backoff = min(2*backoff, r.maxBackoff)
 	}
