@@ -6,9 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mountkeeper/mountkeeper/test/testsupport"
-	"golang.org/x/sys/unix"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,64 +15,35 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
+	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
 
 // These tests mount NFS for real through the Manager, mount(8) and mount.nfs. They need a
-// kernel nfsd serving 127.0.0.1:/export and no NFS client installed when they begin: the
-// guest of test/vm's TestNFS (nfs.go there) sets that up and runs them; the host never
-// compiles them (build tag guestnfs).
+// kernel nfsd serving 127.0.0.1:/export: the guest of test/vm's TestNFS (nfs_test.go there)
+// sets that up and runs them; the host never compiles them (build tag guestnfs). A node
+// without the client is test/e2e's TestGuestNFSDeadServer's, which runs before them.
 
 // guestNFSEnv is set by the guest once its nfsd serves /export; its value is the directory
 // holding the unpacked client (usr/sbin/mount.nfs and what it runs).
 const guestNFSEnv = "MOUNTKEEPER_GUEST_NFS_ROOT"
 
-// nfsClientFiles are what installing nfs-common puts where mount(8) and mount.nfs look.
-var nfsClientFiles = []string{"mount.nfs", "mount.nfs4", "umount.nfs", "umount.nfs4", "start-statd", "rpc.statd", "sm-notify"}
-
 const nfsContent = "served by the guest's nfsd\n"
 
+// guestNFS fails t outside the NFS guest; inside, it installs the NFS client if it is not yet,
+// and returns the directory holding it.
 func guestNFS(t *testing.T) (clientRoot string) {
 	t.Helper()
 	root := os.Getenv(guestNFSEnv)
 	if root == "" {
 		t.Fatalf("%s is not set: these tests run in test/vm's NFS guest only", guestNFSEnv)
 	}
-	return root
-}
-
-// installNFSClient copies the client into /usr/sbin, as installing nfs-common would; the
-// guest's root is a throwaway overlay.
-func installNFSClient(t *testing.T, root string) {
-	t.Helper()
-	for _, f := range nfsClientFiles {
-		src := filepath.Join(root, "usr", "sbin", f)
-		dst := filepath.Join("/usr/sbin", f)
-		if target, err := os.Readlink(src); err == nil {
-			os.Remove(dst)
-			if err := os.Symlink(target, dst); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		in, err := os.Open(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
-		if err != nil {
-			in.Close()
-			t.Fatal(err)
-		}
-		_, err = io.Copy(out, in)
-		in.Close()
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	if !testsupport.NFSClientInstalled() {
+		testsupport.InstallNFSClient(t, root)
 	}
+	return root
 }
 
 // nfsManager is a Manager with the guest tests' usual timings (nfsManagerIn).
@@ -121,43 +89,6 @@ func scopesLeft(t *testing.T, sc *CgroupScoper) []string {
 	return units
 }
 
-// TestNFSGuestNoClient: a node without mount.nfs refuses an NFS mount naming the packages;
-// once the client is installed (no restart), the next claim mounts. It runs first: the
-// other tests need the client.
-func TestNFSGuestNoClient(t *testing.T) {
-	root := guestNFS(t)
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err == nil {
-		t.Fatal("/usr/sbin/mount.nfs exists before the test installed it")
-	}
-	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/", Options: []string{"vers=4.2"}}
-	m, sc := nfsManager(t, 200*time.Millisecond, spec)
-	start := time.Now()
-	_, err := acquireEventually(t, m, 10*time.Second, spec, "ctr-a")
-	var pe *PreflightError
-	if err == nil || !errors.As(err, &pe) && !strings.Contains(err.Error(), "nfs-common") {
-		t.Fatalf("Acquire without mount.nfs = %v; want a refusal naming nfs-common", err)
-	}
-	for _, want := range []string{"mount.nfs", "nfs-common", "nfs-utils"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("refusal %q does not name %s", err, want)
-		}
-	}
-	t.Logf("refused in %s: %v", time.Since(start).Round(time.Millisecond), err)
-
-	installNFSClient(t, root)
-	start = time.Now()
-	path, err := acquireEventually(t, m, 60*time.Second, spec, "ctr-a")
-	if err != nil {
-		t.Fatalf("Acquire after the client was installed: %v", err)
-	}
-	t.Logf("mounted %s after the client was installed, in %s", spec, time.Since(start).Round(time.Millisecond))
-	if got := readBounded(t, filepath.Join(path, "hello")); got != nfsContent {
-		t.Errorf("read %q, want %q", got, nfsContent)
-	}
-	m.Release("ctr-a")
-	waitGone(t, m, sc, path, 30*time.Second)
-}
-
 // waitGone waits until nothing is mounted at path and no scope is left below sc's parent.
 func waitGone(t *testing.T, m *Manager, sc *CgroupScoper, path string, timeout time.Duration) {
 	t.Helper()
@@ -187,9 +118,6 @@ func waitGone(t *testing.T, m *Manager, sc *CgroupScoper, path string, timeout t
 // release and the grace period nothing is mounted and no scope is left.
 func TestNFSGuestShared(t *testing.T) {
 	guestNFS(t)
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
-	}
 	for _, c := range []struct {
 		name string
 		spec netspec.Spec
@@ -240,9 +168,6 @@ func TestNFSGuestShared(t *testing.T) {
 // key) uses it: a POSIX lock through the mount (NLM, which needs statd) is granted.
 func TestNFSGuestStatd(t *testing.T) {
 	guestNFS(t)
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
-	}
 	if pid := testsupport.StatdPid(); pid != 0 {
 		t.Logf("killing the rpc.statd (%d) an earlier test left, so that this one starts its own", pid)
 		unix.Kill(pid, unix.SIGKILL)
@@ -306,9 +231,6 @@ func TestNFSGuestStatd(t *testing.T) {
 // made before, reads the new export's data without being made anew.
 func TestNFSGuestStale(t *testing.T) {
 	root := guestNFS(t)
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
-	}
 	for _, c := range []struct {
 		vers   string
 		export string    // the export as the client names it
@@ -494,9 +416,6 @@ func statChild(t *testing.T, path string, limit time.Duration) <-chan error {
 // starts it again at the end.
 func TestNFSGuestDeadServer(t *testing.T) {
 	root := guestNFS(t)
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (TestNFSGuestNoClient installs it): %v", err)
-	}
 	nfsd := func(threads string) {
 		t.Helper()
 		if out, err := exec.Command(filepath.Join(root, "usr", "sbin", "rpc.nfsd"), threads).CombinedOutput(); err != nil {

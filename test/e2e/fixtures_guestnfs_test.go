@@ -96,17 +96,23 @@ func readsOf(t *testing.T, n *node, id string) (ok, fails int) {
 	return tallyReads(log)
 }
 
-// inGuestNFS checks that the test runs in test/vm's NFS guest with the NFS client installed,
-// stops an rpc.statd an earlier test left (so that the test's first NFSv3 mount starts the
-// node's own), and returns the cgroup directory of mountkeeper's scopes. The node's rpc.statd
-// outlives every mount by design; its scope goes with the test.
+// withNFSClient installs the NFS client in the guest if it is not yet: TestGuestNFSDeadServer,
+// which test/vm runs first, begins without it.
+func withNFSClient(t *testing.T) {
+	t.Helper()
+	if !testsupport.NFSClientInstalled() {
+		testsupport.InstallNFSClient(t, os.Getenv(guestNFSRootEnv))
+	}
+}
+
+// inGuestNFS checks that the test runs in test/vm's NFS guest, stops an rpc.statd an earlier
+// test left (so that the test's first NFSv3 mount starts the node's own), and returns the
+// cgroup directory of mountkeeper's scopes. The node's rpc.statd outlives every mount by
+// design; its scope goes with the test.
 func inGuestNFS(t *testing.T) (scopes string) {
 	t.Helper()
 	if os.Getenv(guestNFSRootEnv) == "" {
 		t.Fatalf("%s is not set: this test runs in test/vm's NFS guest only", guestNFSRootEnv)
-	}
-	if _, err := os.Stat("/usr/sbin/mount.nfs"); err != nil {
-		t.Fatalf("no NFS client (internal/netmount's TestNFSGuestNoClient installs it before this runs): %v", err)
 	}
 	stopStatd(t)
 	cgRoot, err := harness.Cgroup2Root()

@@ -272,6 +272,53 @@ func (n *node) timedCreates(pod, prefix string, count int) []time.Duration {
 	return out
 }
 
+// createdOnceNFSClientInstalled creates and starts a container (name, args: timedContainer) of
+// an NFS class in pod on a node without the NFS client: it is refused naming mount.nfs and the
+// packages that have it. The client installed from root (no plugin restart), the container
+// tried again, as kubelet tries a refused container again, is created and started with the
+// mount, never refused for the client again; its ID.
+func (n *node) createdOnceNFSClientInstalled(pod, name string, args []string, root string) string {
+	n.t.Helper()
+	if testsupport.NFSClientInstalled() {
+		n.t.Fatal("the NFS client is installed before the test: test/vm must run it first")
+	}
+	_, times, refused, err := n.timedContainer(pod, name+"-0", args)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if refused == nil {
+		n.t.Fatal("a container of an NFS class was created on a node without mount.nfs")
+	}
+	for _, want := range []string{"mount.nfs", "nfs-common", "nfs-utils"} {
+		if !strings.Contains(refused.Error(), want) {
+			n.t.Errorf("the refusal without the NFS client does not name %s: %v", want, refused)
+		}
+	}
+	n.t.Logf("without the NFS client: refused in %s: %v", times.create.Round(time.Millisecond), refused)
+	testsupport.InstallNFSClient(n.t, root)
+	installed := time.Now()
+	for i := 1; ; i++ {
+		id, times, refused, err := n.timedContainer(pod, fmt.Sprintf("%s-%d", name, i), args)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		if refused == nil {
+			n.t.Logf("the NFS client installed: the container tried again (%d times) created in %s and started in %s, %s after the install, the mount included",
+				i, times.create.Round(time.Millisecond), times.start.Round(time.Millisecond), time.Since(installed).Round(time.Millisecond))
+			return id
+		}
+		// The mount begins at the first claim after the install and is waited for as a first
+		// mount is (a third of createBudget): an NFS mount that takes longer under TCG is
+		// refused as still mounting, and the next try gets it. A refusal that still names
+		// the missing client means the mount waits for a backoff instead.
+		if strings.Contains(refused.Error(), "nfs-common") || time.Since(installed) > time.Minute {
+			n.t.Fatalf("the NFS client installed %s ago, the container tried again (%d times) is refused: %v", time.Since(installed).Round(time.Millisecond), i, refused)
+		}
+		n.t.Logf("the NFS client installed, the container tried again is refused: %v", refused)
+		time.Sleep(time.Second)
+	}
+}
+
 // otherPod is a pod whose containers are timed in every phase of TestGuestNFSDeadServer: of no
 // class, or of a class without a network mount.
 type otherPod struct{ what, id string }

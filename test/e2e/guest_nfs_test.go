@@ -16,8 +16,7 @@ import (
 
 // These tests mount NFS for real through the whole NRI path: real containerd and runc, the
 // mountkeeper plugin binary, mount.nfs and the kernel's NFS client, against the kernel nfsd of
-// test/vm's NFS guest (TestNFS), which runs them after internal/netmount's guest tests have
-// installed the NFS client. The host never compiles them (build tag guestnfs).
+// test/vm's NFS guest (TestNFS). The host never compiles them (build tag guestnfs).
 
 // TestGuestNFS: pods of an NFSv4.2 and an NFSv3 class read the guest's export through one host
 // mount per class; the plugin, SIGKILLed while they read, is restarted, adopts both mounts
@@ -25,6 +24,7 @@ import (
 // pod is gone and the grace has passed, nothing is mounted and no scope is left.
 func TestGuestNFS(t *testing.T) {
 	scopes := inGuestNFS(t)
+	withNFSClient(t)
 
 	plugCg, err := harness.NewCgroup2("mk-guestnfs-plugin")
 	if err != nil {

@@ -21,13 +21,15 @@ import (
 // costs about a minute of the suite's time under TCG (an NFSv4 mount alone takes 6-8 s).
 const nfsKernel = "6.1"
 
-// nfsPackages are the guest-only NFS tests, run in this order in one guest: internal/netmount's
-// (build tag guestnfs, TestNFSGuest*: the Manager; the first installs the NFS client) and
-// test/e2e's (tags e2e and guestnfs: TestGuestNFS and TestGuestNFSDeadServer, containerd, runc
-// and the plugin binary; TestGuestNFSHook, runc and the hook binary).
+// nfsPackages are the guest-only NFS tests, run in this order in one guest: test/e2e's
+// TestGuestNFSDeadServer (tags e2e and guestnfs: containerd, runc and the plugin binary), on a
+// node without the NFS client until it installs it; internal/netmount's (build tag guestnfs,
+// TestNFSGuest*: the Manager); test/e2e's TestGuestNFS (the plugin binary) and
+// TestGuestNFSHook (runc and the hook binary).
 var nfsPackages = []struct{ pkg, tags, run string }{
+	{"test/e2e", "e2e guestnfs", "^TestGuestNFSDeadServer$"},
 	{"internal/netmount", "guestnfs", "^TestNFSGuest"},
-	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(DeadServer|Hook)?$"},
+	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(Hook)?$"},
 }
 
 // guestTestLine matches a line the guest-only tests logged: their files all have "guest" in
@@ -64,9 +66,10 @@ echo 10 >/proc/fs/nfsd/nfsv4gracetime
 "$N/usr/sbin/rpc.nfsd" 8
 `
 
-// TestNFS mounts NFSv4.2 and NFSv3 for real, through the Manager and mount.nfs, on Debian 12's
-// kernel in a guest whose own nfsd serves the export: the guest-only tests of
-// internal/netmount (nfs_guest_test.go), reported as TestNFS/6.1/internal_netmount/TestX.
+// TestNFS mounts NFSv4.2 and NFSv3 for real, through the Manager and mount.nfs and through the
+// runtime and the plugin, on Debian 12's kernel in a guest whose own nfsd serves the export:
+// the guest-only tests of nfsPackages, reported as TestNFS/6.1/internal_netmount/TestX and
+// TestNFS/6.1/test_e2e/TestX (test_e2e#01 for test/e2e's second run).
 func TestNFS(t *testing.T) {
 	Require(t)
 	k, err := LoadKernel(filepath.Join(KernelsDir(), nfsKernel))
@@ -100,12 +103,16 @@ sh %s %s >/dev/ttyS1 2>&1 || { echo "the NFS server did not start"; exit 1; }
 echo "nfsd started in $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 export MOUNTKEEPER_GUEST_NFS_ROOT=%s MOUNTKEEPER_BINARY=%s MOUNTKEEPER_HOOK_BINARY=%s
 `, shellQuote(script), shellQuote(nfs), shellQuote(nfs), shellQuote(agent), shellQuote(hook))
+	built := map[string]bool{}
 	for _, p := range nfsPackages {
 		exe := filepath.Join(bin, binName(p.pkg))
-		cmd := exec.Command("go", "test", "-c", "-tags", p.tags, "-o", exe, "./"+p.pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go test -c -tags '%s' ./%s: %v\n%s", p.tags, p.pkg, err, out)
+		if !built[exe] {
+			cmd := exec.Command("go", "test", "-c", "-tags", p.tags, "-o", exe, "./"+p.pkg)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("go test -c -tags '%s' ./%s: %v\n%s", p.tags, p.pkg, err, out)
+			}
+			built[exe] = true
 		}
 		fmt.Fprintf(&guest, `echo '%s%s start'; s=$(date +%%s%%N)
 cd %s && %s -test.v -test.count=1 -test.timeout=8m -test.run %s 2>&1
