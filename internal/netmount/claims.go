@@ -83,11 +83,11 @@ func (m *Manager) rearmLocked(e *entry) bool {
 	if e.phase != mounting || e.retryAt.IsZero() || !errors.As(e.lastErr, &pe) {
 		return false
 	}
-	lastErr := e.lastErr
+	attempt := e.attempt
 	m.mu.Unlock()
 	err := m.sys.preflight(e.spec)
 	m.mu.Lock()
-	if err != nil || e.phase != mounting || e.retryAt.IsZero() || e.lastErr != lastErr {
+	if err != nil || e.phase != mounting || e.retryAt.IsZero() || e.attempt != attempt {
 		return false // still missing, or the loop moved on meanwhile
 	}
 	e.rearmedAt = time.Now()
