@@ -26,6 +26,32 @@ func (c *countingInspector) MountPoints(p []string) ([]MountPoint, error) {
 	return c.System.MountPoints(p)
 }
 
+// sharedTmpfs mounts a shared tmpfs on a new directory, makes each of dirs (relative paths)
+// in it, and returns the directory.
+func sharedTmpfs(t *testing.T, dirs ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	mount(t, "-t", "tmpfs", "mk-cache", dir)
+	testsupport.Run(t, "mount", "--make-shared", dir)
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// countingChecker is a caching Checker of the live host, which counts its questions.
+func countingChecker(t *testing.T) (*Checker, *countingInspector) {
+	t.Helper()
+	in := &countingInspector{}
+	c, err := NewChecker(in).WithCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, in
+}
+
 // TestCacheSeesEveryChange: a cached check asks the host nothing, and the next check after any
 // change that matters (the source removed, a component turned into a symlink, the mount made
 // private) sees it.
@@ -33,18 +59,9 @@ func TestCacheSeesEveryChange(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
-	dir := t.TempDir()
-	mount(t, "-t", "tmpfs", "mk-cache", dir)
-	testsupport.Run(t, "mount", "--make-shared", dir)
+	dir := sharedTmpfs(t, "srv/a")
 	src := filepath.Join(dir, "srv", "a")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	in := &countingInspector{}
-	c, err := NewChecker(in).WithCache()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, in := countingChecker(t)
 	mounts := []specmod.Mount{{Source: src, Destination: "/a", Propagation: specmod.Slave}}
 	check := func(step string, want string) {
 		t.Helper()
@@ -135,15 +152,8 @@ func TestCacheSharesOneMountsAnswer(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
-	dir, peer := t.TempDir(), t.TempDir()
-	mount(t, "-t", "tmpfs", "mk-cache", dir)
-	testsupport.Run(t, "mount", "--make-shared", dir)
+	dir, peer := sharedTmpfs(t, "slave", "shared"), t.TempDir()
 	mount(t, "--bind", dir, peer) // a peer, to be dir's master below
-	for _, d := range []string{"slave", "shared"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	c, err := NewChecker(System{}).WithCache()
 	if err != nil {
 		t.Fatal(err)
@@ -174,20 +184,9 @@ func TestCacheWithoutUniqueIDsWatchesNoPropagatingSource(t *testing.T) {
 	if !privatens.Run(t) {
 		return
 	}
-	dir := t.TempDir()
-	mount(t, "-t", "tmpfs", "mk-cache", dir)
-	testsupport.Run(t, "mount", "--make-shared", dir)
+	dir := sharedTmpfs(t, "slave/a", "private/a")
 	slave, private := filepath.Join(dir, "slave", "a"), filepath.Join(dir, "private", "a")
-	for _, d := range []string{slave, private} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	in := &countingInspector{}
-	c, err := NewChecker(in).WithCache()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, in := countingChecker(t)
 	c.cache.uniqueIDs = false
 	watched := func() int {
 		c.cache.ch.mu.Lock()
