@@ -96,8 +96,8 @@ func propagationNow(id uint64, asked []MountPoint) (_ MountPoint, _ []MountPoint
 // watchAll watches every source's path before its check (inside the bounded call: it may hang
 // on a dead filesystem); it says whether all of them can be cached. Without unique mount IDs
 // (Linux < 6.8) a propagating source's check cannot be (see propagationNow), so nothing is
-// watched for it: there the walk reads mountinfo at each mount on the way up, most of such a
-// check's cost, for nothing.
+// watched for any source of such a check: there the walk reads mountinfo at each mount on the
+// way up, most of such a check's cost, for nothing.
 func (c *factCache) watchAll(mounts []specmod.Mount) bool {
 	if !c.uniqueIDs && slices.ContainsFunc(mounts, propagates) {
 		return false

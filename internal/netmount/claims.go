@@ -14,13 +14,15 @@ import (
 // the mount, if s is mounted. Otherwise it answers "<spec>: not ready: ..." (the attempt under
 // way and since when, or the last error) while the mount goes on in the background, so that
 // the kubelet's retry succeeds; it waits only for a mount's first attempt (or the check of a
-// mount found at start-up), and only until FirstWait after it began or ctx is done: a server
-// that does not answer costs one short wait, not one per container. The runtime creates every
-// container of the node under one lock while its plugin decides (see FirstWait).
+// mount found at start-up, or the attempt it began itself once a missing helper was installed:
+// rearm), and only until FirstWait after it began or ctx is done: a server that does not
+// answer costs one short wait, not one per container. The runtime creates every container of
+// the node under one lock while its plugin decides (see FirstWait).
 func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (string, error) {
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("%s: %w", s, err)
 	}
+	rearmTried := false // once per call: a helper still missing would otherwise be looked for again and again
 	for {
 		m.mu.Lock()
 		if m.closed {
@@ -36,9 +38,12 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 			return path, nil
 		}
 		until := m.waitUntilLocked(e)
-		if !time.Now().Before(until) && ctx.Err() == nil && m.rearmLocked(e) {
+		if !rearmTried && !time.Now().Before(until) && ctx.Err() == nil && rearmable(e) {
+			rearmTried = true
+			attempt := e.attempt
 			m.mu.Unlock()
-			continue
+			m.rearm(e, attempt)
+			continue // e may have changed meanwhile: look again
 		}
 		if !time.Now().Before(until) || ctx.Err() != nil {
 			err := m.notReadyLocked(e)
@@ -59,44 +64,46 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 
 // waitUntilLocked is until when Acquire may wait for e to be mounted: FirstWait after its
 // first mount attempt began, or the check of a mount found at start-up, or a claim ended the
-// wait after a failed preflight (rearmLocked); never after another failed attempt, a death, or
+// wait after a failed preflight (rearm); never after another failed attempt, a death, or
 // during an unmount (the zero time).
 func (m *Manager) waitUntilLocked(e *entry) time.Time {
 	switch {
+	case e.phase == mounting && !e.rearmedAt.IsZero():
+		return e.rearmedAt.Add(m.cfg.FirstWait)
 	case e.phase == mounting && e.attempt == 0:
 		return time.Now().Add(m.cfg.FirstWait) // just started: mountLoop begins attempt 1 at once
 	case e.phase == mounting && e.attempt == 1 && e.lastErr == nil, e.phase == checking:
 		return e.since.Add(m.cfg.FirstWait)
-	case e.phase == mounting && !e.rearmedAt.IsZero():
-		return e.rearmedAt.Add(m.cfg.FirstWait)
 	}
 	return time.Time{}
 }
 
-// rearmLocked ends e's wait between mount attempts at once if its last attempt failed the
-// preflight (the node lacked a helper) and the preflight passes now: the node's operator has
-// installed the client, and the container that asked is the first to get the mount, not one
-// created after a backoff of up to MaxRetryBackoff. It says whether it did; m.mu is released
-// while the preflight runs (it looks for files) and held again on return.
-func (m *Manager) rearmLocked(e *entry) bool {
+// rearmable says whether e waits between mount attempts after one failed its preflight (the
+// node lacked a helper): a claim then looks whether the helper is there now (rearm).
+func rearmable(e *entry) bool {
 	var pe *PreflightError
-	if e.phase != mounting || e.retryAt.IsZero() || !errors.As(e.lastErr, &pe) {
-		return false
-	}
-	attempt := e.attempt
-	m.mu.Unlock()
+	return e.phase == mounting && !e.retryAt.IsZero() && errors.As(e.lastErr, &pe)
+}
+
+// rearm ends e's wait between mount attempts at once if the preflight, which e's attempt
+// (attempt) failed, passes now: the node's operator has installed the client, and the
+// container that asked is the first to get the mount, not one created after a backoff of up to
+// MaxRetryBackoff. The preflight runs without m.mu (it reads files); callers do not hold it.
+// The preflight's error is forgotten: the next refusal says the attempt is under way, not that
+// the client is missing.
+func (m *Manager) rearm(e *entry, attempt int) {
 	err := m.sys.preflight(e.spec)
 	m.mu.Lock()
-	if err != nil || e.phase != mounting || e.retryAt.IsZero() || e.attempt != attempt {
-		return false // still missing, or the loop moved on meanwhile
+	defer m.mu.Unlock()
+	if err != nil || m.closed || !rearmable(e) || e.attempt != attempt {
+		return // still missing, or the loop moved on meanwhile
 	}
-	e.rearmedAt = time.Now()
+	e.rearmedAt, e.lastErr = time.Now(), nil
 	select {
 	case e.retryNow <- struct{}{}:
 	default:
 	}
 	m.log.WithField("spec", e.spec.String()).Info("netmount: what the last mount attempt lacked is installed now: mounting again at once")
-	return true
 }
 
 // Hold records user as using s without waiting for the mount, and starts mounting s if it is

@@ -445,11 +445,13 @@ func TestAcquireFailsAtOnceWhenThePreflightFails(t *testing.T) {
 }
 
 // TestAcquireMountsOnceTheHelperIsInstalled: the helper installed after a failed preflight, the
-// next claim mounts and gets the mount, though the next attempt was an hour away.
+// next claim starts the mount at once, though the next attempt was an hour away, and waits for
+// it as for a first attempt; a claim that gives up meanwhile is told the mount is under way,
+// not that the helper is missing; the next gets the mount.
 func TestAcquireMountsOnceTheHelperIsInstalled(t *testing.T) {
 	sys := newFakeSystem()
 	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
-	m := newTestManager(t, sys, Config{RetryBackoff: time.Hour})
+	m := newTestManager(t, sys, Config{RetryBackoff: time.Hour, FirstWait: 50 * time.Millisecond})
 	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
 	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
 		t.Fatal("Acquire mounted on a node without the helper")
@@ -458,13 +460,20 @@ func TestAcquireMountsOnceTheHelperIsInstalled(t *testing.T) {
 	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil || !strings.Contains(err.Error(), "(attempt 1; next attempt in ") {
 		t.Fatalf("Acquire with the helper still missing = %v, want attempt 1 still waiting", err)
 	}
+	release := sys.holdMounts() // the mount takes longer than FirstWait
 	sys.mu.Lock()
 	sys.preflightErr = nil
 	sys.mu.Unlock()
-	path, err := acquire(t, m, 10*time.Second, nfs, "ctr-a")
-	if err != nil {
-		t.Fatalf("Acquire once the helper is installed: %v", err)
+	_, err := acquire(t, m, 10*time.Second, nfs, "ctr-a")
+	if err == nil || !strings.Contains(err.Error(), "still mounting (attempt 2,") || strings.Contains(err.Error(), "nfs-common") {
+		t.Fatalf("Acquire once the helper is installed, its mount slower than FirstWait = %v, want attempt 2 still mounting", err)
 	}
+	close(release)
+	var path string
+	eventually(t, "the mount begun once the helper was installed", func() bool {
+		path, err = acquire(t, m, 10*time.Second, nfs, "ctr-a")
+		return err == nil
+	})
 	if want := filepath.Join(m.mountsDir, nfs.Key()); path != want {
 		t.Errorf("Acquire = %s, want %s", path, want)
 	}

@@ -18,8 +18,8 @@ type retry struct {
 }
 
 // retryLoop runs r.try on e until it succeeds or the Manager is closed, waiting RetryBackoff
-// (doubling, at most r.maxBackoff; cut short by e.retryNow) between attempts, and keeps e's attempt, times and phase
-// for Status and Acquire's waiters (broadcast after every change).
+// (doubling, at most r.maxBackoff; cut short by e.retryNow) between attempts, and keeps e's
+// attempt, times and phase for Status and Acquire's waiters (broadcast after every change).
 func (m *Manager) retryLoop(e *entry, r retry) {
 	defer m.wg.Done()
 	backoff := m.cfg.RetryBackoff
@@ -30,6 +30,12 @@ func (m *Manager) retryLoop(e *entry, r retry) {
 			return
 		}
 		r.begin()
+		// A claim may have ended the wait just as it ended on its own: its token must not
+		// cut the next wait short (the next backoff, or a heal's against a dead server).
+		select {
+		case <-e.retryNow:
+		default:
+		}
 		e.attempt++
 		e.since, e.retryAt = time.Now(), time.Time{}
 		e.broadcast()
