@@ -62,17 +62,15 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 	}
 }
 
-// waitUntilLocked is until when Acquire may wait for e to be mounted: FirstWait after its
-// first mount attempt began, or the check of a mount found at start-up, or a claim ended the
-// wait after a failed preflight (rearm); never after another failed attempt, a death, or
-// during an unmount (the zero time).
+// waitUntilLocked is until when Acquire may wait for e to be mounted: FirstWait after an
+// attempt with no failure before it began (the first, or the one a claim began once a missing
+// helper was installed: rearm), or the check of a mount found at start-up; never after a
+// failed attempt, a death, or during an unmount (the zero time).
 func (m *Manager) waitUntilLocked(e *entry) time.Time {
 	switch {
-	case e.phase == mounting && !e.rearmedAt.IsZero():
-		return e.rearmedAt.Add(m.cfg.FirstWait)
 	case e.phase == mounting && e.attempt == 0:
 		return time.Now().Add(m.cfg.FirstWait) // just started: mountLoop begins attempt 1 at once
-	case e.phase == mounting && e.attempt == 1 && e.lastErr == nil, e.phase == checking:
+	case e.phase == mounting && e.lastErr == nil, e.phase == checking:
 		return e.since.Add(m.cfg.FirstWait)
 	}
 	return time.Time{}
@@ -89,8 +87,9 @@ func rearmable(e *entry) bool {
 // (attempt) failed, passes now: the node's operator has installed the client, and the
 // container that asked is the first to get the mount, not one created after a backoff of up to
 // MaxRetryBackoff. The preflight runs without m.mu (it reads files); callers do not hold it.
-// The preflight's error is forgotten: the next refusal says the attempt is under way, not that
-// the client is missing.
+// The preflight's error is forgotten, and the attempt counts from now: it is waited for as a
+// first one (waitUntilLocked), and a refusal meanwhile says it is under way, not that the
+// client is missing.
 func (m *Manager) rearm(e *entry, attempt int) {
 	err := m.sys.preflight(e.spec)
 	m.mu.Lock()
@@ -98,7 +97,7 @@ func (m *Manager) rearm(e *entry, attempt int) {
 	if err != nil || m.closed || !rearmable(e) || e.attempt != attempt {
 		return // still missing, or the loop moved on meanwhile
 	}
-	e.rearmedAt, e.lastErr = time.Now(), nil
+	e.since, e.lastErr = time.Now(), nil
 	select {
 	case e.retryNow <- struct{}{}:
 	default:

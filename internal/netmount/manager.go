@@ -79,7 +79,6 @@ type entry struct {
 	// retryNow ends that wait early (buffered, 1): a claim found that the helper a failed
 	// preflight missed is installed now (Acquire).
 	retryNow  chan struct{}
-	rearmedAt time.Time // when a claim ended the wait, until the attempt it began ends
 	lastErr   error
 	mountedAt time.Time
 	wanted    bool // asked for while unmounting: mount again afterwards

@@ -449,17 +449,7 @@ func TestAcquireFailsAtOnceWhenThePreflightFails(t *testing.T) {
 // it as for a first attempt; a claim that gives up meanwhile is told the mount is under way,
 // not that the helper is missing; the next gets the mount.
 func TestAcquireMountsOnceTheHelperIsInstalled(t *testing.T) {
-	sys := newFakeSystem()
-	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
-	m := newTestManager(t, sys, Config{RetryBackoff: time.Hour, FirstWait: 50 * time.Millisecond})
-	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
-	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
-		t.Fatal("Acquire mounted on a node without the helper")
-	}
-	// Claims while the helper is still missing do not end the wait.
-	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil || !strings.Contains(err.Error(), "(attempt 1; next attempt in ") {
-		t.Fatalf("Acquire with the helper still missing = %v, want attempt 1 still waiting", err)
-	}
+	m, sys, nfs := withoutHelper(t, 50*time.Millisecond)
 	release := sys.holdMounts() // the mount takes longer than FirstWait
 	sys.mu.Lock()
 	sys.preflightErr = nil
@@ -480,6 +470,38 @@ func TestAcquireMountsOnceTheHelperIsInstalled(t *testing.T) {
 	if st := statuses(m); len(st) != 1 || st[0].Attempt != 2 || !st[0].Mounted {
 		t.Errorf("status %+v, want mounted at attempt 2", st)
 	}
+}
+
+// TestAcquireWaitsForTheMountItBeganOnceTheHelperIsInstalled: the claim that starts the mount
+// once the helper is installed gets it, when it is mounted within FirstWait.
+func TestAcquireWaitsForTheMountItBeganOnceTheHelperIsInstalled(t *testing.T) {
+	m, sys, nfs := withoutHelper(t, time.Minute)
+	release := sys.holdMounts()
+	time.AfterFunc(100*time.Millisecond, func() { close(release) })
+	sys.mu.Lock()
+	sys.preflightErr = nil
+	sys.mu.Unlock()
+	if _, err := acquire(t, m, 30*time.Second, nfs, "ctr-a"); err != nil {
+		t.Fatalf("Acquire once the helper is installed, its mount done in 100ms: %v", err)
+	}
+}
+
+// withoutHelper is a Manager of a node without mount.nfs (its preflight fails) whose mount of
+// the returned spec has failed once: the next attempt is an hour away, and claims meanwhile
+// do not end that wait.
+func withoutHelper(t *testing.T, firstWait time.Duration) (*Manager, *fakeSystem, netspec.Spec) {
+	t.Helper()
+	sys := newFakeSystem()
+	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
+	m := newTestManager(t, sys, Config{RetryBackoff: time.Hour, FirstWait: firstWait})
+	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
+		t.Fatal("Acquire mounted on a node without the helper")
+	}
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil || !strings.Contains(err.Error(), "(attempt 1; next attempt in ") {
+		t.Fatalf("Acquire with the helper still missing = %v, want attempt 1 still waiting", err)
+	}
+	return m, sys, nfs
 }
 
 func TestAcquireRejectsAnInvalidSpec(t *testing.T) {

@@ -45,7 +45,6 @@ func (m *Manager) retryLoop(e *entry, r retry) {
 		err := r.try(attempt)
 
 		m.mu.Lock()
-		e.rearmedAt = time.Time{}
 		if m.closed {
 			m.mu.Unlock()
 			return
