@@ -40,9 +40,7 @@ func guestNFS(t *testing.T) (clientRoot string) {
 	if root == "" {
 		t.Fatalf("%s is not set: these tests run in test/vm's NFS guest only", guestNFSEnv)
 	}
-	if !testsupport.NFSClientInstalled() {
-		testsupport.InstallNFSClient(t, root)
-	}
+	testsupport.InstallNFSClient(t, root)
 	return root
 }
 

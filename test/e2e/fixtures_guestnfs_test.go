@@ -96,15 +96,6 @@ func readsOf(t *testing.T, n *node, id string) (ok, fails int) {
 	return tallyReads(log)
 }
 
-// withNFSClient installs the NFS client in the guest if it is not yet: TestGuestNFSDeadServer,
-// which test/vm runs first, begins without it.
-func withNFSClient(t *testing.T) {
-	t.Helper()
-	if !testsupport.NFSClientInstalled() {
-		testsupport.InstallNFSClient(t, os.Getenv(guestNFSRootEnv))
-	}
-}
-
 // inGuestNFS checks that the test runs in test/vm's NFS guest, stops an rpc.statd an earlier
 // test left (so that the test's first NFSv3 mount starts the node's own), and returns the
 // cgroup directory of mountkeeper's scopes. The node's rpc.statd outlives every mount by

@@ -26,7 +26,7 @@ import (
 // right after the mount).
 func TestGuestNFSHook(t *testing.T) {
 	scopes := inGuestNFS(t)
-	withNFSClient(t)
+	testsupport.InstallNFSClient(t, os.Getenv(guestNFSRootEnv)) // if TestGuestNFSDeadServer did not
 	w := newHookWorld(t)
 	const class = "mk-hook-nfs3"
 	spec := netspec.Spec{Type: "nfs", Source: "127.0.0.1:/export", Options: []string{"vers=3", "hard"}}

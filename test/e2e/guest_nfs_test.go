@@ -24,7 +24,7 @@ import (
 // pod is gone and the grace has passed, nothing is mounted and no scope is left.
 func TestGuestNFS(t *testing.T) {
 	scopes := inGuestNFS(t)
-	withNFSClient(t)
+	testsupport.InstallNFSClient(t, os.Getenv(guestNFSRootEnv)) // if TestGuestNFSDeadServer did not
 
 	plugCg, err := harness.NewCgroup2("mk-guestnfs-plugin")
 	if err != nil {

@@ -17,10 +17,13 @@ func NFSClientInstalled() bool {
 }
 
 // InstallNFSClient copies the NFS client unpacked below root (test/vm's NFS guest names it in
-// MOUNTKEEPER_GUEST_NFS_ROOT) into /usr/sbin, as installing nfs-common would; the guest's root
-// is a throwaway overlay. An installed client is installed again.
+// MOUNTKEEPER_GUEST_NFS_ROOT) into /usr/sbin, as installing nfs-common would, unless it is
+// installed already; the guest's root is a throwaway overlay.
 func InstallNFSClient(tb testing.TB, root string) {
 	tb.Helper()
+	if NFSClientInstalled() {
+		return
+	}
 	for _, f := range nfsClientFiles {
 		src, dst := filepath.Join(root, "usr", "sbin", f), filepath.Join("/usr/sbin", f)
 		if target, err := os.Readlink(src); err == nil {
