@@ -76,20 +76,22 @@ func (m *Manager) waitUntilLocked(e *entry) time.Time {
 	return time.Time{}
 }
 
-// rearmable says whether e waits between mount attempts after one failed its preflight (the
-// node lacked a helper): a claim then looks whether the helper is there now (rearm).
+// rearmable says whether e's last mount attempt failed its preflight (the node lacked a
+// helper) and no other attempt has failed since: a claim then looks whether the helper is
+// there now (rearm).
 func rearmable(e *entry) bool {
 	var pe *PreflightError
-	return e.phase == mounting && !e.retryAt.IsZero() && errors.As(e.lastErr, &pe)
+	return e.phase == mounting && errors.As(e.lastErr, &pe)
 }
 
-// rearm ends e's wait between mount attempts at once if the preflight, which e's attempt
-// (attempt) failed, passes now: the node's operator has installed the client, and the
-// container that asked is the first to get the mount, not one created after a backoff of up to
-// MaxRetryBackoff. The preflight runs without m.mu (it reads files); callers do not hold it.
-// The preflight's error is forgotten, and the attempt counts from now: it is waited for as a
-// first one (waitUntilLocked), and a refusal meanwhile says it is under way, not that the
-// client is missing.
+// rearm acts on a preflight, which e's attempt (attempt) failed, passing now: the node's
+// operator has installed the client, and the container that asked is the first to get the
+// mount, not one created after a backoff of up to MaxRetryBackoff. The preflight's error is
+// forgotten, so the attempt is waited for as a first one (waitUntilLocked), and a refusal
+// meanwhile says it is under way, not that the client is missing. If e waits between attempts,
+// the next begins at once, its clock from now; if one is under way (the wait ended on its own
+// just before), that one is waited for. The preflight runs without m.mu (it reads files);
+// callers do not hold it.
 func (m *Manager) rearm(e *entry, attempt int) {
 	err := m.sys.preflight(e.spec)
 	m.mu.Lock()
@@ -97,10 +99,13 @@ func (m *Manager) rearm(e *entry, attempt int) {
 	if err != nil || m.closed || !rearmable(e) || e.attempt != attempt {
 		return // still missing, or the loop moved on meanwhile
 	}
-	e.since, e.lastErr = time.Now(), nil
-	select {
-	case e.retryNow <- struct{}{}:
-	default:
+	e.lastErr = nil
+	if !e.retryAt.IsZero() {
+		e.since = time.Now()
+		select {
+		case e.retryNow <- struct{}{}:
+		default:
+		}
 	}
 	m.log.WithField("spec", e.spec.String()).Info("netmount: what the last mount attempt lacked is installed now: mounting again at once")
 }

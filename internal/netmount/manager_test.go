@@ -486,6 +486,31 @@ func TestAcquireWaitsForTheMountItBeganOnceTheHelperIsInstalled(t *testing.T) {
 	}
 }
 
+// TestAcquireWaitsForTheAttemptUnderWayOnceTheHelperIsInstalled: the helper installed just as
+// the backoff ended, the attempt under way will mount: the claim waits for it (FirstWait), and
+// is not refused with the helper's old error.
+func TestAcquireWaitsForTheAttemptUnderWayOnceTheHelperIsInstalled(t *testing.T) {
+	sys := newFakeSystem()
+	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
+	m := newTestManager(t, sys, Config{RetryBackoff: 100 * time.Millisecond, FirstWait: time.Minute})
+	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
+		t.Fatal("Acquire mounted on a node without the helper")
+	}
+	release := sys.holdMounts()
+	sys.mu.Lock()
+	sys.preflightErr = nil
+	sys.mu.Unlock()
+	eventually(t, "attempt 2 under way", func() bool {
+		st := statuses(m)
+		return len(st) == 1 && st[0].Attempt == 2
+	})
+	time.AfterFunc(100*time.Millisecond, func() { close(release) })
+	if _, err := acquire(t, m, 30*time.Second, nfs, "ctr-a"); err != nil {
+		t.Fatalf("Acquire during the attempt under way once the helper is installed, its mount done in 100ms: %v", err)
+	}
+}
+
 // withoutHelper is a Manager of a node without mount.nfs (its preflight fails) whose mount of
 // the returned spec has failed once: the next attempt is an hour away, and claims meanwhile
 // do not end that wait.
