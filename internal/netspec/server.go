@@ -1,6 +1,7 @@
 package netspec
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -61,4 +62,60 @@ func serverHost(typ, src string) string {
 	}
 	host, _, _ = strings.Cut(host, ",") // ceph: the first monitor
 	return host
+}
+
+// ConnectAddresses are the TCP addresses (host:port) a kernel client's helper connects to
+// first when it mounts s: when none of them accepts a connection, the mount fails without
+// reaching the server. NFS: its port (port=, or 2049) and, below v4, rpcbind's (111), which
+// mount.nfs asks first; CIFS: port=, or 445 and then 139 as the kernel client tries them. nil where
+// that cannot be told from s alone: FUSE filesystems (their daemon connects, its own way),
+// CephFS (several monitors, two protocols), a UDP or RDMA transport, a source without a host.
+func (s Spec) ConnectAddresses() []string {
+	host := strings.Trim(serverHost(s.Type, s.Source), "[]")
+	if host == "" {
+		return nil
+	}
+	at := func(ports ...string) []string {
+		out := make([]string, len(ports))
+		for i, p := range ports {
+			out[i] = net.JoinHostPort(host, p)
+		}
+		return out
+	}
+	port := optionValue(s.Options, "port")
+	if port == "0" { // NFS: ask rpcbind for the port
+		port = ""
+	}
+	switch s.Type {
+	case "nfs", "nfs4":
+		proto := optionValue(s.Options, "proto")
+		if hasOption(s.Options, "udp") || hasOption(s.Options, "rdma") || strings.HasPrefix(proto, "udp") || strings.HasPrefix(proto, "rdma") {
+			return nil
+		}
+		vers := optionValue(s.Options, "vers") + optionValue(s.Options, "nfsvers")
+		if s.Type == "nfs4" || strings.HasPrefix(vers, "4") {
+			return at(cmp.Or(port, "2049"))
+		}
+		return at(cmp.Or(port, "2049"), "111")
+	case "cifs":
+		if hasOption(s.Options, "rdma") {
+			return nil
+		}
+		if port != "" {
+			return at(port)
+		}
+		return at("445", "139")
+	}
+	return nil
+}
+
+// optionValue is the value of the last name=value in opts ("" if none).
+func optionValue(opts []string, name string) string {
+	var v string
+	for _, o := range opts {
+		if val, ok := strings.CutPrefix(o, name+"="); ok {
+			v = val
+		}
+	}
+	return v
 }

@@ -1,6 +1,7 @@
 package netspec
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -32,6 +33,35 @@ func TestServerAddress(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("%v: got %q, %v; want %q", tc.spec, got, err, tc.want)
+		}
+	}
+}
+
+func TestConnectAddresses(t *testing.T) {
+	tests := []struct {
+		spec Spec
+		want []string
+	}{
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2", "hard"}}, []string{"filer:2049"}},
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"nfsvers=4", "port=20490"}}, []string{"filer:20490"}},
+		{Spec{Type: "nfs4", Source: "[fd00::1]:/export"}, []string{"[fd00::1]:2049"}},
+		// Below v4, or with the version left to negotiation, mount.nfs asks rpcbind first.
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=3"}}, []string{"filer:2049", "filer:111"}},
+		{Spec{Type: "nfs", Source: "10.0.0.5:/export"}, []string{"10.0.0.5:2049", "10.0.0.5:111"}},
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=3", "port=0"}}, []string{"filer:2049", "filer:111"}},
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=3", "proto=udp"}}, nil},
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.1", "proto=rdma"}}, nil},
+		{Spec{Type: "nfs", Source: "filer:/export", Options: []string{"udp"}}, nil},
+		{Spec{Type: "cifs", Source: "//user@files.example.com/share"}, []string{"files.example.com:445", "files.example.com:139"}},
+		{Spec{Type: "cifs", Source: "//files/share", Options: []string{"port=4445"}}, []string{"files:4445"}},
+		{Spec{Type: "cifs", Source: "//files/share", Options: []string{"rdma"}}, nil},
+		{Spec{Type: "ceph", Source: "mon1,mon2:/data"}, nil},
+		{Spec{Type: "glusterfs", Source: "gluster1:/vol0"}, nil},
+		{Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv"}, nil},
+	}
+	for _, tc := range tests {
+		if got := tc.spec.ConnectAddresses(); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: got %q, want %q", tc.spec, got, tc.want)
 		}
 	}
 }
