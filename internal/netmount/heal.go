@@ -35,6 +35,9 @@ type healer interface {
 	replace(target, staging string) error
 	// prepareStaging makes dir a private mount of its own, for new mounts to be moved away.
 	prepareStaging(dir string) error
+	// reachServer says whether the server of s accepts a connection, within DialTimeout:
+	// nil if it does or where that cannot be told (see dialAny).
+	reachServer(ctx context.Context, s netspec.Spec) error
 }
 
 // Use is one class mount that uses a network mount: for the log of a death (which running
@@ -247,7 +250,13 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	}
 	defer unlock()
 	if mounted && !unusable(m.health(e), true) {
-		return nil // a hook (EnsureMounted) replaced it meanwhile
+		return nil // a hook (EnsureMounted) replaced it, or its server came back to it, meanwhile
+	}
+	// A helper started against a server that refuses connections or does not answer would
+	// only fail, retrying until MountTimeout: each attempt would cost the node a helper's
+	// start (the CPU of containers being created meanwhile) for nothing.
+	if err := m.sys.(healer).reachServer(ctx, e.spec); err != nil {
+		return err
 	}
 	if err := replaceInPlace(ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {

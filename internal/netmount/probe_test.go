@@ -20,9 +20,10 @@ type healingFake struct {
 	gone error
 }
 
-func (h healingFake) daemonGone(netspec.Spec, string) error { return h.gone }
-func (h healingFake) replace(string, string) error          { return nil }
-func (h healingFake) prepareStaging(dir string) error       { return os.MkdirAll(dir, 0o700) }
+func (h healingFake) daemonGone(netspec.Spec, string) error           { return h.gone }
+func (h healingFake) replace(string, string) error                    { return nil }
+func (h healingFake) prepareStaging(dir string) error                 { return os.MkdirAll(dir, 0o700) }
+func (h healingFake) reachServer(context.Context, netspec.Spec) error { return nil }
 
 // TestProbeRule: one probe (probeMount) and one rule (unusable) for every path that asks
 // whether a mount is usable. A mount that answers is usable everywhere, one that fails or

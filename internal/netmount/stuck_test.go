@@ -28,6 +28,8 @@ type serverFake struct {
 
 	mu      sync.Mutex
 	down    bool
+	refuses bool                     // down and refusing connections too (reachServer); else it accepts them
+	dials   int                      // reachServer's calls
 	addr    string                   // where the server answers now
 	addrs   map[string]string        // the address each mount was made at, by path
 	ids     map[string]int           // the mount ID of each mount, by path
@@ -86,6 +88,16 @@ func (f *serverFake) replace(target, staging string) error {
 	defer f.mu.Unlock()
 	f.addrs[target], f.ids[target] = f.addrs[staging], f.ids[staging]
 	f.hung[target] = nil // the new mount's daemon answers; the stat of the old one stays stuck
+	return nil
+}
+
+func (f *serverFake) reachServer(_ context.Context, s netspec.Spec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dials++
+	if f.refuses && s.ConnectAddresses() != nil {
+		return errors.New("the server accepts no connection (filer:2049: connect: connection refused): no mount helper started until it does")
+	}
 	return nil
 }
 

@@ -1,0 +1,164 @@
+package netmount
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mountkeeper/mountkeeper/internal/netspec"
+)
+
+// TestDialAny: a server is reached when one of its addresses accepts a connection, on real
+// loopback sockets; refused or silent everywhere, it is not, and the error names each
+// address; a name that does not resolve here tells nothing; every dial has ended on return.
+func TestDialAny(t *testing.T) {
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := closed.Addr().String()
+	closed.Close()
+	var d net.Dialer
+	var live atomic.Int32 // dials under way
+	silent := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		live.Add(1)
+		defer live.Add(-1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		dial    dialFunc
+		addrs   []string
+		wantErr []string // in the error; nil: reached (or cannot tell)
+	}{
+		{name: "accepts", dial: d.DialContext, addrs: []string{open.Addr().String()}},
+		{name: "one of two accepts", dial: d.DialContext, addrs: []string{refused, open.Addr().String()}},
+		{name: "refused", dial: d.DialContext, addrs: []string{refused}, wantErr: []string{"accepts no connection", refused + ": connect: connection refused"}},
+		{name: "no address to dial", dial: silent},
+		{name: "a name that does not resolve here", dial: d.DialContext, addrs: []string{"mountkeeper-test.invalid:2049"}},
+		{name: "silent", dial: silent, addrs: []string{"filer:2049", "filer:111"}, wantErr: []string{"accepts no connection", "filer:2049: context deadline exceeded", "filer:111: context deadline exceeded"}},
+		{name: "the caller gives up", ctx: canceled, dial: silent, addrs: []string{"filer:2049"}, wantErr: []string{context.Canceled.Error()}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			err := dialAny(ctx, tc.dial, tc.addrs, 100*time.Millisecond)
+			if n := live.Load(); n != 0 {
+				t.Errorf("%d dials still under way after dialAny returned", n)
+			}
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("dialAny(%q): %v, want nil", tc.addrs, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("dialAny(%q): nil, want an error", tc.addrs)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("dialAny(%q): %v: does not say %q", tc.addrs, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestHealDialsTheServerFirst: while a kernel client's server refuses connections, the heal of
+// its dead mount starts no mount helper, attempt after attempt, and says why; once it accepts
+// them again, at another address, the mount is replaced by a new one. A FUSE filesystem's heal, whose daemon connects its own
+// way, starts its helper as before.
+func TestHealDialsTheServerFirst(t *testing.T) {
+	tests := []struct {
+		name        string
+		spec        netspec.Spec
+		wantHelpers bool // helpers started while the server refuses connections
+	}{
+		{name: "NFS", spec: netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2", "hard"}}},
+		{name: "sshfs", spec: netspec.Spec{Type: "fuse.sshfs", Source: "root@filer:/srv"}, wantHelpers: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newServerFake()
+			defer func() {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				select {
+				case <-f.back:
+				default:
+					close(f.back)
+				}
+			}()
+			m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond,
+				ProbeInterval: 20 * time.Millisecond, Log: quietLog(), Wanted: []netspec.Spec{tc.spec}}, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if _, err := acquireEventually(t, m, 5*time.Second, tc.spec, "ctr"); err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			f.down, f.refuses = true, true
+			f.mu.Unlock()
+			eventually(t, "the mount found dead and 3 heal attempts made", func() bool {
+				st := m.Status()
+				return st[0].State != "mounted" && st[0].Attempt >= 3
+			})
+			helpers := stagingMounts(f.fakeSystem)
+			st := m.Status()[0]
+			t.Logf("server refusing connections: attempt %d, %d helpers started, %d dials; %s", st.Attempt, helpers, f.dialCount(), st.LastError)
+			if tc.wantHelpers != (helpers > 0) {
+				t.Errorf("%d mount helpers started by %d heal attempts while the server refuses connections; want some: %v", helpers, st.Attempt, tc.wantHelpers)
+			}
+			if !tc.wantHelpers && !strings.Contains(st.LastError, "accepts no connection") {
+				t.Errorf("the dead mount's error does not say why no helper started: %s", st.LastError)
+			}
+			// Back at another address, as after a failover: the dead mount's stat hangs on, and
+			// only a new mount heals it.
+			f.mu.Lock()
+			f.down, f.refuses, f.addr = false, false, "10.0.0.2"
+			f.mu.Unlock()
+			eventually(t, "the mount replaced once the server accepts connections", func() bool {
+				return m.Status()[0].State == "mounted" && m.Totals().Recoveries == 1
+			})
+			if stagingMounts(f.fakeSystem) == helpers {
+				t.Error("the mount was recovered without a new mount")
+			}
+		})
+	}
+}
+
+// stagingMounts counts the mounts f was asked to make at a heal's staging paths.
+func stagingMounts(f *fakeSystem) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for target, calls := range f.mountCalls {
+		if strings.Contains(target, "/staging/") {
+			n += len(calls)
+		}
+	}
+	return n
+}
+
+func (f *serverFake) dialCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials
+}
