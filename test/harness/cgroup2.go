@@ -3,9 +3,13 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/mountkeeper/mountkeeper/test/testsupport"
 )
@@ -99,3 +103,27 @@ func RemoveMountScope(key string) error {
 // StartInCgroup starts cmd in the cgroup dir: clone3 places it there (CLONE_INTO_CGROUP), so
 // it never runs in the caller's cgroup.
 func StartInCgroup(cmd *exec.Cmd, dir string) error { return testsupport.StartInCgroup(cmd, dir) }
+
+// Cgroup2CPU is the CPU time used by the processes of the cgroup2 directory dir and its
+// descendants, those gone included (usage_usec in its cpu.stat); 0 where dir does not exist.
+func Cgroup2CPU(dir string) (time.Duration, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+			return 0, nil
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			usec, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s/cpu.stat: %q: %w", dir, line, err)
+			}
+			return time.Duration(usec) * time.Microsecond, nil
+		}
+	}
+	return 0, fmt.Errorf("%s/cpu.stat has no usage_usec", dir)
+}

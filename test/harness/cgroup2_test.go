@@ -82,3 +82,36 @@ func TestRemoveCgroupIfEmpty(t *testing.T) {
 		t.Errorf("the empty cgroup is still there: %v", err)
 	}
 }
+
+// TestCgroup2CPU: a cgroup's CPU time counts what its processes used, a process that has
+// exited included; a cgroup that does not exist has used none.
+func TestCgroup2CPU(t *testing.T) {
+	testenv.Require(t, "root")
+	cg, err := NewCgroup2("mountkeeper-test-cpu-" + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Remove() })
+	before, err := Cgroup2CPU(cg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Busy for 0.2 s of its own CPU time, then gone.
+	cmd := exec.Command("sh", "-c", `while :; do read -r s </proc/$$/stat; set -- $s; [ $((${14} + ${15})) -ge 20 ] && exit; done`)
+	if err := StartInCgroup(cmd, cg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	used, err := Cgroup2CPU(cg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used-before < 200*time.Millisecond {
+		t.Errorf("the cgroup used %s of CPU (%s before a process busy for 0.2 s of its own), want at least 0.2 s", used, before)
+	}
+	if got, err := Cgroup2CPU(filepath.Join(cg.Dir, "absent")); got != 0 || err != nil {
+		t.Errorf("a cgroup that does not exist: %s, %v; want 0, nil", got, err)
+	}
+}
