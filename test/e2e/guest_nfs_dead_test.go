@@ -19,16 +19,16 @@ import (
 // TestGuestNFSDeadServer: on a node without the NFS client, the first container of an NFS class
 // is refused naming the packages that have it; the client installed, the container tried again
 // is created (no plugin restart). Then the guest's nfsd stopped under that pod, which reads its
-// hard NFSv4.2 mount,
-// through containerd, runc and the plugin binary. A container of a new pod of the class is
-// refused in time, naming the mount's server (host:port); the plugin holds one thread in D
-// state for the server, which its status counts; it exits on SIGTERM in time and, restarted,
-// serves containers while the server is still dead. nfsd started again: the reader reads again
-// without a restart, the refused pod's container tried again reads the export. Containers of no
-// class, and of a class of a local source (rslave, checked on the host at each create), were
-// created about as fast with the server dead as alive. The export made anew on
-// another filesystem (a failover: ESTALE), the reader reads the new one without a restart.
-// Once the pods are gone nothing is mounted and no scope is left.
+// hard NFSv4.2 mount, through containerd, runc and the plugin binary. A container of a new pod
+// of the class is refused in time, naming the mount's server (host:port); the plugin holds one
+// thread in D state for the server, which its status counts; it exits on SIGTERM in time and,
+// restarted, serves containers while the server is still dead. nfsd started again: the reader
+// reads again without a restart, the refused pod's container tried again reads the export.
+// Containers of no class, and of a class of a local source (rslave, checked on the host at each
+// create), were created about as fast with the server dead as alive, and mountkeeper used about
+// as much CPU meanwhile (its heal starts no mount helper while the server refuses connections).
+// The export made anew on another filesystem (a failover: ESTALE), the reader reads the new one
+// without a restart. Once the pods are gone nothing is mounted and no scope is left.
 //
 // A pod sandbox takes 8-13 s under TCG, a container's start 5-7 s: the test's sandboxes are
 // made at once at its start (the refused pod's too: RunPodSandbox only starts a class's mounts
@@ -76,7 +76,8 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	// removed as they come so that every phase creates on the same node.
 	const count = 9
 	others := []otherPod{{"of no class", plainPod}, {"of class " + localClassName, localPod}}
-	alive := n.timedPhase(sock, "alive", count, others)
+	cgroups := []string{plugCg.Dir, scopes} // mountkeeper's: its plugin's and its mounts' scopes
+	alive := n.timedPhase(sock, cgroups, "alive", count, others)
 
 	// The server stopped under the reader; the prober finds the mount dead.
 	nfsd.stop()
@@ -94,7 +95,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 
 	// Containers of no class, with the server dead: timed before anything else the test does
 	// with it (a refused container's clean-up) runs on the node.
-	deadPhase := n.timedPhase(sock, "dead", count, others)
+	deadPhase := n.timedPhase(sock, cgroups, "dead", count, others)
 
 	t.Run("a container of a new pod of the class is refused in time, naming the server", func(t *testing.T) {
 		// Created only: runc could hang on a dead mount given to a container (its bind).
@@ -213,7 +214,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	t.Run("containers of no class and of another class are created as fast with the server dead as alive", func(t *testing.T) {
 		// Alive before the death and again after the recovery: the guest's speed drifts
 		// under TCG, and the two alive phases bracket the dead one.
-		again := n.timedPhase(sock, "alive-again", count, others)
+		again := n.timedPhase(sock, cgroups, "alive-again", count, others)
 		for i, o := range others {
 			checkFairness(t, o.what, alive[i], deadPhase[i], again[i])
 		}
