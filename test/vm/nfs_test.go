@@ -32,6 +32,13 @@ var nfsPackages = []struct{ pkg, tags, run string }{
 	{"test/e2e", "e2e guestnfs", "^TestGuestNFS(Hook)?$"},
 }
 
+// nfsControl is TestGuestNFSDeadServer's control, a measurement rather than a test of
+// mountkeeper: a node without it, with a dead hard mount made by hand. With
+// MOUNTKEEPER_NFS_CONTROL=1 (make nfs-control) TestNFS runs only the two of them, in one guest.
+var nfsControl = []struct{ pkg, tags, run string }{
+	{"test/e2e", "e2e guestnfs", "^(TestGuestNFSDeadServer|TestGuestNFSDeadMountWithoutPlugin)$"},
+}
+
 // guestTestLine matches a line the guest-only tests logged: their files all have "guest" in
 // their names (nfs_guest_test.go, guest_nfs_test.go, fixtures_guestnfsdead_test.go, ...).
 var guestTestLine = regexp.MustCompile(`\b\w*guest\w*_test\.go:\d+: `)
@@ -103,8 +110,12 @@ sh %s %s >/dev/ttyS1 2>&1 || { echo "the NFS server did not start"; exit 1; }
 echo "nfsd started in $(( ($(date +%%s%%N) - s) / 1000000 ))ms"
 export MOUNTKEEPER_GUEST_NFS_ROOT=%s MOUNTKEEPER_BINARY=%s MOUNTKEEPER_HOOK_BINARY=%s
 `, shellQuote(script), shellQuote(nfs), shellQuote(nfs), shellQuote(agent), shellQuote(hook))
+	packages := nfsPackages
+	if os.Getenv("MOUNTKEEPER_NFS_CONTROL") == "1" {
+		packages = nfsControl
+	}
 	built := map[string]bool{}
-	for _, p := range nfsPackages {
+	for _, p := range packages {
 		exe := filepath.Join(bin, binName(p.pkg))
 		if !built[exe] {
 			cmd := exec.Command("go", "test", "-c", "-tags", p.tags, "-o", exe, "./"+p.pkg)
