@@ -208,8 +208,15 @@ func (m *Manager) healLoop(e *entry) {
 			return func() { log.Info("netmount: recovered: the new mount is in place under the running containers") }
 		},
 		failed: func(attempt int, err error, retryIn time.Duration) func() {
-			e.lastErr = fmt.Errorf("recovering (dead: %v): %w", e.heal.lastCause, err)
+			next := fmt.Errorf("recovering (dead: %v): %w", e.heal.lastCause, err)
+			// A server that stays away fails every attempt the same way, every 5 s: the
+			// first says so, status and metrics count the rest.
+			again := e.lastErr != nil && e.lastErr.Error() == next.Error()
+			e.lastErr = next
 			log := m.healLog(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": retryIn})
+			if again {
+				return func() { log.Debug("netmount: recovery attempt failed again, the same way: retrying") }
+			}
 			return func() { log.Warn("netmount: recovery attempt failed: retrying") }
 		},
 	})

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
 
@@ -104,8 +107,10 @@ func TestHealDialsTheServerFirst(t *testing.T) {
 					close(f.back)
 				}
 			}()
+			log, logged := logtest.NewNullLogger()
+			log.SetLevel(logrus.DebugLevel)
 			m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond,
-				ProbeInterval: 20 * time.Millisecond, Log: quietLog(), Wanted: []netspec.Spec{tc.spec}}, f)
+				ProbeInterval: 20 * time.Millisecond, Log: log, Wanted: []netspec.Spec{tc.spec}}, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,9 +121,10 @@ func TestHealDialsTheServerFirst(t *testing.T) {
 			f.mu.Lock()
 			f.down, f.refuses = true, true
 			f.mu.Unlock()
+			// The fourth begun: the third's log line is written.
 			eventually(t, "the mount found dead and 3 heal attempts made", func() bool {
 				st := m.Status()
-				return st[0].State != "mounted" && st[0].Attempt >= 3
+				return st[0].State != "mounted" && st[0].Attempt >= 4
 			})
 			helpers := stagingMounts(f.fakeSystem)
 			st := m.Status()[0]
@@ -128,6 +134,19 @@ func TestHealDialsTheServerFirst(t *testing.T) {
 			}
 			if !tc.wantHelpers && !strings.Contains(st.LastError, "accepts no connection") {
 				t.Errorf("the dead mount's error does not say why no helper started: %s", st.LastError)
+			}
+			// Every attempt failed the same way: one warning, the rest at debug level.
+			var warned, repeated int
+			for _, l := range logged.AllEntries() {
+				switch {
+				case l.Level == logrus.WarnLevel && strings.HasPrefix(l.Message, "netmount: recovery attempt failed"):
+					warned++
+				case l.Level == logrus.DebugLevel && strings.HasPrefix(l.Message, "netmount: recovery attempt failed again"):
+					repeated++
+				}
+			}
+			if warned != 1 || repeated < 2 {
+				t.Errorf("%d warnings and %d debug lines of failed recovery attempts (the same failure each time), want 1 and at least 2", warned, repeated)
 			}
 			// Back at another address, as after a failover: the dead mount's stat hangs on, and
 			// only a new mount heals it.
