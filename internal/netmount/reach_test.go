@@ -98,15 +98,7 @@ func TestHealDialsTheServerFirst(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newServerFake()
-			defer func() {
-				f.mu.Lock()
-				defer f.mu.Unlock()
-				select {
-				case <-f.back:
-				default:
-					close(f.back)
-				}
-			}()
+			defer f.end()
 			log, logged := logtest.NewNullLogger()
 			log.SetLevel(logrus.DebugLevel)
 			m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond,

@@ -74,6 +74,21 @@ func newServerFake() *serverFake {
 	return f
 }
 
+// end lets every call still hung on the server or on a daemon return: the test is done.
+func (f *serverFake) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.back:
+	default:
+		close(f.back)
+	}
+	for _, c := range f.daemons {
+		close(c)
+	}
+	f.daemons = nil
+}
+
 // daemon is a daemon that hangs until the test ends.
 func (f *serverFake) daemon() chan struct{} {
 	c := make(chan struct{})
@@ -146,18 +161,7 @@ func TestStuckProbesBoundedPerServer(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newServerFake()
-			defer func() {
-				f.mu.Lock()
-				select {
-				case <-f.back:
-				default:
-					close(f.back) // the stuck calls finish
-				}
-				for _, c := range f.daemons {
-					close(c)
-				}
-				f.mu.Unlock()
-			}()
+			defer f.end()
 			c := Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond,
 				ProbeInterval: 20 * time.Millisecond, Log: quietLog(), Wanted: tc.specs}
 			m, err := newManager(c, f)
@@ -243,15 +247,7 @@ func TestStuckProbesBoundedPerServer(t *testing.T) {
 // healed, and recovers once the server is back.
 func TestUnusedDeadMountUnmounted(t *testing.T) {
 	f := newServerFake()
-	defer func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		select {
-		case <-f.back:
-		default:
-			close(f.back)
-		}
-	}()
+	defer f.end()
 	released := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2", "ro"}}
 	used := netspec.Spec{Type: "nfs", Source: "filer:/export", Options: []string{"vers=4.2"}}
 	m, err := newManager(Config{StateDir: t.TempDir(), Grace: time.Hour, RetryBackoff: 10 * time.Millisecond, MountTimeout: time.Hour,
