@@ -21,9 +21,9 @@ type Env interface {
 	LookPath(file string) (string, error)
 	// LookHelper finds a mount helper (mount.nfs, mount.fuse, ...) where mount(8) looks for it.
 	LookHelper(name string) (string, error)
-	// Filesystems returns the filesystem types the kernel has (/proc/filesystems) or can load
-	// on demand (modules with an fs-<type> alias).
-	Filesystems() (map[string]bool, error)
+	// KernelSupports says whether the kernel has the filesystem type fs (/proc/filesystems)
+	// or can load it on demand (a module with an fs-<type> alias).
+	KernelSupports(fs string) (bool, error)
 	// Exists says whether path exists (device nodes such as /dev/fuse).
 	Exists(path string) bool
 }
@@ -72,11 +72,10 @@ func Preflight(env Env, s netspec.Spec) error {
 			}
 		}
 	}
-	fss, err := env.Filesystems()
-	switch {
+	switch supported, err := env.KernelSupports(ft.KernelFS); {
 	case err != nil:
 		problems = append(problems, fmt.Sprintf("cannot tell whether the kernel supports %s: %v", ft.KernelFS, err))
-	case !fss[ft.KernelFS]:
+	case !supported:
 		problems = append(problems, fmt.Sprintf("the kernel does not support %s (not in /proc/filesystems, no module for it): run \"modprobe %s\", or use a kernel with %s support",
 			ft.KernelFS, ft.Module, ft.KernelFS))
 	}
@@ -127,22 +126,28 @@ func findIn(dirs []string, name string) (string, error) {
 
 // Filesystems implements Env: /proc/filesystems, plus the fs-<type> aliases in
 // /lib/modules/<release>/modules.alias (the kernel loads such a module on the first mount).
-func (LiveEnv) Filesystems() (map[string]bool, error) {
-	data, err := os.ReadFile("/proc/filesystems")
+func (LiveEnv) KernelSupports(fs string) (bool, error) { return kernelSupports(os.ReadFile, fs) }
+
+// kernelSupports is KernelSupports reading files with readFile. modules.alias (about 1 MB on a
+// distribution's generic kernel) is read only for a type /proc/filesystems lacks: every mount
+// and heal attempt asks.
+func kernelSupports(readFile func(string) ([]byte, error), fs string) (bool, error) {
+	data, err := readFile("/proc/filesystems")
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	fss := parseFilesystems(data)
+	if parseFilesystems(data)[fs] {
+		return true, nil
+	}
 	var uts unix.Utsname
-	if unix.Uname(&uts) == nil {
-		release := unix.ByteSliceToString(uts.Release[:])
-		if aliases, err := os.ReadFile(filepath.Join("/lib/modules", release, "modules.alias")); err == nil {
-			for fs := range parseFSAliases(aliases) {
-				fss[fs] = true
-			}
-		}
+	if unix.Uname(&uts) != nil {
+		return false, nil
 	}
-	return fss, nil
+	aliases, err := readFile(filepath.Join("/lib/modules", unix.ByteSliceToString(uts.Release[:]), "modules.alias"))
+	if err != nil {
+		return false, nil // no modules to load: what /proc/filesystems lists is all there is
+	}
+	return parseFSAliases(aliases)[fs], nil
 }
 
 // Exists implements Env.

@@ -33,8 +33,8 @@ func (f fakeEnv) LookHelper(name string) (string, error) {
 	return "", errors.New("not found")
 }
 
-func (f fakeEnv) Filesystems() (map[string]bool, error) { return f.fss, f.fssErr }
-func (f fakeEnv) Exists(path string) bool               { return f.files[path] }
+func (f fakeEnv) KernelSupports(fs string) (bool, error) { return f.fss[fs], f.fssErr }
+func (f fakeEnv) Exists(path string) bool                { return f.files[path] }
 
 // fullEnv has everything every type needs.
 func fullEnv() fakeEnv {
@@ -175,12 +175,11 @@ func TestLiveEnvHere(t *testing.T) {
 	if p, err := (LiveEnv{}).LookPath("mount"); err != nil || !filepath.IsAbs(p) {
 		t.Errorf("LookPath(mount) without PATH = %q, %v; want an absolute path", p, err)
 	}
-	fss, err := LiveEnv{}.Filesystems()
-	if err != nil {
-		t.Fatal(err)
+	if ok, err := (LiveEnv{}).KernelSupports("proc"); !ok || err != nil {
+		t.Errorf("KernelSupports(proc) = %v, %v; want true", ok, err)
 	}
-	if !fss["proc"] {
-		t.Errorf("Filesystems() = %v lacks proc", fss)
+	if ok, err := (LiveEnv{}).KernelSupports("mountkeeper-none"); ok || err != nil {
+		t.Errorf("KernelSupports(mountkeeper-none) = %v, %v; want false", ok, err)
 	}
 	if _, err := os.Stat("/sbin/mount.fuse"); err == nil {
 		if _, err := (LiveEnv{}).LookHelper("mount.fuse"); err != nil {
@@ -189,5 +188,42 @@ func TestLiveEnvHere(t *testing.T) {
 	}
 	if _, err := (LiveEnv{}).LookHelper("mount.mountkeeper-none"); err == nil {
 		t.Error("LookHelper found a helper that does not exist")
+	}
+}
+
+// TestKernelSupports: a filesystem type is supported if /proc/filesystems lists it, or if a
+// module has its fs- alias; modules.alias, about 1 MB, is read only for a type not listed.
+func TestKernelSupports(t *testing.T) {
+	files := map[string]string{
+		"/proc/filesystems": "nodev\tproc\nnodev\tnfs4\n\text4\n",
+		"modules.alias":     "alias fs-cifs cifs\nalias fs-smb3 cifs\nalias pci:v00008086d* e1000e\n",
+	}
+	tests := []struct {
+		fs            string
+		want          bool
+		wantAliasRead bool
+	}{
+		{"nfs4", true, false},
+		{"ext4", true, false},
+		{"cifs", true, true},
+		{"ceph", false, true},
+	}
+	for _, tc := range tests {
+		aliasRead := false
+		read := func(path string) ([]byte, error) {
+			if filepath.Base(path) == "modules.alias" {
+				aliasRead = true
+				path = "modules.alias"
+			}
+			data, ok := files[path]
+			if !ok {
+				return nil, os.ErrNotExist
+			}
+			return []byte(data), nil
+		}
+		got, err := kernelSupports(read, tc.fs)
+		if err != nil || got != tc.want || aliasRead != tc.wantAliasRead {
+			t.Errorf("%s: supported %v (%v), modules.alias read %v; want %v, read %v", tc.fs, got, err, aliasRead, tc.want, tc.wantAliasRead)
+		}
 	}
 }
