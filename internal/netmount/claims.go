@@ -40,9 +40,8 @@ func (m *Manager) Acquire(ctx context.Context, s netspec.Spec, user string) (str
 		until := m.waitUntilLocked(e)
 		if !rearmTried && !time.Now().Before(until) && ctx.Err() == nil && rearmable(e) {
 			rearmTried = true
-			attempt := e.attempt
 			m.mu.Unlock()
-			m.rearm(e, attempt)
+			m.rearm(e)
 			continue // e may have changed meanwhile: look again
 		}
 		if !time.Now().Before(until) || ctx.Err() != nil {
@@ -84,19 +83,20 @@ func rearmable(e *entry) bool {
 	return e.phase == mounting && errors.As(e.lastErr, &pe)
 }
 
-// rearm acts on a preflight, which e's attempt (attempt) failed, passing now: the node's
-// operator has installed the client, and the container that asked is the first to get the
-// mount, not one created after a backoff of up to MaxRetryBackoff. The preflight's error is
-// forgotten, so the attempt is waited for as a first one (waitUntilLocked), and a refusal
-// meanwhile says it is under way, not that the client is missing. If e waits between attempts,
-// the next begins at once, its clock from now; if one is under way (the wait ended on its own
-// just before), that one is waited for. The preflight runs without m.mu (it reads files);
-// callers do not hold it.
-func (m *Manager) rearm(e *entry, attempt int) {
+// rearm acts on a preflight, which e's last attempt failed, passing now: the node's operator
+// has installed the client, and the container that asked is the first to get the mount, not
+// one created after a backoff of up to MaxRetryBackoff. The preflight's error is forgotten, so
+// the attempt is waited for as a first one (waitUntilLocked), and a refusal meanwhile says it
+// is under way, not that the client is missing. If e waits between attempts, the next begins
+// at once, its clock from now; if one is under way (the wait ended on its own meanwhile, its
+// own preflight after this one's or about with it), that one is waited for. An attempt that
+// ended meanwhile decides alone: mounted, or failed for another reason, e is not rearmable
+// any more. The preflight runs without m.mu (it reads files); callers do not hold it.
+func (m *Manager) rearm(e *entry) {
 	err := m.sys.preflight(e.spec)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err != nil || m.closed || !rearmable(e) || e.attempt != attempt {
+	if err != nil || m.closed || !rearmable(e) {
 		return // still missing, or the loop moved on meanwhile
 	}
 	e.lastErr = nil

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 type fakeSystem struct {
 	mu           sync.Mutex
 	preflightErr error
+	preflightRan func() // if set, called by every preflight before it answers
 	mountFn      func(ctx context.Context, target string, attempt int) error
 	unmountFn    func(ctx context.Context, target string, lazy bool) error
 	probeErr     map[string]error
@@ -64,8 +66,12 @@ func (f *fakeSystem) holdMounts() chan struct{} {
 
 func (f *fakeSystem) preflight(netspec.Spec) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.preflightErr
+	err, ran := f.preflightErr, f.preflightRan
+	f.mu.Unlock()
+	if ran != nil {
+		ran()
+	}
+	return err
 }
 
 func (f *fakeSystem) mount(ctx context.Context, s netspec.Spec, unit, target string, timeout time.Duration) error {
@@ -508,6 +514,41 @@ func TestAcquireWaitsForTheAttemptUnderWayOnceTheHelperIsInstalled(t *testing.T)
 	time.AfterFunc(100*time.Millisecond, func() { close(release) })
 	if _, err := acquire(t, m, 30*time.Second, nfs, "ctr-a"); err != nil {
 		t.Fatalf("Acquire during the attempt under way once the helper is installed, its mount done in 100ms: %v", err)
+	}
+}
+
+// TestAcquireWaitsForTheAttemptThatBeganAsItCheckedTheHelper: the helper installed, a claim
+// checks it again while the backoff ends and the next attempt begins: the claim waits for that
+// attempt, and is not refused with the helper's old error.
+func TestAcquireWaitsForTheAttemptThatBeganAsItCheckedTheHelper(t *testing.T) {
+	sys := newFakeSystem()
+	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
+	m := newTestManager(t, sys, Config{RetryBackoff: 300 * time.Millisecond, FirstWait: time.Minute})
+	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
+		t.Fatal("Acquire mounted on a node without the helper")
+	}
+	release := sys.holdMounts()
+	var checked atomic.Bool
+	sys.mu.Lock()
+	sys.preflightErr = nil
+	// The claim's check of the helper, the first, returns once attempt 2 has begun.
+	sys.preflightRan = func() {
+		if checked.CompareAndSwap(false, true) {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if st := statuses(m); len(st) == 1 && st[0].Attempt == 2 {
+					return
+				}
+			}
+		}
+	}
+	sys.mu.Unlock()
+	time.AfterFunc(500*time.Millisecond, func() { close(release) })
+	if _, err := acquire(t, m, 30*time.Second, nfs, "ctr-a"); err != nil {
+		t.Fatalf("Acquire as attempt 2 began once the helper is installed, its mount done soon after: %v", err)
+	}
+	if st := statuses(m); len(st) != 1 || st[0].Attempt != 2 {
+		t.Errorf("status %+v, want mounted at attempt 2", st)
 	}
 }
 
