@@ -76,7 +76,7 @@ func TestGuestNFSDeadServer(t *testing.T) {
 	// removed as they come so that every phase creates on the same node.
 	const count = 9
 	others := []otherPod{{"of no class", plainPod}, {"of class " + localClassName, localPod}}
-	cgroups := []string{plugCg.Dir, scopes} // mountkeeper's: its plugin's and its mounts' scopes
+	cgroups := mkCgroups{plugin: plugCg.Dir, scopes: scopes}
 	alive := n.timedPhase(sock, cgroups, "alive", count, others)
 
 	// The server stopped under the reader; the prober finds the mount dead.
