@@ -66,12 +66,18 @@ func serverHost(typ, src string) string {
 
 // ConnectAddresses are the TCP addresses (host:port) a kernel client's helper connects to
 // first when it mounts s: when none of them accepts a connection, the mount fails without
-// reaching the server. NFS: its port (port=, or 2049) and, below v4, rpcbind's (111), which
-// mount.nfs asks first; CIFS: port=, or 445 and then 139 as the kernel client tries them. nil where
-// that cannot be told from s alone: FUSE filesystems (their daemon connects, its own way),
-// CephFS (several monitors, two protocols), a UDP or RDMA transport, a source without a host.
+// reaching the server. NFS: its port (port=, or 2049) and, unless v4 is asked for without a
+// port or with port=0 (rpcbind's choice), rpcbind's (111), which mount.nfs asks first; CIFS:
+// port=, or 445 and then 139 as the kernel client tries them, at ip= (or addr=) if given,
+// where the client connects instead of the share's host. More addresses only make a "no
+// connection" less likely: any one that accepts will do. nil where that cannot be told from s
+// alone: FUSE filesystems (their daemon connects, its own way), CephFS (several monitors, two
+// protocols), a UDP or RDMA transport, a source without a host.
 func (s Spec) ConnectAddresses() []string {
 	host := strings.Trim(serverHost(s.Type, s.Source), "[]")
+	if s.Type == "cifs" {
+		host = cmp.Or(optionValue(s.Options, "ip"), optionValue(s.Options, "addr"), host)
+	}
 	if host == "" {
 		return nil
 	}
@@ -83,30 +89,42 @@ func (s Spec) ConnectAddresses() []string {
 		return out
 	}
 	port := optionValue(s.Options, "port")
-	if port == "0" { // NFS: ask rpcbind for the port
-		port = ""
-	}
 	switch s.Type {
 	case "nfs", "nfs4":
 		proto := optionValue(s.Options, "proto")
 		if hasOption(s.Options, "udp") || hasOption(s.Options, "rdma") || strings.HasPrefix(proto, "udp") || strings.HasPrefix(proto, "rdma") {
 			return nil
 		}
-		vers := optionValue(s.Options, "vers") + optionValue(s.Options, "nfsvers")
-		if s.Type == "nfs4" || strings.HasPrefix(vers, "4") {
+		if (s.Type == "nfs4" || strings.HasPrefix(nfsVersion(s.Options), "4")) && port != "0" {
 			return at(cmp.Or(port, "2049"))
+		}
+		if port == "0" {
+			port = ""
 		}
 		return at(cmp.Or(port, "2049"), "111")
 	case "cifs":
 		if hasOption(s.Options, "rdma") {
 			return nil
 		}
-		if port != "" {
+		if port != "" && port != "0" {
 			return at(port)
 		}
 		return at("445", "139")
 	}
 	return nil
+}
+
+// nfsVersion is the NFS version asked for in opts: the last vers= or nfsvers=, as the kernel
+// takes it ("" if none).
+func nfsVersion(opts []string) string {
+	var v string
+	for _, o := range opts {
+		name, val, _ := strings.Cut(o, "=")
+		if name == "vers" || name == "nfsvers" {
+			v = val
+		}
+	}
+	return v
 }
 
 // optionValue is the value of the last name=value in opts ("" if none).
