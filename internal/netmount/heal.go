@@ -210,7 +210,7 @@ func (m *Manager) healLoop(e *entry) {
 		failed: func(attempt int, err error, retryIn time.Duration) func() {
 			next := fmt.Errorf("recovering (dead: %v): %w", e.heal.lastCause, err)
 			// A server that stays away fails every attempt the same way, every 5 s: the
-			// first says so, status and metrics count the rest.
+			// first says so, and the status counts the rest (its attempt).
 			again := e.lastErr != nil && e.lastErr.Error() == next.Error()
 			e.lastErr = next
 			log := m.healLog(e).WithError(err).WithFields(logrus.Fields{"attempt": attempt, "retry_in": retryIn})
@@ -262,8 +262,10 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	// A helper started against a server that refuses connections or does not answer would
 	// only fail, retrying until MountTimeout: each attempt would cost the node a helper's
 	// start (the CPU of containers being created meanwhile) for nothing.
-	if err := m.sys.(healer).reachServer(ctx, e.spec); err != nil {
-		return err
+	if dialFirst(attempt) {
+		if err := m.sys.(healer).reachServer(ctx, e.spec); err != nil {
+			return err
+		}
 	}
 	if err := replaceInPlace(ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {

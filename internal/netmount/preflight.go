@@ -124,7 +124,7 @@ func findIn(dirs []string, name string) (string, error) {
 	return "", fmt.Errorf("%s not found in %s", name, strings.Join(dirs, ":"))
 }
 
-// Filesystems implements Env: /proc/filesystems, plus the fs-<type> aliases in
+// KernelSupports implements Env: /proc/filesystems, plus the fs-<type> aliases in
 // /lib/modules/<release>/modules.alias (the kernel loads such a module on the first mount).
 func (LiveEnv) KernelSupports(fs string) (bool, error) { return kernelSupports(os.ReadFile, fs) }
 

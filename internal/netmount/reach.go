@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
@@ -23,54 +25,73 @@ func (l *liveSystem) reachServer(ctx context.Context, s netspec.Spec) error {
 }
 
 // dialAny dials every one of addrs at once, each within timeout, and closes what it gets: nil
-// as soon as one accepts, and nil where it cannot tell (no address to dial, or a name that
-// does not resolve here: the helper may resolve it another way); otherwise an error naming
-// each address and why (refused, unreachable, no answer). A dial is not the mount: a server
-// that accepts connections may still fail it. ctx ending ends the dials and returns its
-// error. Every dial has ended when it returns.
+// if one accepts, and nil where the dials cannot tell (no address to dial, a name that does
+// not resolve here, which the helper may resolve another way, or a failure of the agent's own
+// socket); an error naming each address and why only if every one refused, reset, was
+// unreachable or did not answer in time. A dial is not the mount: a server that accepts
+// connections may still fail it. ctx ending ends the dials and returns its error. Every dial
+// has ended when it returns.
 func dialAny(ctx context.Context, dial dialFunc, addrs []string, timeout time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	type result struct {
-		addr string
-		err  error
-	}
-	results := make(chan result, len(addrs))
-	for _, addr := range addrs {
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			conn, err := dial(dctx, "tcp", addr)
 			if err == nil {
 				conn.Close()
 				cancel() // the others need not finish
 			}
-			results <- result{addr, err}
+			errs[i] = err
 		}()
 	}
-	var answered, unresolved bool
-	var failed []string
-	for range addrs {
-		r := <-results
-		var dnsErr *net.DNSError
-		var opErr *net.OpError
-		switch {
-		case r.err == nil:
-			answered = true
-		case errors.As(r.err, &dnsErr):
-			unresolved = true
-		case errors.As(r.err, &opErr):
-			failed = append(failed, r.addr+": "+opErr.Err.Error()) // "connect: connection refused"
-		default:
-			failed = append(failed, r.addr+": "+r.err.Error())
-		}
-	}
-	if answered || unresolved {
-		return nil
-	}
+	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	failed := make([]string, len(addrs)) // in addrs' order: the same failure reads the same
+	for i, err := range errs {
+		if err == nil || !noConnection(err) {
+			return nil
+		}
+		var opErr *net.OpError
+		if errors.As(err, &opErr) {
+			err = opErr.Err // "connect: connection refused", without the address again
+		}
+		failed[i] = addrs[i] + ": " + err.Error()
+	}
 	return fmt.Errorf("the server accepts no connection (%s): no mount helper started until it does", strings.Join(failed, "; "))
 }
+
+// noConnection says whether a dial's error means the server cannot be reached from here:
+// refused, reset, unreachable, or no answer in time. Anything else (a name not resolved, a
+// socket the agent may not open) says nothing about the server.
+func noConnection(err error) bool {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return false
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// helperAnywayEvery: one heal attempt in this many starts its helper whatever the dial says
+// (about once a minute at MaxHealBackoff), where the agent and the helper may see the server
+// differently: the helper resolves names through NSS modules the agent's resolver lacks, or a
+// firewall rule holds the agent's own sockets only.
+const helperAnywayEvery = 12
+
+// dialFirst says whether heal attempt number attempt dials the server before it starts a
+// helper (see helperAnywayEvery).
+func dialFirst(attempt int) bool { return attempt%helperAnywayEvery != 0 }

@@ -3,8 +3,11 @@ package netmount
 import (
 	"context"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,8 +18,9 @@ import (
 )
 
 // TestDialAny: a server is reached when one of its addresses accepts a connection, on real
-// loopback sockets; refused or silent everywhere, it is not, and the error names each
-// address; a name that does not resolve here tells nothing; every dial has ended on return.
+// loopback sockets; refused or silent everywhere, it is not, and the error names each address;
+// a name that does not resolve here, or a socket the agent may not open, tells nothing; every
+// dial has ended on return.
 func TestDialAny(t *testing.T) {
 	open, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,6 +33,12 @@ func TestDialAny(t *testing.T) {
 	}
 	refused := closed.Addr().String()
 	closed.Close()
+	closed, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused2 := closed.Addr().String()
+	closed.Close()
 	var d net.Dialer
 	var live atomic.Int32 // dials under way
 	silent := func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -39,6 +49,9 @@ func TestDialAny(t *testing.T) {
 	}
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
+	notPermitted := func(context.Context, string, string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EPERM)}
+	}
 	tests := []struct {
 		name    string
 		ctx     context.Context
@@ -51,8 +64,13 @@ func TestDialAny(t *testing.T) {
 		{name: "refused", dial: d.DialContext, addrs: []string{refused}, wantErr: []string{"accepts no connection", refused + ": connect: connection refused"}},
 		{name: "no address to dial", dial: silent},
 		{name: "a name that does not resolve here", dial: d.DialContext, addrs: []string{"mountkeeper-test.invalid:2049"}},
-		{name: "silent", dial: silent, addrs: []string{"filer:2049", "filer:111"}, wantErr: []string{"accepts no connection", "filer:2049: context deadline exceeded", "filer:111: context deadline exceeded"}},
+		// In addrs' order, whichever dial ends first: the same failure reads the same.
+		{name: "both refused", dial: d.DialContext, addrs: []string{refused, refused2},
+			wantErr: []string{"(" + refused + ": connect: connection refused; " + refused2 + ": connect: connection refused)"}},
+		{name: "silent", dial: silent, addrs: []string{"filer:2049", "filer:111"}, wantErr: []string{"accepts no connection (filer:2049: context deadline exceeded; filer:111: context deadline exceeded)"}},
+		{name: "the agent may not open a socket", dial: notPermitted, addrs: []string{"filer:2049"}},
 		{name: "the caller gives up", ctx: canceled, dial: silent, addrs: []string{"filer:2049"}, wantErr: []string{context.Canceled.Error()}},
+		{name: "the caller gives up during a name's lookup", ctx: canceled, dial: d.DialContext, addrs: []string{"mountkeeper-test.invalid:2049"}, wantErr: []string{context.Canceled.Error()}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,4 +190,17 @@ func (f *serverFake) dialCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.dials
+}
+
+// TestDialFirst: one heal attempt in helperAnywayEvery starts its helper without the dial.
+func TestDialFirst(t *testing.T) {
+	var anyway []int
+	for attempt := 1; attempt <= 3*helperAnywayEvery; attempt++ {
+		if !dialFirst(attempt) {
+			anyway = append(anyway, attempt)
+		}
+	}
+	if want := []int{helperAnywayEvery, 2 * helperAnywayEvery, 3 * helperAnywayEvery}; !slices.Equal(anyway, want) {
+		t.Errorf("attempts that start the helper without the dial: %v, want %v", anyway, want)
+	}
 }
