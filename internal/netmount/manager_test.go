@@ -496,13 +496,7 @@ func TestAcquireWaitsForTheMountItBeganOnceTheHelperIsInstalled(t *testing.T) {
 // the backoff ended, the attempt under way will mount: the claim waits for it (FirstWait), and
 // is not refused with the helper's old error.
 func TestAcquireWaitsForTheAttemptUnderWayOnceTheHelperIsInstalled(t *testing.T) {
-	sys := newFakeSystem()
-	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
-	m := newTestManager(t, sys, Config{RetryBackoff: 100 * time.Millisecond, FirstWait: time.Minute})
-	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
-	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
-		t.Fatal("Acquire mounted on a node without the helper")
-	}
+	m, sys, nfs := failedWithoutHelper(t, Config{RetryBackoff: 100 * time.Millisecond, FirstWait: time.Minute})
 	release := sys.holdMounts()
 	sys.mu.Lock()
 	sys.preflightErr = nil
@@ -521,13 +515,7 @@ func TestAcquireWaitsForTheAttemptUnderWayOnceTheHelperIsInstalled(t *testing.T)
 // checks it again while the backoff ends and the next attempt begins: the claim waits for that
 // attempt, and is not refused with the helper's old error.
 func TestAcquireWaitsForTheAttemptThatBeganAsItCheckedTheHelper(t *testing.T) {
-	sys := newFakeSystem()
-	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
-	m := newTestManager(t, sys, Config{RetryBackoff: 300 * time.Millisecond, FirstWait: time.Minute})
-	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
-	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
-		t.Fatal("Acquire mounted on a node without the helper")
-	}
+	m, sys, nfs := failedWithoutHelper(t, Config{RetryBackoff: 300 * time.Millisecond, FirstWait: time.Minute})
 	release := sys.holdMounts()
 	var checked atomic.Bool
 	sys.mu.Lock()
@@ -552,18 +540,26 @@ func TestAcquireWaitsForTheAttemptThatBeganAsItCheckedTheHelper(t *testing.T) {
 	}
 }
 
+// failedWithoutHelper is a Manager on c of a node without mount.nfs (its preflight fails)
+// whose mount of the returned spec, claimed once, has failed.
+func failedWithoutHelper(t *testing.T, c Config) (*Manager, *fakeSystem, netspec.Spec) {
+	t.Helper()
+	sys := newFakeSystem()
+	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
+	m := newTestManager(t, sys, c)
+	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
+	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
+		t.Fatal("Acquire mounted on a node without the helper")
+	}
+	return m, sys, nfs
+}
+
 // withoutHelper is a Manager of a node without mount.nfs (its preflight fails) whose mount of
 // the returned spec has failed once: the next attempt is an hour away, and claims meanwhile
 // do not end that wait.
 func withoutHelper(t *testing.T, firstWait time.Duration) (*Manager, *fakeSystem, netspec.Spec) {
 	t.Helper()
-	sys := newFakeSystem()
-	sys.preflightErr = &PreflightError{Problems: []string{"mount.nfs (the helper \"mount -t nfs\" runs) not found: install nfs-common (Debian/Ubuntu) or nfs-utils (RHEL/Fedora)"}}
-	m := newTestManager(t, sys, Config{RetryBackoff: time.Hour, FirstWait: firstWait})
-	nfs := netspec.Spec{Type: "nfs", Source: "server:/export"}
-	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil {
-		t.Fatal("Acquire mounted on a node without the helper")
-	}
+	m, sys, nfs := failedWithoutHelper(t, Config{RetryBackoff: time.Hour, FirstWait: firstWait})
 	if _, err := acquire(t, m, 10*time.Second, nfs, "ctr-a"); err == nil || !strings.Contains(err.Error(), "(attempt 1; next attempt in ") {
 		t.Fatalf("Acquire with the helper still missing = %v, want attempt 1 still waiting", err)
 	}
