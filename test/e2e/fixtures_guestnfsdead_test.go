@@ -459,3 +459,25 @@ func roundAll(ds []time.Duration) []time.Duration {
 	}
 	return out
 }
+
+// statfsHangs says whether statfs(2) of path, which an NFS client always sends to its server,
+// has not answered within d; the stat left hanging is killed when the test ends.
+func statfsHangs(t *testing.T, path string, d time.Duration) bool {
+	t.Helper()
+	cmd := exec.Command("stat", "-f", path)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+		return false
+	case <-time.After(d):
+		t.Cleanup(func() {
+			cmd.Process.Kill() // an NFS client waits killably, even on a hard mount
+			<-done
+		})
+		return true
+	}
+}

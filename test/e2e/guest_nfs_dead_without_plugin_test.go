@@ -5,7 +5,6 @@ package e2e
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -60,26 +59,4 @@ func TestGuestNFSDeadMountWithoutPlugin(t *testing.T) {
 	_, _, _, line := medianRatio(append(slices.Clone(alive), again...), dead)
 	t.Logf("without mountkeeper, a dead hard mount made by hand: CreateContainer of %d containers of no class per phase: %s (alive before %s, again %s)",
 		count, line, percentile(alive, 50).Round(time.Millisecond), percentile(again, 50).Round(time.Millisecond))
-}
-
-// statfsHangs says whether statfs(2) of path, which an NFS client always sends to its server,
-// has not answered within d; the stat left hanging is killed when the test ends.
-func statfsHangs(t *testing.T, path string, d time.Duration) bool {
-	t.Helper()
-	cmd := exec.Command("stat", "-f", path)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-		return false
-	case <-time.After(d):
-		t.Cleanup(func() {
-			cmd.Process.Kill() // an NFS client waits killably, even on a hard mount
-			<-done
-		})
-		return true
-	}
 }
