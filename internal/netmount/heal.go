@@ -251,6 +251,16 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 		m.mu.Unlock()
 		cancel()
 	}()
+	// A helper started against a server that refuses connections or does not answer would
+	// only fail, retrying until MountTimeout: each attempt would cost the node a helper's
+	// start (the CPU of containers being created meanwhile) for nothing. Nothing else is worth
+	// its cost then either (the preflight, the lock, mountinfo, a probe of the dead mount): its
+	// server away, the dead mount cannot have come back.
+	if dialFirst(attempt) {
+		if err := m.sys.(healer).reachServer(ctx, e.spec); err != nil {
+			return err
+		}
+	}
 	unlock, mounted, err := m.prepareMount(e)
 	if err != nil {
 		return err
@@ -258,14 +268,6 @@ func (m *Manager) healOnce(e *entry, attempt int) error {
 	defer unlock()
 	if mounted && !unusable(m.health(e), true) {
 		return nil // a hook (EnsureMounted) replaced it, or its server came back to it, meanwhile
-	}
-	// A helper started against a server that refuses connections or does not answer would
-	// only fail, retrying until MountTimeout: each attempt would cost the node a helper's
-	// start (the CPU of containers being created meanwhile) for nothing.
-	if dialFirst(attempt) {
-		if err := m.sys.(healer).reachServer(ctx, e.spec); err != nil {
-			return err
-		}
 	}
 	if err := replaceInPlace(ctx, m.sys, m.config(), e.spec, e.unit, filepath.Dir(m.stateDir), e.hostPath,
 		e.key+"."+strconv.Itoa(attempt), mounted); err != nil {

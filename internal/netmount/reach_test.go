@@ -101,7 +101,7 @@ func TestDialAny(t *testing.T) {
 }
 
 // TestHealDialsTheServerFirst: while a kernel client's server refuses connections, the heal of
-// its dead mount starts no mount helper, attempt after attempt, and says why; once it accepts
+// its dead mount starts no mount helper, nor probes it, attempt after attempt, and says why; once it accepts
 // them again, at another address, the mount is replaced by a new one. A FUSE filesystem's heal, whose daemon connects its own
 // way, starts its helper as before.
 func TestHealDialsTheServerFirst(t *testing.T) {
@@ -131,11 +131,16 @@ func TestHealDialsTheServerFirst(t *testing.T) {
 			f.mu.Lock()
 			f.down, f.refuses = true, true
 			f.mu.Unlock()
-			// The fourth begun: the third's log line is written.
-			eventually(t, "the mount found dead and 3 heal attempts made", func() bool {
+			eventually(t, "the mount found dead and a heal attempt made", func() bool {
 				st := m.Status()
-				return st[0].State != "mounted" && st[0].Attempt >= 4
+				return st[0].State != "mounted" && st[0].Attempt >= 2
 			})
+			probed := f.probeCount()
+			// The fourth begun: the third's log line is written.
+			eventually(t, "3 heal attempts made", func() bool { return m.Status()[0].Attempt >= 4 })
+			if n := f.probeCount() - probed; !tc.wantHelpers && n > 0 {
+				t.Errorf("%d probes of the dead mount while its server refuses connections: an attempt that cannot mount has no use for them", n)
+			}
 			helpers := stagingMounts(f.fakeSystem)
 			st := m.Status()[0]
 			t.Logf("server refusing connections: attempt %d, %d helpers started, %d dials; %s", st.Attempt, helpers, f.dialCount(), st.LastError)
@@ -184,6 +189,12 @@ func stagingMounts(f *fakeSystem) int {
 		}
 	}
 	return n
+}
+
+func (f *serverFake) probeCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.probed
 }
 
 func (f *serverFake) dialCount() int {

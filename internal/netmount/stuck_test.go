@@ -30,6 +30,7 @@ type serverFake struct {
 	down    bool
 	refuses bool                     // down and refusing connections too (reachServer); else it accepts them
 	dials   int                      // reachServer's calls
+	probed  int                      // probes made
 	addr    string                   // where the server answers now
 	addrs   map[string]string        // the address each mount was made at, by path
 	ids     map[string]int           // the mount ID of each mount, by path
@@ -54,6 +55,7 @@ func newServerFake() *serverFake {
 	}
 	f.probeFn = func(s netspec.Spec, target string) error {
 		f.mu.Lock()
+		f.probed++
 		top := mountRef{ID: f.ids[target], SuperOptions: "rw,addr=" + f.addrs[target]}
 		// A hard mount's stat waits for its server at the address the mount was made at.
 		hangs := f.down || f.addrs[target] != f.addr
