@@ -21,7 +21,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		for _, s := range cfg.RuntimeClasses[class].NetworkSpecs() {
 			mounts++
 			fmt.Fprintf(stdout, "runtime class %q: %s\n", class, s)
-			for _, f := range netmount.Check(netmount.LiveEnv{}, netmount.DetectScoper, net.DialTimeout, s) {
+			for _, f := range netmount.Check(netmount.LiveEnv{}, netmount.DetectScoper, (&net.Dialer{}).DialContext, s) {
 				verdict := "OK  "
 				if !f.OK {
 					verdict = "FIX "

@@ -1,9 +1,9 @@
 package netmount
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
@@ -21,8 +21,10 @@ const DialTimeout = 3 * time.Second
 
 // Check tells whether the node can mount s: the helper and kernel support (Preflight's own
 // messages, as at runtime), the scope mechanism a mount would run in, and whether the server
-// answers on TCP. dial is net.DialTimeout in production.
-func Check(env Env, scoper func() (Scoper, error), dial func(network, addr string, timeout time.Duration) (net.Conn, error), s netspec.Spec) []Finding {
+// answers on TCP where its helper would connect (netspec.Spec.ConnectAddresses, as the heal
+// dials it), or, where that cannot be told, at the address its source names. dial is
+// net.Dialer.DialContext in production.
+func Check(env Env, scoper func() (Scoper, error), dial dialFunc, s netspec.Spec) []Finding {
 	var out []Finding
 	if err := Preflight(env, s); err != nil {
 		var pe *PreflightError
@@ -41,14 +43,24 @@ func Check(env Env, scoper func() (Scoper, error), dial func(network, addr strin
 	} else {
 		out = append(out, Finding{What: "scope", OK: true, Text: "mounts run in their own " + sc.Name() + " scope"})
 	}
-	addr, err := s.ServerAddress()
-	if err != nil {
-		return append(out, Finding{What: "server", Text: err.Error()})
+	addrs := s.ConnectAddresses()
+	if len(addrs) == 0 {
+		addr, err := s.ServerAddress()
+		if err != nil {
+			return append(out, Finding{What: "server", Text: err.Error()})
+		}
+		addrs = []string{addr}
 	}
-	conn, err := dial("tcp", addr, DialTimeout)
-	if err != nil {
-		return append(out, Finding{What: "server", Text: fmt.Sprintf("%s does not answer on TCP within %s: %v: check the server and the network path", addr, DialTimeout, err)})
+	errs := dialEach(context.Background(), dial, addrs, DialTimeout)
+	for i, err := range errs {
+		if err == nil {
+			return append(out, Finding{What: "server", OK: true, Text: addrs[i] + " answers"})
+		}
 	}
-	conn.Close()
-	return append(out, Finding{What: "server", OK: true, Text: addr + " answers"})
+	// "a does not answer on TCP within 3s (why), nor b (why)"
+	failed := fmt.Sprintf("%s does not answer on TCP within %s (%s)", addrs[0], DialTimeout, dialReason(errs[0]))
+	for i := 1; i < len(addrs); i++ {
+		failed += fmt.Sprintf(", nor %s (%s)", addrs[i], dialReason(errs[i]))
+	}
+	return append(out, Finding{What: "server", Text: failed + ": check the server and the network path"})
 }

@@ -1,11 +1,11 @@
 package netmount
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mountkeeper/mountkeeper/internal/netspec"
 )
@@ -15,19 +15,28 @@ type stubScoper struct{ Scoper }
 func (stubScoper) Name() string { return "cgroup" }
 
 func TestCheck(t *testing.T) {
-	refused := func(string, string, time.Duration) (net.Conn, error) { return nil, errors.New("connection refused") }
-	answers := func(string, string, time.Duration) (net.Conn, error) { c, s := net.Pipe(); s.Close(); return c, nil }
+	refused := func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("connection refused") }
+	answers := func(context.Context, string, string) (net.Conn, error) { c, s := net.Pipe(); s.Close(); return c, nil }
 	scoper := func() (Scoper, error) { return stubScoper{}, nil }
 	noScope := func() (Scoper, error) { return nil, errors.New("no systemd and no cgroup2 mounted") }
 	complete := fakeEnv{programs: map[string]bool{"mount": true, "sshfs": true}, helpers: map[string]bool{"mount.fuse": true},
 		fss: map[string]bool{"fuse": true}, files: map[string]bool{"/dev/fuse": true}}
+	nfsEnv := fakeEnv{programs: map[string]bool{"mount": true}, helpers: map[string]bool{"mount.nfs": true}, fss: map[string]bool{"nfs": true}}
+	answersOn := func(addr string) dialFunc {
+		return func(ctx context.Context, network, a string) (net.Conn, error) {
+			if a != addr {
+				return refused(ctx, network, a)
+			}
+			return answers(ctx, network, a)
+		}
+	}
 	sshfs := netspec.Spec{Type: "fuse.sshfs", Source: "root@127.0.0.1:/srv", Options: []string{"port=2222", "IdentityFile=/etc/mk/id"}}
 
 	tests := []struct {
 		name   string
 		env    fakeEnv
 		scoper func() (Scoper, error)
-		dial   func(string, string, time.Duration) (net.Conn, error)
+		dial   dialFunc
 		spec   netspec.Spec
 		want   []string // one entry per finding: "OK <text>" or "FIX <text>" substrings
 	}{
@@ -37,6 +46,11 @@ func TestCheck(t *testing.T) {
 			[]string{"OK mount helper", "FIX no systemd and no cgroup2", "FIX 127.0.0.1:2222 does not answer on TCP"}},
 		{"nfs without helper or kernel", fakeEnv{programs: map[string]bool{"mount": true}}, scoper, answers, netspec.Spec{Type: "nfs", Source: "filer:/x"},
 			[]string{"FIX mount.nfs", "FIX ", "OK mounts run", "OK filer:2049 answers"}},
+		// Where the heal dials: an NFSv3 server whose rpcbind answers counts as answering.
+		{"nfsv3, rpcbind answers", nfsEnv, scoper, answersOn("filer:111"), netspec.Spec{Type: "nfs", Source: "filer:/x", Options: []string{"vers=3"}},
+			[]string{"OK mount helper", "OK mounts run", "OK filer:111 answers"}},
+		{"nfsv3 server down", nfsEnv, scoper, refused, netspec.Spec{Type: "nfs", Source: "filer:/x", Options: []string{"vers=3"}},
+			[]string{"OK mount helper", "OK mounts run", "FIX filer:2049 does not answer on TCP within 3s (connection refused), nor filer:111 (connection refused)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,24 @@ func dialAny(ctx context.Context, dial dialFunc, addrs []string, timeout time.Du
 	if len(addrs) == 0 {
 		return nil
 	}
+	errs := dialEach(ctx, dial, addrs, timeout)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	failed := make([]string, len(addrs)) // in addrs' order: the same failure reads the same
+	for i, err := range errs {
+		if err == nil || !noConnection(err) {
+			return nil
+		}
+		failed[i] = addrs[i] + ": " + dialReason(err)
+	}
+	return fmt.Errorf("the server accepts no connection (%s): no mount helper started until it does", strings.Join(failed, "; "))
+}
+
+// dialEach dials every one of addrs at once, each within timeout, closes what it gets, and
+// returns each dial's error, in addrs' order; the first that connects ends the others. Every
+// dial has ended when it returns.
+func dialEach(ctx context.Context, dial dialFunc, addrs []string, timeout time.Duration) []error {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	errs := make([]error, len(addrs))
@@ -52,21 +70,17 @@ func dialAny(ctx context.Context, dial dialFunc, addrs []string, timeout time.Du
 		}()
 	}
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return err
+	return errs
+}
+
+// dialReason is why a dial failed with err, without the address it names again:
+// "connect: connection refused".
+func dialReason(err error) string {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		err = opErr.Err
 	}
-	failed := make([]string, len(addrs)) // in addrs' order: the same failure reads the same
-	for i, err := range errs {
-		if err == nil || !noConnection(err) {
-			return nil
-		}
-		var opErr *net.OpError
-		if errors.As(err, &opErr) {
-			err = opErr.Err // "connect: connection refused", without the address again
-		}
-		failed[i] = addrs[i] + ": " + err.Error()
-	}
-	return fmt.Errorf("the server accepts no connection (%s): no mount helper started until it does", strings.Join(failed, "; "))
+	return err.Error()
 }
 
 // noConnection says whether a dial's error means the server cannot be reached from here:
